@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs tlite's whole test suite: formatting, vet, and every package's tests
+# (the kernel tests run on whatever OpenCL device is present; PoCL here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tools/env.sh
+bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$bad" ]; then echo "gofmt needed:"; echo "$bad"; exit 1; fi
+go vet ./...
+go test -count=1 -timeout 40m ./... "$@"
