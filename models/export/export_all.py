@@ -72,7 +72,10 @@ def main():
         ops = exportlib.op_histogram(model)
         print(f"{name} ({args.size}): {len(model.graph.node)} nodes, "
               f"{time.time() - t0:.1f}s -> {out_dir}")
+        data_ops, shape_ops = exportlib.split_histogram(model)
         print("  ops: " + ", ".join(f"{k}:{v}" for k, v in ops.items()))
+        print("  data ops: " + ", ".join(f"{k}:{v}" for k, v in data_ops.items()))
+        print("  shape/constant ops: " + ", ".join(f"{k}:{v}" for k, v in shape_ops.items()))
         for s in status:
             print("  " + s)
 

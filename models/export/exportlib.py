@@ -46,7 +46,7 @@ def seed_everything(seed):
     return np.random.RandomState(seed)
 
 
-def randomize_norms(module, gen_scale=0.1):
+def randomize_norms(module, scale=0.1):
     """Moves norm parameters away from their identity init.
 
     Fresh LayerNorm/BatchNorm layers have weight=1, bias=0 and BatchNorm has
@@ -58,21 +58,26 @@ def randomize_norms(module, gen_scale=0.1):
         for m in module.modules():
             if isinstance(m, (torch.nn.LayerNorm, torch.nn.BatchNorm2d)):
                 if m.weight is not None:
-                    m.weight.copy_(1.0 + gen_scale * torch.randn_like(m.weight))
+                    m.weight.copy_(1.0 + scale * torch.randn_like(m.weight))
                 if m.bias is not None:
-                    m.bias.copy_(gen_scale * torch.randn_like(m.bias))
+                    m.bias.copy_(scale * torch.randn_like(m.bias))
             if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.copy_(gen_scale * torch.randn_like(m.running_mean))
+                m.running_mean.copy_(scale * torch.randn_like(m.running_mean))
                 m.running_var.copy_(1.0 + 0.5 * torch.rand_like(m.running_var))
 
 
 def export_onnx(module, args, path, input_names, output_names, dynamic_axes,
-                do_constant_folding=True):
+                do_constant_folding=True, training=torch.onnx.TrainingMode.EVAL):
     """Exports `module` in eval mode at opset 17 and validates the result.
 
     dynamic_axes maps each input/output name to {axis: symbol name}; naming
     the axes (instead of listing axis numbers) is what makes the exporter
     write dim_param strings that tlite binds at run time.
+
+    training=EVAL (the default) lets torch 1.13 run its eval peephole pass,
+    which among other things folds BatchNorm into the preceding Conv.
+    training=PRESERVE with the module in eval mode skips that pass: the
+    graph is still an inference graph, but BatchNormalization survives.
     """
     module.eval()
     with torch.no_grad():
@@ -85,7 +90,7 @@ def export_onnx(module, args, path, input_names, output_names, dynamic_axes,
             output_names=output_names,
             dynamic_axes=dynamic_axes,
             do_constant_folding=do_constant_folding,
-            training=torch.onnx.TrainingMode.EVAL,
+            training=training,
         )
     check_model(path)
     return onnx.load(path)
@@ -126,6 +131,26 @@ def op_histogram(model):
     return dict(sorted(hist.items()))
 
 
+def split_histogram(model):
+    """Splits the op histogram into data ops and shape/constant ops.
+
+    A node is a data op when any input depends on a graph input's *values*.
+    Shape's output depends only on a shape, and Constant nodes and
+    initializers on nothing, so nodes fed only by those compute from symbol
+    bindings alone: an engine can evaluate them on the CPU (or fold them)
+    instead of launching device kernels. Returns (data_ops, shape_ops).
+    """
+    data_values = {v.name for v in model.graph.input}
+    data_values -= {i.name for i in model.graph.initializer}
+    data, shape = collections.Counter(), collections.Counter()
+    for node in model.graph.node:  # ONNX requires topological order
+        is_data = node.op_type != "Shape" and any(i in data_values for i in node.input)
+        (data if is_data else shape)[node.op_type] += 1
+        if is_data:
+            data_values.update(node.output)
+    return dict(sorted(data.items())), dict(sorted(shape.items()))
+
+
 def _value_sig(vi):
     t = vi.type.tensor_type
     dims = []
@@ -160,6 +185,8 @@ def write_model_json(model_dir, name, config, model, extra=None):
         "config": config,
         "signature": signature(model),
         "ops": op_histogram(model),
+        "data_ops": split_histogram(model)[0],
+        "shape_ops": split_histogram(model)[1],
         "num_nodes": len(model.graph.node),
         "num_initializers": len(model.graph.initializer),
         "num_parameters": int(sum(int(np.prod(i.dims)) for i in model.graph.initializer)),
@@ -183,21 +210,28 @@ def _np(x):
     return x.astype(x.dtype.newbyteorder("<"), copy=False)
 
 
-def write_case(case_dir, model_name, case_name, onnx_file, symbols, inputs, outputs, notes=""):
-    """Writes one reference case.
+def write_case(case_dir, model_name, model, case_name, symbols, inputs, outputs, notes=""):
+    """Writes one reference case for the exported `model` (a ModelProto).
 
     inputs/outputs are ordered lists of (onnx value name, array or tensor),
-    in graph order. symbols binds every dim_param used by the graph.
+    in graph order. `symbols` binds every dim_param the recipe named in
+    dynamic_axes. Output dims the exporter could not infer carry invented
+    names (e.g. "Addlast_hidden_state_dim_1"); their values are taken from
+    the reference arrays and listed separately as "derived_symbols", since a
+    caller never binds them: an engine must infer them itself.
     """
+    derived = bind_signature(model, symbols, inputs, outputs)
     os.makedirs(case_dir, exist_ok=True)
     manifest = {
         "model": model_name,
         "case": case_name,
-        "onnx": onnx_file,
+        "onnx": "model.onnx",
         "symbols": symbols,
-        "inputs": [],
-        "outputs": [],
     }
+    if derived:
+        manifest["derived_symbols"] = derived
+    manifest["inputs"] = []
+    manifest["outputs"] = []
     if notes:
         manifest["notes"] = notes
     for kind, items in (("input", inputs), ("output", outputs)):
@@ -214,20 +248,37 @@ def write_case(case_dir, model_name, case_name, onnx_file, symbols, inputs, outp
     _write_json(os.path.join(case_dir, "manifest.json"), manifest)
 
 
-def check_signature_binding(model, symbols, inputs, outputs):
-    """Asserts that the case's arrays have the shapes the graph declares.
+def bind_signature(model, symbols, inputs, outputs):
+    """Checks that the case's arrays have the shapes the graph declares.
 
-    Every dim_param must be bound by `symbols`; this catches a reference case
-    whose symbol table disagrees with what was actually fed.
+    Every dim_param of a graph input must be bound by `symbols`; this catches
+    a reference case whose symbol table disagrees with what was fed. Output
+    dim_params that `symbols` does not bind are returned with the values the
+    reference arrays give them (consistently across outputs).
     """
     sig = signature(model)
-    arrays = dict(inputs)
-    arrays.update(outputs)
-    for v in sig["inputs"] + sig["outputs"]:
-        arr = _np(arrays[v["name"]])
-        want = [symbols[d] if isinstance(d, str) else d for d in v["dims"]]
-        if list(arr.shape) != want:
-            raise ValueError(f"{v['name']}: reference shape {list(arr.shape)} != declared {v['dims']} bound to {want}")
+    arrays = {n: _np(v) for n, v in list(inputs) + list(outputs)}
+    if [v["name"] for v in sig["inputs"]] != [n for n, _ in inputs]:
+        raise ValueError(f"inputs {[n for n, _ in inputs]} are not the graph inputs {sig['inputs']}")
+    if [v["name"] for v in sig["outputs"]] != [n for n, _ in outputs]:
+        raise ValueError(f"outputs {[n for n, _ in outputs]} are not the graph outputs {sig['outputs']}")
+    derived = {}
+    for kind in ("inputs", "outputs"):
+        for v in sig[kind]:
+            shape = list(arrays[v["name"]].shape)
+            if len(shape) != len(v["dims"]):
+                raise ValueError(f"{v['name']}: reference rank {len(shape)} != declared dims {v['dims']}")
+            for axis, (d, n) in enumerate(zip(v["dims"], shape)):
+                if isinstance(d, str) and d not in symbols:
+                    if kind == "inputs":
+                        raise ValueError(f"input {v['name']} axis {axis}: symbol {d!r} not bound by {symbols}")
+                    if derived.setdefault(d, n) != n:
+                        raise ValueError(f"output {v['name']} axis {axis}: derived symbol {d!r} is both {derived[d]} and {n}")
+                    continue
+                want = symbols[d] if isinstance(d, str) else d
+                if want is not None and want != n:
+                    raise ValueError(f"{v['name']} axis {axis}: reference has {n}, graph declares {d} = {want}")
+    return derived
 
 
 def try_onnxruntime(path, inputs, outputs, atol=1e-4, rtol=1e-3):

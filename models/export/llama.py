@@ -160,6 +160,11 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
         inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
         self.register_buffer("inv_freq", inv_freq)
+        # fp32 scalar constants for the mask. Python scalars passed to
+        # torch.where export as double in torch 1.13 and would silently turn
+        # the attention into fp64, so they are buffers instead.
+        self.register_buffer("zero", torch.tensor(0.0))
+        self.register_buffer("mask_min", torch.tensor(torch.finfo(torch.float32).min))
 
     def forward(self, input_ids, attention_mask, position_ids, *past):
         # past is flat: (layer0.key, layer0.value, layer1.key, ...), because
@@ -178,7 +183,7 @@ class Llama(nn.Module):
         k_slot = torch.arange(total)
         causal = k_slot[None, :] <= q_slot[:, None]  # [s, total]
         allowed = causal[None, None, :, :] & attention_mask[:, None, None, :].bool()
-        bias = torch.where(allowed, 0.0, torch.finfo(torch.float32).min)  # [b, 1, s, total]
+        bias = torch.where(allowed, self.zero, self.mask_min)  # [b, 1, s, total]
 
         x = self.embed_tokens(input_ids)
         presents = []
@@ -268,8 +273,7 @@ def export(out_dir, size="test"):
     for case, symbols, ins, outs_, notes in cases:
         ins = list(zip(in_names, ins))
         outs_ = list(zip(out_names, outs_))
-        exportlib.check_signature_binding(onnx_model, symbols, ins, outs_)
-        exportlib.write_case(os.path.join(out_dir, "ref", case), NAME, case, "model.onnx",
+        exportlib.write_case(os.path.join(out_dir, "ref", case), NAME, onnx_model, case,
                              symbols, ins, outs_, notes)
         status.append(f"{case}: " + exportlib.try_onnxruntime(path, ins, outs_))
     exportlib.write_model_json(out_dir, NAME, dataclasses.asdict(cfg), onnx_model,
