@@ -1,0 +1,114 @@
+package opencl
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// benchSrc is a kernel family of realistic size (a few hundred lines of
+// OpenCL C once unrolled by the preprocessor is typical; this is smaller but
+// exercises the same compiler path).
+const benchSrc = `
+#define ROWS 4
+__kernel void gemv(__global const float *w, __global const float *x, __global float *y, int n, int k) {
+	int r = get_global_id(0);
+	if (r >= n) return;
+	float acc = 0.0f;
+	for (int i = 0; i < k; i += 4) {
+		float4 a = vload4(0, w + (size_t)r * k + i);
+		float4 b = vload4(0, x + i);
+		acc = fma(a.x, b.x, fma(a.y, b.y, fma(a.z, b.z, fma(a.w, b.w, acc))));
+	}
+	y[r] = acc;
+}
+__kernel void softmax(__global float *x, int n) {
+	float m = -INFINITY;
+	for (int i = 0; i < n; i++) m = fmax(m, x[i]);
+	float s = 0.0f;
+	for (int i = 0; i < n; i++) { x[i] = exp(x[i] - m); s += x[i]; }
+	for (int i = 0; i < n; i++) x[i] /= s;
+}
+__kernel void add(__global float *y, __global const float *x, int n) {
+	int i = get_global_id(0);
+	if (i < n) y[i] += x[i];
+}
+`
+
+// BenchmarkBuild compares compiling from source (made unique per iteration,
+// so that no driver-side cache can serve it) with loading the same program
+// from tlite's binary cache in a freshly opened device.
+func BenchmarkBuild(b *testing.B) {
+	b.Run("cold", func(b *testing.B) {
+		d := open(b, Options{CacheDir: "-"})
+		nonce := time.Now().UnixNano()
+		for i := 0; i < b.N; i++ {
+			// A comment would not do: drivers may hash preprocessed source.
+			src := fmt.Sprintf("__kernel void nonce_%d_%d(__global int *p) { p[0] = %d; }\n%s", nonce, i, i, benchSrc)
+			p, err := d.Build(src, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Release()
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		dir := b.TempDir()
+		src := fmt.Sprintf("__kernel void nonce_%d(__global int *p) { p[0] = 1; }\n%s", time.Now().UnixNano(), benchSrc)
+		warm := open(b, Options{CacheDir: dir})
+		if _, err := warm.Build(src, ""); err != nil {
+			b.Fatal(err)
+		}
+		d := open(b, Options{CacheDir: dir})
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			p, err := d.Build(src, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !p.FromCache() {
+				b.Fatal("cache miss")
+			}
+			p.Release()
+		}
+	})
+}
+
+// BenchmarkLaunch measures the host cost of one small kernel launch, batched
+// (one Finish per 256 launches, as a decode step does) and synchronous
+// (Finish after every launch).
+func BenchmarkLaunch(b *testing.B) {
+	for _, mode := range []string{"batched", "finish-each", "batched-profiled"} {
+		b.Run(mode, func(b *testing.B) {
+			d := open(b, Options{Profile: mode == "batched-profiled"})
+			p, err := d.Build(benchSrc, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			k, _ := p.Kernel("add")
+			x, _ := d.Alloc(4 * 64)
+			y, _ := d.Alloc(4 * 64)
+			d.Fill(x, 0, 4*64, []byte{0, 0, 0x80, 0x3f})
+			d.Fill(y, 0, 4*64, []byte{0, 0, 0, 0})
+			// The first launch at a local size may compile (PoCL specialises
+			// per work-group size); keep it out of the timing.
+			if err := d.Launch(k, []int{64}, []int{64}, y, x, 64); err != nil {
+				b.Fatal(err)
+			}
+			d.Finish()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := d.Launch(k, []int{64}, []int{64}, y, x, 64); err != nil {
+					b.Fatal(err)
+				}
+				if mode == "finish-each" || i%256 == 255 {
+					d.Finish()
+					if mode == "batched-profiled" {
+						d.Profile()
+					}
+				}
+			}
+			d.Finish()
+		})
+	}
+}

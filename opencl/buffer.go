@@ -1,0 +1,238 @@
+package opencl
+
+// #include "shim.h"
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Buffer is a region of device memory: an allocation or a sub-buffer of one.
+type Buffer struct {
+	d        *Device
+	mem      C.cl_mem
+	size     int
+	off      int     // offset in parent
+	parent   *Buffer // nil for an allocation
+	released bool
+}
+
+// Size is the buffer's length in bytes.
+func (b *Buffer) Size() int { return b.size }
+
+// Offset is the sub-buffer's offset in its parent (0 for an allocation).
+func (b *Buffer) Offset() int { return b.off }
+
+// Alloc allocates size bytes of read-write device memory. Contents are
+// undefined until written.
+func (d *Device) Alloc(size int) (*Buffer, error) {
+	return d.alloc(size, C.CL_MEM_READ_WRITE, nil, "Alloc")
+}
+
+// AllocHost wraps size bytes at p as a read-only buffer (CL_MEM_USE_HOST_PTR):
+// on devices sharing host memory (Info().Unified) the kernels read p in place,
+// so weights over a memory-mapped file cost no copy. p must be C or mmap
+// memory, not the Go heap, and must stay valid and unchanged until the
+// buffer is released.
+func (d *Device) AllocHost(p unsafe.Pointer, size int) (*Buffer, error) {
+	if p == nil {
+		return nil, fmt.Errorf("opencl: AllocHost: nil host pointer")
+	}
+	return d.alloc(size, C.CL_MEM_USE_HOST_PTR|C.CL_MEM_READ_ONLY, p, "AllocHost")
+}
+
+func (d *Device) alloc(size int, flags C.cl_mem_flags, host unsafe.Pointer, op string) (*Buffer, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("opencl: %s(%d): size must be positive", op, size)
+	}
+	if int64(size) > d.info.MaxAlloc {
+		return nil, fmt.Errorf("opencl: %s(%d): larger than the device's largest allocation (%d bytes, CL_DEVICE_MAX_MEM_ALLOC_SIZE)", op, size, d.info.MaxAlloc)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("opencl: %s on a closed device", op)
+	}
+	var code C.cl_int
+	mem := C.tl_clCreateBuffer(d.ctx, flags, C.size_t(size), host, &code)
+	if code != C.CL_SUCCESS {
+		return nil, fmt.Errorf("opencl: %s(%d) (live: %d buffers, %d bytes): %w", op, size, d.stats.LiveBuffers, d.stats.LiveBytes, clErr("clCreateBuffer", code))
+	}
+	b := &Buffer{d: d, mem: mem, size: size}
+	d.buffers[b] = struct{}{}
+	d.stats.Allocs++
+	d.stats.AllocBytes += int64(size)
+	d.stats.LiveBuffers++
+	d.stats.LiveBytes += int64(size)
+	return b, nil
+}
+
+// Sub returns the sub-buffer [offset, offset+size) of b (clCreateSubBuffer).
+// offset must be a multiple of Info().BaseAddrAlign. A sub-buffer keeps its
+// parent's memory alive until both are released; a sub-buffer of a
+// sub-buffer is made from the root allocation.
+func (b *Buffer) Sub(offset, size int) (*Buffer, error) {
+	d := b.d
+	if offset < 0 || size <= 0 || offset+size > b.size {
+		return nil, fmt.Errorf("opencl: Sub(%d, %d) of a %d-byte buffer: out of range", offset, size, b.size)
+	}
+	root, abs := b, offset
+	if b.parent != nil {
+		root, abs = b.parent, b.off+offset
+	}
+	if align := d.info.BaseAddrAlign; align > 0 && abs%align != 0 {
+		return nil, fmt.Errorf("opencl: Sub(%d, %d): offset %d in the allocation is not a multiple of the device's base address alignment (%d bytes)", offset, size, abs, align)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b.released || root.released {
+		return nil, fmt.Errorf("opencl: Sub(%d, %d) of a released buffer", offset, size)
+	}
+	var code C.cl_int
+	mem := C.tl_sub(root.mem, C.size_t(abs), C.size_t(size), &code)
+	if code != C.CL_SUCCESS {
+		return nil, fmt.Errorf("opencl: Sub(%d, %d) of a %d-byte buffer: %w", offset, size, b.size, clErr("clCreateSubBuffer", code))
+	}
+	// The spec leaves open whether a sub-buffer keeps its parent alive;
+	// retaining it makes releasing the parent first safe everywhere.
+	C.tl_clRetainMemObject(root.mem)
+	sub := &Buffer{d: d, mem: mem, size: size, off: abs, parent: root}
+	d.buffers[sub] = struct{}{}
+	return sub, nil
+}
+
+// Release frees the buffer once queued commands using it are done. It is
+// idempotent, and a no-op after the device is closed.
+func (b *Buffer) Release() {
+	if b == nil {
+		return
+	}
+	d := b.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b.released || d.closed {
+		return
+	}
+	b.released = true
+	C.tl_clReleaseMemObject(b.mem)
+	delete(d.buffers, b)
+	if b.parent != nil {
+		C.tl_clReleaseMemObject(b.parent.mem)
+	} else {
+		d.stats.LiveBuffers--
+		d.stats.LiveBytes -= int64(b.size)
+	}
+}
+
+// check validates a byte range of b for op on d.
+func (b *Buffer) check(d *Device, op string, off, n int) error {
+	if b == nil {
+		return fmt.Errorf("opencl: %s: nil buffer", op)
+	}
+	if b.d != d {
+		return fmt.Errorf("opencl: %s: buffer belongs to device %s, not %s", op, b.d.info.Index, d.info.Index)
+	}
+	d.mu.Lock()
+	closed, released := d.closed, b.released
+	d.mu.Unlock()
+	if closed {
+		return fmt.Errorf("opencl: %s on a closed device", op)
+	}
+	if released {
+		return fmt.Errorf("opencl: %s: buffer released", op)
+	}
+	if off < 0 || n < 0 || off+n > b.size {
+		return fmt.Errorf("opencl: %s: bytes [%d, %d) outside a %d-byte buffer", op, off, off+n, b.size)
+	}
+	return nil
+}
+
+// Write copies src into b at byte offset off and returns when it is done.
+func (d *Device) Write(b *Buffer, off int, src []byte) error {
+	if err := b.check(d, "Write", off, len(src)); err != nil || len(src) == 0 {
+		return err
+	}
+	code := C.tl_clEnqueueWriteBuffer(d.queue, b.mem, C.CL_TRUE, C.size_t(off), C.size_t(len(src)), unsafe.Pointer(&src[0]), 0, nil, nil)
+	if code != C.CL_SUCCESS {
+		return fmt.Errorf("opencl: Write %d bytes at %d of a %d-byte buffer: %w", len(src), off, b.size, clErr("clEnqueueWriteBuffer", code))
+	}
+	d.mu.Lock()
+	d.stats.BytesWritten += int64(len(src))
+	d.mu.Unlock()
+	return nil
+}
+
+// Read copies len(dst) bytes of b from byte offset off into dst once the
+// work queued before it is done, and returns when it is done.
+func (d *Device) Read(b *Buffer, off int, dst []byte) error {
+	if err := b.check(d, "Read", off, len(dst)); err != nil || len(dst) == 0 {
+		return err
+	}
+	code := C.tl_clEnqueueReadBuffer(d.queue, b.mem, C.CL_TRUE, C.size_t(off), C.size_t(len(dst)), unsafe.Pointer(&dst[0]), 0, nil, nil)
+	if code != C.CL_SUCCESS {
+		return fmt.Errorf("opencl: Read %d bytes at %d of a %d-byte buffer: %w", len(dst), off, b.size, clErr("clEnqueueReadBuffer", code))
+	}
+	d.mu.Lock()
+	d.stats.BytesRead += int64(len(dst))
+	d.mu.Unlock()
+	return nil
+}
+
+// Copy enqueues a copy of n bytes from src at srcOff to dst at dstOff.
+// Overlapping ranges of one allocation are an error, as in OpenCL.
+func (d *Device) Copy(dst *Buffer, dstOff int, src *Buffer, srcOff, n int) error {
+	if err := src.check(d, "Copy source", srcOff, n); err != nil {
+		return err
+	}
+	if err := dst.check(d, "Copy destination", dstOff, n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	if src.root() == dst.root() {
+		s, t := src.off+srcOff, dst.off+dstOff
+		if s < t+n && t < s+n {
+			return fmt.Errorf("opencl: Copy %d bytes: source [%d, %d) and destination [%d, %d) overlap in one allocation", n, s, s+n, t, t+n)
+		}
+	}
+	code := C.tl_clEnqueueCopyBuffer(d.queue, src.mem, dst.mem, C.size_t(srcOff), C.size_t(dstOff), C.size_t(n), 0, nil, nil)
+	if code != C.CL_SUCCESS {
+		return fmt.Errorf("opencl: Copy %d bytes: %w", n, clErr("clEnqueueCopyBuffer", code))
+	}
+	d.mu.Lock()
+	d.stats.BytesCopied += int64(n)
+	d.mu.Unlock()
+	return nil
+}
+
+func (b *Buffer) root() *Buffer {
+	if b.parent != nil {
+		return b.parent
+	}
+	return b
+}
+
+// Fill enqueues filling n bytes of b from off with repeats of pattern, whose
+// length must be 1, 2, 4, 8, 16, 32, 64 or 128 and divide off and n.
+func (d *Device) Fill(b *Buffer, off, n int, pattern []byte) error {
+	if err := b.check(d, "Fill", off, n); err != nil {
+		return err
+	}
+	p := len(pattern)
+	if p == 0 || p > 128 || p&(p-1) != 0 {
+		return fmt.Errorf("opencl: Fill: pattern of %d bytes; want 1, 2, 4, ..., 128", p)
+	}
+	if off%p != 0 || n%p != 0 {
+		return fmt.Errorf("opencl: Fill: offset %d and size %d must be multiples of the %d-byte pattern", off, n, p)
+	}
+	if n == 0 {
+		return nil
+	}
+	code := C.tl_clEnqueueFillBuffer(d.queue, b.mem, unsafe.Pointer(&pattern[0]), C.size_t(p), C.size_t(off), C.size_t(n), 0, nil, nil)
+	if code != C.CL_SUCCESS {
+		return fmt.Errorf("opencl: Fill %d bytes at %d: %w", n, off, clErr("clEnqueueFillBuffer", code))
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+package opencl
+
+// #include "shim.h"
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// Local is a kernel argument of n bytes of __local memory.
+type Local int
+
+// Stats counts the device's work since Open.
+type Stats struct {
+	Launches     int64 // kernels enqueued
+	BytesWritten int64 // by Write
+	BytesRead    int64 // by Read
+	BytesCopied  int64 // by Copy
+	Allocs       int64 // Alloc and AllocHost calls that succeeded
+	AllocBytes   int64 // bytes those calls allocated
+	LiveBuffers  int64 // allocations not yet released (sub-buffers excluded)
+	LiveBytes    int64 // their bytes
+	Builds       int64 // programs compiled from source
+	CacheHits    int64 // programs loaded from the binary cache
+	CacheRejects int64 // cache entries found unusable (and removed)
+	CacheWrites  int64 // binaries written to the cache
+}
+
+// Stats returns the counters.
+func (d *Device) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stats
+}
+
+// Record is one profiled kernel execution.
+type Record struct {
+	Label  string // the label set by SetLabel when the kernel was launched
+	Kernel string
+	// Start and End are device timestamps relative to the start of the
+	// first kernel profiled on this device.
+	Start, End time.Duration
+}
+
+// Duration is how long the kernel ran on the device.
+func (r Record) Duration() time.Duration { return r.End - r.Start }
+
+type pendingLaunch struct {
+	ev            C.cl_event
+	label, kernel string
+}
+
+// maxPending bounds the events kept for a caller that never calls Profile:
+// past it, Launch collects the completed ones into records itself.
+const maxPending = 1 << 16
+
+// SetLabel attaches label to the kernels launched from now on, for Profile.
+func (d *Device) SetLabel(label string) {
+	d.mu.Lock()
+	d.label = label
+	d.mu.Unlock()
+}
+
+// Launch enqueues k over global work-items in work-groups of local (nil:
+// the driver chooses) with args: *Buffer, int32, uint32, int64, uint64,
+// float32, int (passed as int32, checked for overflow) or Local. It does not
+// wait. Each global size must be a multiple of its local size.
+//
+// On PoCL the first launch of a kernel at each local size compiles a
+// work-group-size specialisation (~60 ms here); POCL_WORK_GROUP_SPECIALIZATION=0
+// in the environment before the first OpenCL call avoids it.
+func (d *Device) Launch(k *Kernel, global, local []int, args ...any) error {
+	if k == nil {
+		return fmt.Errorf("opencl: Launch: nil kernel")
+	}
+	dim := len(global)
+	if dim < 1 || dim > 3 {
+		return fmt.Errorf("opencl: launch %s: %d global dimensions; want 1 to 3", k.name, dim)
+	}
+	if local != nil && len(local) != dim {
+		return fmt.Errorf("opencl: launch %s: local size %s has %d dimensions, global %s has %d", k.name, dims(local), len(local), dims(global), dim)
+	}
+	if len(args) != k.nargs {
+		return fmt.Errorf("opencl: launch %s: %d arguments given, the kernel takes %d", k.name, len(args), k.nargs)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || k.released || k.p.d != d {
+		return fmt.Errorf("opencl: launch %s: device closed or kernel released", k.name)
+	}
+	for i, g := range global {
+		if g <= 0 {
+			return fmt.Errorf("opencl: launch %s: global size %s must be positive", k.name, dims(global))
+		}
+		d.sizes[i] = C.size_t(g)
+		if local != nil {
+			l := local[i]
+			if l <= 0 || g%l != 0 {
+				return fmt.Errorf("opencl: launch %s: global size %s is not a positive multiple of local size %s in dimension %d", k.name, dims(global), dims(local), i)
+			}
+			d.sizes[3+i] = C.size_t(l)
+		}
+	}
+	if cap(d.args) < len(args) {
+		d.args = make([]C.tl_arg, len(args))
+	}
+	a := d.args[:len(args)]
+	for i, arg := range args {
+		p := &a[i]
+		p.val, p.local = 0, 0
+		v := unsafe.Pointer(&p.val)
+		switch x := arg.(type) {
+		case *Buffer:
+			if x == nil || x.released || x.d != d {
+				return fmt.Errorf("opencl: launch %s: argument %d: nil or released *Buffer, or one of another device", k.name, i)
+			}
+			*(*C.cl_mem)(v) = x.mem
+			p.size = C.size_t(unsafe.Sizeof(x.mem))
+		case int32:
+			*(*int32)(v), p.size = x, 4
+		case uint32:
+			*(*uint32)(v), p.size = x, 4
+		case int64:
+			*(*int64)(v), p.size = x, 8
+		case uint64:
+			*(*uint64)(v), p.size = x, 8
+		case float32:
+			*(*float32)(v), p.size = x, 4
+		case int:
+			if x < math.MinInt32 || x > math.MaxInt32 {
+				return fmt.Errorf("opencl: launch %s: argument %d: int %d overflows int32 (pass int64 for a long parameter)", k.name, i, x)
+			}
+			*(*int32)(v), p.size = int32(x), 4
+		case Local:
+			if x <= 0 {
+				return fmt.Errorf("opencl: launch %s: argument %d: Local(%d) must be positive", k.name, i, x)
+			}
+			p.size, p.local = C.size_t(x), 1
+		default:
+			return fmt.Errorf("opencl: launch %s: argument %d has unsupported type %s (want *Buffer, int32, uint32, int64, uint64, float32, int or Local)", k.name, i, typeName(arg))
+		}
+	}
+	var argp *C.tl_arg
+	if len(a) > 0 {
+		argp = &a[0]
+	}
+	var localp *C.size_t
+	if local != nil {
+		localp = &d.sizes[3]
+	}
+	var evp *C.cl_event
+	if d.profile {
+		d.ev[0] = nil
+		evp = &d.ev[0]
+	}
+	code := C.tl_launch(d.queue, k.k, C.cl_uint(len(a)), argp, C.cl_uint(dim), &d.sizes[0], localp, evp, &d.bad[0])
+	if code != C.CL_SUCCESS {
+		bad := d.bad[0]
+		if bad >= 0 {
+			return fmt.Errorf("opencl: launch %s: argument %d (%s): %w", k.name, int(bad), typeName(args[bad]), clErr("clSetKernelArg", code))
+		}
+		return fmt.Errorf("opencl: launch %s (global %s, local %s): %w", k.name, dims(global), dims(local), clErr("clEnqueueNDRangeKernel", code))
+	}
+	d.stats.Launches++
+	if d.profile {
+		d.pending = append(d.pending, pendingLaunch{ev: d.ev[0], label: d.label, kernel: k.name})
+		if len(d.pending) >= maxPending {
+			d.collectLocked()
+		}
+	}
+	return nil
+}
+
+// dims formats sizes for errors. Launch's errors avoid fmt's %v and %T so
+// that its slices and arguments do not escape: a launch then allocates
+// nothing beyond what the caller's boxing of arguments costs.
+func dims(s []int) string {
+	if s == nil {
+		return "nil"
+	}
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = strconv.Itoa(x)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func typeName(x any) string {
+	if x == nil {
+		return "nil"
+	}
+	return reflect.TypeOf(x).String()
+}
+
+// Flush submits queued commands to the device without waiting for them.
+func (d *Device) Flush() error {
+	if d.isClosed() {
+		return fmt.Errorf("opencl: Flush on a closed device")
+	}
+	return clErr("clFlush", C.tl_clFlush(d.queue))
+}
+
+// Finish waits until every queued command is done.
+func (d *Device) Finish() error {
+	if d.isClosed() {
+		return fmt.Errorf("opencl: Finish on a closed device")
+	}
+	return clErr("clFinish", C.tl_clFinish(d.queue))
+}
+
+// Profile returns the launches that completed since the last call, in
+// launch order; launches still running are reported by a later call.
+// It needs Options.Profile.
+func (d *Device) Profile() ([]Record, error) {
+	if !d.profile {
+		return nil, fmt.Errorf("opencl: Profile: the device was opened without Options.Profile")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.collectLocked()
+	out := d.done
+	d.done = nil
+	return out, nil
+}
+
+// collectLocked moves completed pending launches into d.done.
+func (d *Device) collectLocked() {
+	n := len(d.pending)
+	if n == 0 {
+		return
+	}
+	evs := make([]C.cl_event, n)
+	status := make([]C.cl_int, n)
+	start := make([]C.cl_ulong, n)
+	end := make([]C.cl_ulong, n)
+	for i, p := range d.pending {
+		evs[i] = p.ev
+	}
+	C.tl_event_times(&evs[0], C.int(n), &status[0], &start[0], &end[0])
+	keep := d.pending[:0]
+	for i, p := range d.pending {
+		switch {
+		case status[i] > C.CL_COMPLETE:
+			keep = append(keep, p)
+		case status[i] == C.CL_COMPLETE:
+			if !d.hasBase {
+				d.base, d.hasBase = uint64(start[i]), true
+			}
+			d.done = append(d.done, Record{
+				Label:  p.label,
+				Kernel: p.kernel,
+				Start:  time.Duration(int64(uint64(start[i]) - d.base)),
+				End:    time.Duration(int64(uint64(end[i]) - d.base)),
+			})
+		}
+		// A failed command (negative status) has no times; it was released.
+	}
+	clear(d.pending[len(keep):])
+	d.pending = keep
+}
+
+// releasePendingLocked drops profiling events without reading them.
+func (d *Device) releasePendingLocked() {
+	for _, p := range d.pending {
+		C.tl_clReleaseEvent(p.ev)
+	}
+	d.pending = nil
+}
+
+// Release frees the kernel. It is idempotent; releasing its program
+// releases it too.
+func (k *Kernel) Release() {
+	if k == nil {
+		return
+	}
+	d := k.p.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if k.released || d.closed {
+		return
+	}
+	k.released = true
+	C.tl_clReleaseKernel(k.k)
+}

@@ -1,0 +1,338 @@
+package opencl
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"unsafe"
+)
+
+// Program is a program built for the device.
+type Program struct {
+	d         *Device
+	prog      C.cl_program
+	fromCache bool
+	kernels   []*Kernel
+	released  bool
+}
+
+// FromCache reports whether the program was loaded from the binary cache
+// rather than compiled from source.
+func (p *Program) FromCache() bool { return p.fromCache }
+
+// BuildError is a failed program build with the compiler's log.
+type BuildError struct {
+	Device  string // device name
+	Options string
+	Code    int    // status of clBuildProgram
+	Log     string // the build log, verbatim
+	// Lines are the source lines the log's "file:line:col: error" reports
+	// point at, as "line N: text", so the error shows the offending code
+	// even when the log does not quote it.
+	Lines []string
+}
+
+func (e *BuildError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "opencl: build failed on %s", e.Device)
+	if e.Options != "" {
+		fmt.Fprintf(&b, " with options %q", e.Options)
+	}
+	fmt.Fprintf(&b, ": %s (%d)", codeName(e.Code), e.Code)
+	for _, l := range e.Lines {
+		b.WriteString("\n  ")
+		b.WriteString(l)
+	}
+	log := e.Log
+	const maxLog = 8 << 10
+	if len(log) > maxLog {
+		log = log[:maxLog] + "\n... (log truncated; BuildError.Log has all of it)"
+	}
+	if log != "" {
+		b.WriteString("\nbuild log:\n")
+		b.WriteString(log)
+	}
+	return b.String()
+}
+
+// errLineRe finds the ":LINE:COL:" position in an error report of a
+// Clang-based compiler (most OpenCL drivers): "<src>:3:10: error: ..." or,
+// as PoCL prints it, "error: <file>:3:10: ...".
+var errLineRe = regexp.MustCompile(`:(\d+):\d+:`)
+
+func offendingLines(log, src string) []string {
+	lines := strings.Split(src, "\n")
+	seen := map[int]bool{}
+	var nums []int
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(strings.ToLower(l), "error") {
+			continue
+		}
+		m := errLineRe.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		n, err := strconv.Atoi(m[1])
+		if err != nil || n < 1 || n > len(lines) || seen[n] {
+			continue
+		}
+		seen[n] = true
+		nums = append(nums, n)
+	}
+	sort.Ints(nums)
+	if len(nums) > 8 {
+		nums = nums[:8]
+	}
+	out := make([]string, len(nums))
+	for i, n := range nums {
+		out[i] = fmt.Sprintf("line %d: %s", n, strings.TrimSpace(lines[n-1]))
+	}
+	return out
+}
+
+// cacheMagic starts every cache file; the digest after it covers the
+// binary, so a truncated or corrupt file is rejected before a driver sees
+// it (drivers are not robust against garbage binaries).
+const cacheMagic = "TLCLBIN1"
+
+// cacheKey names the cache entry of src built with options for this device:
+// anything that can change the compiled code is part of it.
+func (d *Device) cacheKey(src, options string) string {
+	h := sha256.New()
+	for _, s := range []string{cacheMagic, d.info.Platform, d.info.Name, d.info.Driver, d.info.Version, options, src} {
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Build compiles src with options (e.g. "-DN=4"; math is precise unless
+// the options relax it). With a cache directory, a binary built before for
+// the same device, driver, options and source is loaded instead; a cache
+// entry that fails its checksum or that the driver rejects is ignored and
+// rewritten.
+func (d *Device) Build(src, options string) (*Program, error) {
+	if d.isClosed() {
+		return nil, fmt.Errorf("opencl: Build on a closed device")
+	}
+	var path string
+	if d.cacheDir != "" {
+		path = filepath.Join(d.cacheDir, d.cacheKey(src, options)+".bin")
+		if p := d.loadCached(path, options); p != nil {
+			return p, nil
+		}
+	}
+	p, err := d.buildSource(src, options)
+	if err != nil {
+		return nil, err
+	}
+	if path != "" {
+		d.storeCached(p.prog, path)
+	}
+	return p, nil
+}
+
+func (d *Device) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+func (d *Device) track(prog C.cl_program, cached bool) *Program {
+	p := &Program{d: d, prog: prog, fromCache: cached}
+	d.mu.Lock()
+	d.programs[p] = struct{}{}
+	if cached {
+		d.stats.CacheHits++
+	} else {
+		d.stats.Builds++
+	}
+	d.mu.Unlock()
+	return p
+}
+
+func (d *Device) buildSource(src, options string) (*Program, error) {
+	csrc := C.CString(src)
+	defer C.free(unsafe.Pointer(csrc))
+	var code C.cl_int
+	prog := C.tl_clCreateProgramWithSource(d.ctx, 1, &csrc, nil, &code)
+	if code != C.CL_SUCCESS {
+		return nil, fmt.Errorf("opencl: Build: %w", clErr("clCreateProgramWithSource", code))
+	}
+	copt := C.CString(options)
+	defer C.free(unsafe.Pointer(copt))
+	code = C.tl_clBuildProgram(prog, 1, &d.id, copt, nil, nil)
+	if code != C.CL_SUCCESS {
+		e := &BuildError{Device: d.info.Name, Options: options, Code: int(code)}
+		if s := C.tl_build_log(prog, d.id); s != nil {
+			e.Log = strings.TrimSpace(C.GoString(s))
+			C.free(unsafe.Pointer(s))
+		}
+		e.Lines = offendingLines(e.Log, src)
+		C.tl_clReleaseProgram(prog)
+		return nil, e
+	}
+	return d.track(prog, false), nil
+}
+
+// loadCached returns the program cached at path, or nil (removing the file
+// when it is unusable, so the caller's rebuild replaces it).
+func (d *Device) loadCached(path, options string) *Program {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	reject := func() *Program {
+		os.Remove(path)
+		d.mu.Lock()
+		d.stats.CacheRejects++
+		d.mu.Unlock()
+		return nil
+	}
+	hdr := len(cacheMagic) + sha256.Size
+	if len(data) <= hdr || string(data[:len(cacheMagic)]) != cacheMagic {
+		return reject()
+	}
+	bin := data[hdr:]
+	if sum := sha256.Sum256(bin); !bytes.Equal(sum[:], data[len(cacheMagic):hdr]) {
+		return reject()
+	}
+	cbin := C.CBytes(bin)
+	defer C.free(cbin)
+	var code C.cl_int
+	prog := C.tl_from_binary(d.ctx, d.id, (*C.uchar)(cbin), C.size_t(len(bin)), &code)
+	if code != C.CL_SUCCESS {
+		return reject()
+	}
+	copt := C.CString(options)
+	defer C.free(unsafe.Pointer(copt))
+	if C.tl_clBuildProgram(prog, 1, &d.id, copt, nil, nil) != C.CL_SUCCESS {
+		C.tl_clReleaseProgram(prog)
+		return reject()
+	}
+	return d.track(prog, true)
+}
+
+// storeCached writes prog's binary to path. The cache is an optimisation:
+// failures leave it without the entry and are otherwise ignored.
+func (d *Device) storeCached(prog C.cl_program, path string) {
+	var n C.size_t
+	var code C.cl_int
+	bin := C.tl_binary(prog, &n, &code)
+	if bin == nil {
+		return
+	}
+	data := C.GoBytes(unsafe.Pointer(bin), C.int(n))
+	C.free(unsafe.Pointer(bin))
+	sum := sha256.Sum256(data)
+	out := make([]byte, 0, len(cacheMagic)+len(sum)+len(data))
+	out = append(append(append(out, cacheMagic...), sum[:]...), data...)
+	if os.MkdirAll(filepath.Dir(path), 0o755) != nil {
+		return
+	}
+	// Write-then-rename so that concurrent processes never read half a file.
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return
+	}
+	_, werr := f.Write(out)
+	cerr := f.Close()
+	if werr != nil || cerr != nil || os.Rename(f.Name(), path) != nil {
+		os.Remove(f.Name())
+		return
+	}
+	d.mu.Lock()
+	d.stats.CacheWrites++
+	d.mu.Unlock()
+}
+
+// Release frees the program and its kernels. It is idempotent.
+func (p *Program) Release() {
+	if p == nil {
+		return
+	}
+	d := p.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p.released || d.closed {
+		return
+	}
+	p.released = true
+	for _, k := range p.kernels {
+		if !k.released {
+			k.released = true
+			C.tl_clReleaseKernel(k.k)
+		}
+	}
+	C.tl_clReleaseProgram(p.prog)
+	delete(d.programs, p)
+}
+
+// Kernel is one kernel of a program. Its arguments are set by each Launch.
+type Kernel struct {
+	p        *Program
+	k        C.cl_kernel
+	name     string
+	nargs    int
+	released bool
+}
+
+// Name is the kernel's function name.
+func (k *Kernel) Name() string { return k.name }
+
+// NumArgs is the number of arguments the kernel takes.
+func (k *Kernel) NumArgs() int { return k.nargs }
+
+// Kernel returns the kernel function name of p.
+func (p *Program) Kernel(name string) (*Kernel, error) {
+	d := p.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p.released || d.closed {
+		return nil, fmt.Errorf("opencl: kernel %s: program released", name)
+	}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var code C.cl_int
+	k := C.tl_clCreateKernel(p.prog, cname, &code)
+	if code != C.CL_SUCCESS {
+		return nil, fmt.Errorf("opencl: kernel %s: %w", name, clErr("clCreateKernel", code))
+	}
+	var nargs C.cl_uint
+	if code := C.tl_clGetKernelInfo(k, C.CL_KERNEL_NUM_ARGS, C.size_t(unsafe.Sizeof(nargs)), unsafe.Pointer(&nargs), nil); code != C.CL_SUCCESS {
+		C.tl_clReleaseKernel(k)
+		return nil, fmt.Errorf("opencl: kernel %s: %w", name, clErr("clGetKernelInfo(CL_KERNEL_NUM_ARGS)", code))
+	}
+	kern := &Kernel{p: p, k: k, name: name, nargs: int(nargs)}
+	p.kernels = append(p.kernels, kern)
+	return kern, nil
+}
+
+// Binary returns the program's device binary (clGetProgramInfo
+// CL_PROGRAM_BINARIES), the bytes the cache stores.
+func (p *Program) Binary() ([]byte, error) {
+	var n C.size_t
+	var code C.cl_int
+	bin := C.tl_binary(p.prog, &n, &code)
+	if bin == nil {
+		return nil, fmt.Errorf("opencl: program binary: %w", clErr("clGetProgramInfo(CL_PROGRAM_BINARIES)", code))
+	}
+	defer C.free(unsafe.Pointer(bin))
+	return C.GoBytes(unsafe.Pointer(bin), C.int(n)), nil
+}
