@@ -73,11 +73,12 @@ func runInspect(args []string) error {
 	asJSON := fs.Bool("json", false, "write the report as JSON")
 	at := fs.String("at", "", "symbol values for sizing activations, e.g. seq=128,past=512 (unlisted symbols: 1 for batch, else 128)")
 	top := fs.Int("top", 8, "how many of the largest activations to list")
+	maxFlag := fs.String("max", "", "declared maxima, e.g. seq=128,past=1024: clamps such as min(seq, 128) then simplify")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tl inspect model.onnx [--json] [--at seq=128,past=512] [--top 8]")
+		fmt.Fprintln(fs.Output(), "usage: tl inspect model.onnx [--json] [--max seq=128,past=1024] [--at seq=128,past=512] [--top 8]")
 		fs.PrintDefaults()
 	}
-	flags, pos := splitArgs(args, map[string]bool{"at": true, "top": true})
+	flags, pos := splitArgs(args, map[string]bool{"at": true, "top": true, "max": true})
 	if err := fs.Parse(flags); err != nil {
 		return err
 	}
@@ -90,7 +91,15 @@ func runInspect(args []string) error {
 		return err
 	}
 	defer m.Close()
-	res, err := infer.Run(m, infer.Options{})
+	maxima, err := parseBinding(*maxFlag)
+	if err != nil {
+		return err
+	}
+	bounds := symshape.Bounds{}
+	for s, v := range maxima {
+		bounds[s] = [2]int64{0, v}
+	}
+	res, err := infer.Run(m, infer.Options{Bounds: bounds})
 	if err != nil {
 		return err
 	}
