@@ -95,7 +95,10 @@ type Graph struct {
 
 // nameSet tracks every value name used anywhere in one model so that names
 // minted by rewrites stay unique across all scopes.
-type nameSet struct{ used map[string]struct{} }
+type nameSet struct {
+	used map[string]struct{}
+	next map[string]int // per base name, the next suffix NewValue tries
+}
 
 func (s *nameSet) add(name string) { s.used[name] = struct{}{} }
 
@@ -107,7 +110,7 @@ func newGraph(parent *Graph, owner *Node) *Graph {
 	if parent != nil {
 		g.names = parent.names
 	} else {
-		g.names = &nameSet{used: map[string]struct{}{}}
+		g.names = &nameSet{used: map[string]struct{}{}, next: map[string]int{}}
 	}
 	return g
 }
@@ -181,7 +184,8 @@ type Value struct {
 	// nodes whose subgraphs read it (implicit inputs).
 	Consumers []*Node
 	// Outer marks a subgraph's reference to a value of an enclosing graph;
-	// Graph().Parent.Lookup(Name) finds the value it stands for.
+	// Graph().Parent.Lookup(Name) finds the value it stands for, which is
+	// authoritative: Type and Declared are copied from it at load time only.
 	Outer bool
 	Doc   string
 
@@ -241,6 +245,18 @@ func (n *Node) String() string {
 
 // Subgraphs returns the graphs held by n's attributes, in attribute-name order.
 func (n *Node) Subgraphs() []*Graph {
+	// Most nodes hold no graph; skip the sort for them, since uses() asks
+	// every node on every link, sort and validate pass.
+	has := false
+	for _, a := range n.Attrs {
+		if a.G != nil || len(a.Graphs) > 0 {
+			has = true
+			break
+		}
+	}
+	if !has {
+		return nil
+	}
 	var out []*Graph
 	for _, name := range sortedAttrNames(n.Attrs) {
 		a := n.Attrs[name]
@@ -280,15 +296,32 @@ func (n *Node) ImplicitInputs() []*Value {
 // uses returns every value n reads, explicit inputs first, each once.
 func (n *Node) uses() []*Value {
 	out := make([]*Value, 0, len(n.Inputs))
-	for _, v := range n.Inputs {
-		if v != nil && !containsValue(out, v) {
-			out = append(out, v)
-		}
+	var seen map[*Value]bool
+	if len(n.Inputs) > 16 {
+		// A map keeps nodes with very many inputs (a hostile file's, or a
+		// huge Concat) linear instead of quadratic.
+		seen = make(map[*Value]bool, len(n.Inputs))
 	}
-	for _, v := range n.ImplicitInputs() {
+	add := func(v *Value) {
+		if v == nil {
+			return
+		}
+		if seen != nil {
+			if !seen[v] {
+				seen[v] = true
+				out = append(out, v)
+			}
+			return
+		}
 		if !containsValue(out, v) {
 			out = append(out, v)
 		}
+	}
+	for _, v := range n.Inputs {
+		add(v)
+	}
+	for _, v := range n.ImplicitInputs() {
+		add(v)
 	}
 	return out
 }
