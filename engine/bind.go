@@ -34,6 +34,7 @@ type InputError struct {
 	Problem  string
 }
 
+// Error formats the input, the problem, and expected versus given.
 func (e *InputError) Error() string {
 	msg := fmt.Sprintf("input %q: %s", e.Input, e.Problem)
 	if e.Expected != "" || e.Got != "" {
@@ -107,6 +108,9 @@ func bindShapes(ports []Port, shapes map[string][]int, max map[string]int64) (sy
 			}
 			if want != int64(got[axis]) {
 				why := fmt.Sprintf("axis %d is %d but %s = %d", axis, got[axis], d, want)
+				if _, isConst := d.Const(); isConst {
+					why = fmt.Sprintf("axis %d is %d, the model requires %d", axis, got[axis], want)
+				}
 				if syms := d.Symbols(); len(syms) > 0 {
 					var src []string
 					for _, s := range syms {
@@ -125,8 +129,15 @@ func bindShapes(ports []Port, shapes map[string][]int, max map[string]int64) (sy
 	sort.Strings(names)
 	for _, s := range names {
 		if m, ok := max[s]; ok && b[s] > m {
-			return nil, &InputError{Input: strings.SplitN(from[s], "[", 2)[0],
+			in := strings.SplitN(from[s], "[", 2)[0]
+			e := &InputError{Input: in,
 				Problem: fmt.Sprintf("%s = %d (from %s) is above the declared maximum %d; reopen the session with a larger --max %s=", s, b[s], from[s], m, s)}
+			for _, p := range ports {
+				if p.Name == in {
+					e.Expected, e.Got = ShapeString(p.Shape), fmt.Sprint(shapes[in])
+				}
+			}
+			return nil, e
 		}
 	}
 	return b, nil

@@ -1,0 +1,416 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"gorgonia.org/tensor"
+
+	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/symshape"
+)
+
+// hostTensor is a tensor in host memory in the engine's canonical host
+// layout: floating-point types as little-endian float32 (float16 widened),
+// integers and bool in their own little-endian encoding (bool one byte 0/1).
+// Constants, shape values, results computed on the CPU and Run's inputs and
+// outputs all pass through this form.
+type hostTensor struct {
+	dt    dtype.Type
+	shape []int
+	data  []byte
+}
+
+// hostSize is the size of one element of dt in the canonical host layout,
+// or 0 for types the engine does not handle.
+func hostSize(dt dtype.Type) int {
+	switch dt {
+	case dtype.Float32, dtype.Float16:
+		return 4
+	case dtype.Float64, dtype.BFloat16, dtype.String, dtype.Complex64, dtype.Complex128, dtype.Undefined:
+		return 0
+	}
+	return dt.Size()
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+func newHostTensor(dt dtype.Type, shape []int) *hostTensor {
+	return &hostTensor{dt: dt, shape: append([]int(nil), shape...), data: make([]byte, numel(shape)*hostSize(dt))}
+}
+
+// ints decodes an integer or bool tensor's elements.
+func (h *hostTensor) ints() ([]int64, error) {
+	n := numel(h.shape)
+	out := make([]int64, n)
+	d := h.data
+	le := binary.LittleEndian
+	switch h.dt {
+	case dtype.Int64, dtype.Uint64:
+		for i := range out {
+			out[i] = int64(le.Uint64(d[8*i:]))
+		}
+	case dtype.Int32:
+		for i := range out {
+			out[i] = int64(int32(le.Uint32(d[4*i:])))
+		}
+	case dtype.Uint32:
+		for i := range out {
+			out[i] = int64(le.Uint32(d[4*i:]))
+		}
+	case dtype.Int16:
+		for i := range out {
+			out[i] = int64(int16(le.Uint16(d[2*i:])))
+		}
+	case dtype.Uint16:
+		for i := range out {
+			out[i] = int64(le.Uint16(d[2*i:]))
+		}
+	case dtype.Int8:
+		for i := range out {
+			out[i] = int64(int8(d[i]))
+		}
+	case dtype.Uint8, dtype.Bool:
+		for i := range out {
+			out[i] = int64(d[i])
+		}
+	case dtype.Float32, dtype.Float16:
+		for i := range out {
+			f := math.Float32frombits(le.Uint32(d[4*i:]))
+			if f != float32(math.Trunc(float64(f))) {
+				return nil, fmt.Errorf("%v tensor holds %v, not an integer", h.dt, f)
+			}
+			out[i] = int64(f)
+		}
+	default:
+		return nil, fmt.Errorf("cannot read %v elements as integers", h.dt)
+	}
+	return out, nil
+}
+
+// floats decodes the elements as float64.
+func (h *hostTensor) floats() ([]float64, error) {
+	if h.dt == dtype.Float32 || h.dt == dtype.Float16 {
+		out := make([]float64, numel(h.shape))
+		for i := range out {
+			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(h.data[4*i:])))
+		}
+		return out, nil
+	}
+	ints, err := h.ints()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(ints))
+	for i, v := range ints {
+		out[i] = float64(v)
+		if h.dt == dtype.Uint64 {
+			out[i] = float64(uint64(v))
+		}
+	}
+	return out, nil
+}
+
+// putInt stores v as element i of a tensor of type dt in canonical layout.
+func putInt(dt dtype.Type, data []byte, i int, v int64) {
+	le := binary.LittleEndian
+	switch dt {
+	case dtype.Int64, dtype.Uint64:
+		le.PutUint64(data[8*i:], uint64(v))
+	case dtype.Int32, dtype.Uint32:
+		le.PutUint32(data[4*i:], uint32(v))
+	case dtype.Int16, dtype.Uint16:
+		le.PutUint16(data[2*i:], uint16(v))
+	case dtype.Int8, dtype.Uint8:
+		data[i] = byte(v)
+	case dtype.Bool:
+		data[i] = 0
+		if v != 0 {
+			data[i] = 1
+		}
+	case dtype.Float32, dtype.Float16:
+		le.PutUint32(data[4*i:], math.Float32bits(float32(v)))
+	}
+}
+
+// putFloat stores v as element i, rounding or truncating for integer types.
+func putFloat(dt dtype.Type, data []byte, i int, v float64) {
+	if dt == dtype.Float32 || dt == dtype.Float16 {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(float32(v)))
+		return
+	}
+	putInt(dt, data, i, int64(v))
+}
+
+// hostFromInts builds a tensor of type dt holding vals.
+func hostFromInts(dt dtype.Type, shape []int, vals []int64) *hostTensor {
+	h := newHostTensor(dt, shape)
+	for i, v := range vals {
+		putInt(dt, h.data, i, v)
+	}
+	return h
+}
+
+// hostFromGraph converts a graph constant into the canonical host layout.
+func hostFromGraph(t *graph.Tensor) (*hostTensor, error) {
+	shape := make([]int, len(t.Dims))
+	for i, d := range t.Dims {
+		shape[i] = int(d)
+	}
+	switch t.Type {
+	case dtype.Float32:
+		return &hostTensor{dt: t.Type, shape: shape, data: t.Data}, nil
+	case dtype.Float16:
+		f, err := t.Float32s()
+		if err != nil {
+			return nil, err
+		}
+		h := newHostTensor(t.Type, shape)
+		for i, x := range f {
+			binary.LittleEndian.PutUint32(h.data[4*i:], math.Float32bits(x))
+		}
+		return h, nil
+	}
+	if hostSize(t.Type) == 0 {
+		return nil, fmt.Errorf("constant %q: element type %v is not supported", t.Name, t.Type)
+	}
+	return &hostTensor{dt: t.Type, shape: shape, data: t.Data}, nil
+}
+
+// hostFromElems evaluates a value's symbolic contents under b.
+func hostFromElems(dt dtype.Type, shape []int, elems []symshape.Expr, b symshape.Binding) (*hostTensor, error) {
+	vals := make([]int64, len(elems))
+	for i, e := range elems {
+		v, err := e.Eval(b)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	if numel(shape) != len(vals) {
+		return nil, fmt.Errorf("%d symbolic elements for shape %v", len(vals), shape)
+	}
+	return hostFromInts(dt, shape, vals), nil
+}
+
+// toStorage converts canonical host data of type dt into the device layout
+// of element type et (only floats differ: float32 may become float16).
+// Finite values beyond fp16's range saturate to ±65504, as element-wise
+// results do, so that a -FLT_MAX mask stays a finite large negative.
+func toStorage(h *hostTensor, et kernels.ElemType) []byte {
+	if et == kernels.EF16 && (h.dt == dtype.Float32 || h.dt == dtype.Float16) {
+		n := numel(h.shape)
+		out := make([]byte, 2*n)
+		for i := 0; i < n; i++ {
+			f := math.Float32frombits(binary.LittleEndian.Uint32(h.data[4*i:]))
+			if !math.IsInf(float64(f), 0) {
+				f = max(min(f, 65504), -65504)
+			}
+			binary.LittleEndian.PutUint16(out[2*i:], dtype.Float32ToHalf(f))
+		}
+		return out
+	}
+	return h.data
+}
+
+// fromStorage converts device bytes of element type et into a canonical
+// host tensor of type dt.
+func fromStorage(raw []byte, et kernels.ElemType, dt dtype.Type, shape []int) *hostTensor {
+	if et == kernels.EF16 && (dt == dtype.Float32 || dt == dtype.Float16) {
+		h := newHostTensor(dt, shape)
+		for i := 0; i < numel(shape); i++ {
+			f := dtype.HalfToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
+			binary.LittleEndian.PutUint32(h.data[4*i:], math.Float32bits(f))
+		}
+		return h
+	}
+	return &hostTensor{dt: dt, shape: append([]int(nil), shape...), data: raw}
+}
+
+// dtypeOfDense maps a gorgonia element type onto ONNX's.
+func dtypeOfDense(t tensor.Dtype) dtype.Type {
+	switch t {
+	case tensor.Float32:
+		return dtype.Float32
+	case tensor.Float64:
+		return dtype.Float64
+	case tensor.Int64:
+		return dtype.Int64
+	case tensor.Int32:
+		return dtype.Int32
+	case tensor.Int16:
+		return dtype.Int16
+	case tensor.Int8:
+		return dtype.Int8
+	case tensor.Uint8:
+		return dtype.Uint8
+	case tensor.Uint16:
+		return dtype.Uint16
+	case tensor.Uint32:
+		return dtype.Uint32
+	case tensor.Uint64:
+		return dtype.Uint64
+	case tensor.Bool:
+		return dtype.Bool
+	}
+	return dtype.Undefined
+}
+
+// hostFromDense converts a gorgonia tensor into canonical host layout.
+func hostFromDense(t *tensor.Dense) (*hostTensor, error) {
+	dt := dtypeOfDense(t.Dtype())
+	shape := append([]int(nil), t.Shape()...)
+	if t.Shape().IsScalar() {
+		shape = nil
+	}
+	n := numel(shape)
+	if dt == dtype.Undefined || hostSize(dt) == 0 {
+		return nil, fmt.Errorf("element type %v is not supported", t.Dtype())
+	}
+	h := newHostTensor(dt, shape)
+	if n == 0 {
+		return h, nil
+	}
+	le := binary.LittleEndian
+	switch v := t.Data().(type) {
+	case []float32:
+		for i := 0; i < n; i++ {
+			le.PutUint32(h.data[4*i:], math.Float32bits(v[i]))
+		}
+	case float32:
+		le.PutUint32(h.data, math.Float32bits(v))
+	case []int64:
+		for i := 0; i < n; i++ {
+			le.PutUint64(h.data[8*i:], uint64(v[i]))
+		}
+	case int64:
+		le.PutUint64(h.data, uint64(v))
+	case []int32:
+		for i := 0; i < n; i++ {
+			le.PutUint32(h.data[4*i:], uint32(v[i]))
+		}
+	case int32:
+		le.PutUint32(h.data, uint32(v))
+	case []int16:
+		for i := 0; i < n; i++ {
+			le.PutUint16(h.data[2*i:], uint16(v[i]))
+		}
+	case []uint16:
+		for i := 0; i < n; i++ {
+			le.PutUint16(h.data[2*i:], v[i])
+		}
+	case []uint32:
+		for i := 0; i < n; i++ {
+			le.PutUint32(h.data[4*i:], v[i])
+		}
+	case []uint64:
+		for i := 0; i < n; i++ {
+			le.PutUint64(h.data[8*i:], v[i])
+		}
+	case []int8:
+		for i := 0; i < n; i++ {
+			h.data[i] = byte(v[i])
+		}
+	case []uint8:
+		copy(h.data, v[:n])
+	case uint8:
+		h.data[0] = v
+	case []bool:
+		for i := 0; i < n; i++ {
+			if v[i] {
+				h.data[i] = 1
+			}
+		}
+	case bool:
+		if v {
+			h.data[0] = 1
+		}
+	default:
+		return nil, fmt.Errorf("element type %v (%T) is not supported", t.Dtype(), t.Data())
+	}
+	return h, nil
+}
+
+// dense converts a canonical host tensor into a gorgonia tensor. Float16
+// values come back as float32, gorgonia having no half type.
+func (h *hostTensor) dense() (*tensor.Dense, error) {
+	n := numel(h.shape)
+	le := binary.LittleEndian
+	var backing any
+	switch h.dt {
+	case dtype.Float32, dtype.Float16:
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = math.Float32frombits(le.Uint32(h.data[4*i:]))
+		}
+		backing = v
+	case dtype.Int64:
+		v := make([]int64, n)
+		for i := range v {
+			v[i] = int64(le.Uint64(h.data[8*i:]))
+		}
+		backing = v
+	case dtype.Uint64:
+		v := make([]uint64, n)
+		for i := range v {
+			v[i] = le.Uint64(h.data[8*i:])
+		}
+		backing = v
+	case dtype.Int32:
+		v := make([]int32, n)
+		for i := range v {
+			v[i] = int32(le.Uint32(h.data[4*i:]))
+		}
+		backing = v
+	case dtype.Uint32:
+		v := make([]uint32, n)
+		for i := range v {
+			v[i] = le.Uint32(h.data[4*i:])
+		}
+		backing = v
+	case dtype.Int16:
+		v := make([]int16, n)
+		for i := range v {
+			v[i] = int16(le.Uint16(h.data[2*i:]))
+		}
+		backing = v
+	case dtype.Uint16:
+		v := make([]uint16, n)
+		for i := range v {
+			v[i] = le.Uint16(h.data[2*i:])
+		}
+		backing = v
+	case dtype.Int8:
+		v := make([]int8, n)
+		for i := range v {
+			v[i] = int8(h.data[i])
+		}
+		backing = v
+	case dtype.Uint8:
+		backing = append([]byte(nil), h.data[:n]...)
+	case dtype.Bool:
+		v := make([]bool, n)
+		for i := range v {
+			v[i] = h.data[i] != 0
+		}
+		backing = v
+	default:
+		return nil, fmt.Errorf("element type %v cannot be returned", h.dt)
+	}
+	opts := []tensor.ConsOpt{tensor.WithBacking(backing)}
+	if len(h.shape) > 0 {
+		opts = append(opts, tensor.WithShape(h.shape...))
+	} else {
+		opts = append(opts, tensor.WithShape())
+	}
+	return tensor.New(opts...), nil
+}

@@ -1,0 +1,406 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/symshape"
+)
+
+func init() {
+	registerLowering(lowerMatMul, "MatMul")
+	registerLowering(lowerGemm, "Gemm")
+	registerLowering(lowerConv, "Conv")
+	registerLowering(lowerPool, "MaxPool", "AveragePool")
+	registerLowering(lowerGlobalPool, "GlobalAveragePool", "GlobalMaxPool")
+}
+
+// lowerMatMul maps numpy matmul onto the batched product; the batch plan
+// is made per run from the concrete shapes.
+func lowerMatMul(lc *lowerCtx) (*stepDef, error) {
+	a, b, y := lc.in(0), lc.in(1), lc.out(0)
+	if a == nil || b == nil {
+		return nil, lc.unsupported("needs two inputs")
+	}
+	s, err := lc.floatStorage(a)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := lc.floatStorage(b); err != nil {
+		return nil, err
+	}
+	return &stepDef{kernel: "matmul", run: func(x *exec) error {
+		plan, err := kernels.MatMulBatchPlan(x.shape(a), x.shape(b))
+		if err != nil {
+			return err
+		}
+		p := plan.Params()
+		p.Weight = s
+		return x.be.matmul(s, x.ref(a), x.ref(b), x.ref(y), nil, p)
+	}}, nil
+}
+
+// lowerGemm is C = alpha*op(A)*op(B) + beta*C with C broadcast to [M, N].
+func lowerGemm(lc *lowerCtx) (*stepDef, error) {
+	n := lc.n
+	a, b, bias, y := lc.in(0), lc.in(1), lc.in(2), lc.out(0)
+	if a == nil || b == nil {
+		return nil, lc.unsupported("needs A and B")
+	}
+	if len(a.shape) != 2 || len(b.shape) != 2 {
+		return nil, lc.unsupported("A and B must be matrices")
+	}
+	s, err := lc.floatStorage(a)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := lc.floatStorage(b); err != nil {
+		return nil, err
+	}
+	if bias != nil {
+		if _, err := lc.floatStorage(bias); err != nil {
+			return nil, err
+		}
+		if len(bias.shape) > 2 {
+			return nil, lc.unsupported("C of rank %d", len(bias.shape))
+		}
+	}
+	transA, transB := n.AttrInt("transA", 0) != 0, n.AttrInt("transB", 0) != 0
+	alpha, beta := n.AttrFloat("alpha", 1), n.AttrFloat("beta", 1)
+	return &stepDef{kernel: "matmul", run: func(x *exec) error {
+		as, bs := x.shape(a), x.shape(b)
+		m, k := as[0], as[1]
+		if transA {
+			m, k = k, m
+		}
+		kb, nn := bs[0], bs[1]
+		if transB {
+			kb, nn = nn, kb
+		}
+		if k != kb {
+			return fmt.Errorf("A %v and B %v: inner dimensions %d and %d differ", as, bs, k, kb)
+		}
+		p := kernels.MatMulParams{M: m, N: nn, K: k, TransA: transA, TransB: transB,
+			Scaled: true, Alpha: alpha, Beta: beta, Weight: s}
+		var bref *tref
+		if bias != nil {
+			cs := x.shape(bias)
+			switch len(cs) {
+			case 1:
+				if cs[0] != 1 {
+					p.BiasColStride = 1
+				}
+			case 2:
+				if cs[0] != 1 {
+					p.BiasRowStride = cs[1]
+				}
+				if cs[1] != 1 {
+					p.BiasColStride = 1
+				}
+			}
+			r := x.ref(bias)
+			bref = &r
+		} else {
+			p.Beta = 0
+		}
+		return x.be.matmul(s, x.ref(a), x.ref(b), x.ref(y), bref, p)
+	}}, nil
+}
+
+// spatial reads the 2-D (or 1-D as H = 1) geometry attributes of a
+// convolution or pooling node; pads come back as top, left, bottom, right.
+type spatial struct {
+	oneD             bool
+	kh, kw           int
+	sh, sw, dh, dw   int
+	pads             [4]int
+	autoPad          string
+	haveKernelAttr   bool
+	ceil, includePad bool
+}
+
+func readSpatial(lc *lowerCtx, rank int) (spatial, error) {
+	n := lc.n
+	var sp spatial
+	switch rank {
+	case 4:
+	case 3:
+		sp.oneD = true
+	default:
+		return sp, lc.unsupported("input of rank %d; only 1-D and 2-D spatial inputs are supported", rank)
+	}
+	nd := 2
+	if sp.oneD {
+		nd = 1
+	}
+	get := func(name string, def int64) ([]int, error) {
+		v, ok := n.AttrInts(name)
+		out := make([]int, nd)
+		for i := range out {
+			out[i] = int(def)
+		}
+		if !ok {
+			return out, nil
+		}
+		if len(v) != nd && !(name == "pads" && len(v) == 2*nd) {
+			return nil, lc.unsupported("%s %v for %d spatial dims", name, v, nd)
+		}
+		if name == "pads" {
+			out = make([]int, len(v))
+		}
+		for i, x := range v {
+			out[i] = int(x)
+		}
+		return out, nil
+	}
+	ks, _ := get("kernel_shape", 0)
+	_, sp.haveKernelAttr = n.AttrInts("kernel_shape")
+	st, err := get("strides", 1)
+	if err != nil {
+		return sp, err
+	}
+	dl, err := get("dilations", 1)
+	if err != nil {
+		return sp, err
+	}
+	pd, err := get("pads", 0)
+	if err != nil {
+		return sp, err
+	}
+	if len(pd) == nd {
+		pd = append(pd, pd...)
+	}
+	if sp.oneD {
+		sp.kh, sp.kw = 1, ks[0]
+		sp.sh, sp.sw, sp.dh, sp.dw = 1, st[0], 1, dl[0]
+		sp.pads = [4]int{0, pd[0], 0, pd[1]}
+	} else {
+		sp.kh, sp.kw = ks[0], ks[1]
+		sp.sh, sp.sw, sp.dh, sp.dw = st[0], st[1], dl[0], dl[1]
+		sp.pads = [4]int{pd[0], pd[1], pd[2], pd[3]}
+	}
+	sp.autoPad = n.AttrString("auto_pad", "NOTSET")
+	switch sp.autoPad {
+	case "NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER":
+	default:
+		return sp, lc.unsupported("auto_pad %q", sp.autoPad)
+	}
+	if sp.autoPad == "VALID" {
+		sp.pads = [4]int{}
+	}
+	sp.ceil = n.AttrInt("ceil_mode", 0) != 0
+	sp.includePad = n.AttrInt("count_include_pad", 0) != 0
+	return sp, nil
+}
+
+// padsFor resolves SAME padding for input size h, w: the output is
+// ceil(in / stride) and the total padding splits evenly, the odd one at the
+// end (SAME_UPPER) or the beginning (SAME_LOWER).
+func (sp spatial) padsFor(h, w int) [4]int {
+	if sp.autoPad != "SAME_UPPER" && sp.autoPad != "SAME_LOWER" {
+		return sp.pads
+	}
+	one := func(in, k, s, d int) (int, int) {
+		out := (in + s - 1) / s
+		total := max(0, (out-1)*s+(k-1)*d+1-in)
+		if sp.autoPad == "SAME_UPPER" {
+			return total / 2, total - total/2
+		}
+		return total - total/2, total / 2
+	}
+	t, b := one(h, sp.kh, sp.sh, sp.dh)
+	l, r := one(w, sp.kw, sp.sw, sp.dw)
+	if sp.oneD {
+		t, b = 0, 0
+	}
+	return [4]int{t, l, b, r}
+}
+
+// nchw splits a concrete input shape into N, C, H, W.
+func (sp spatial) nchw(s []int) (n, c, h, w int) {
+	if sp.oneD {
+		return s[0], s[1], 1, s[2]
+	}
+	return s[0], s[1], s[2], s[3]
+}
+
+// lowerConv lowers a 1-D or 2-D convolution; im2col scratch comes from the
+// memory plan.
+func lowerConv(lc *lowerCtx) (*stepDef, error) {
+	x, w, bias, y := lc.in(0), lc.in(1), lc.in(2), lc.out(0)
+	if x == nil || w == nil {
+		return nil, lc.unsupported("needs X and W")
+	}
+	s, err := lc.floatStorage(x)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := lc.floatStorage(w); err != nil {
+		return nil, err
+	}
+	sp, err := readSpatial(lc, len(x.shape))
+	if err != nil {
+		return nil, err
+	}
+	if len(w.shape) != len(x.shape) {
+		return nil, lc.unsupported("weight of rank %d for input of rank %d", len(w.shape), len(x.shape))
+	}
+	groups := int(lc.n.AttrInt("group", 1))
+	_, esz, _ := storeFor(x.dt, lc.fs)
+	sd := &stepDef{kernel: "conv"}
+	// Scratch for the im2col route: N*C*KH*KW*OH*OW elements. Needed only
+	// when the product is wide enough for the GEMM kernels and the
+	// convolution is not a plain 1x1 (kernels.ConvParams' routing).
+	if scratch, ok := convScratch(x, w, y, sp, groups, esz); ok {
+		sd.scratch = []symshape.Expr{scratch}
+	}
+	sd.run = func(ex *exec) error {
+		xs, ws := ex.shape(x), ex.shape(w)
+		n, c, h, wd := sp.nchw(xs)
+		kh, kw := 1, ws[len(ws)-1]
+		if !sp.oneD {
+			kh = ws[2]
+		}
+		pads := sp.padsFor(h, wd)
+		p := kernels.ConvParams{N: n, C: c, H: h, W: wd, OutC: ws[0], KH: kh, KW: kw,
+			StrideH: sp.sh, StrideW: sp.sw, DilationH: sp.dh, DilationW: sp.dw,
+			PadTop: pads[0], PadLeft: pads[1], PadBottom: pads[2], PadRight: pads[3],
+			Groups: groups, Weight: s}
+		var bref, sref *tref
+		if bias != nil {
+			r := ex.ref(bias)
+			bref = &r
+		}
+		if len(ex.scratch) > 0 {
+			sref = &ex.scratch[0]
+		}
+		return ex.be.conv(s, ex.ref(x), ex.ref(w), ex.ref(y), bref, sref, p)
+	}
+	return sd, nil
+}
+
+// convScratch is the im2col scratch size, when the convolution can use it.
+func convScratch(x, w, y *vinfo, sp spatial, groups, esz int) (symshape.Expr, bool) {
+	ws, ok := constShape(w.shape)
+	if !ok || groups <= 0 {
+		return symshape.Expr{}, false
+	}
+	kh, kw := 1, ws[len(ws)-1]
+	if !sp.oneD {
+		kh = ws[2]
+	}
+	kc := ws[1] * kh * kw
+	if kc < 16 || ws[0]/groups < 4 {
+		return symshape.Expr{}, false
+	}
+	if kh == 1 && kw == 1 && sp.sh == 1 && sp.sw == 1 && sp.pads == [4]int{} && sp.autoPad != "SAME_UPPER" && sp.autoPad != "SAME_LOWER" {
+		return symshape.Expr{}, false
+	}
+	spatialOut := y.shape[2:]
+	e := symshape.Mul(x.shape[0], symshape.Const(int64(kc*groups*esz)))
+	for _, d := range spatialOut {
+		e = symshape.Mul(e, d)
+	}
+	return e, true
+}
+
+// lowerPool lowers MaxPool and AveragePool.
+func lowerPool(lc *lowerCtx) (*stepDef, error) {
+	x, y := lc.in(0), lc.out(0)
+	if x == nil {
+		return nil, lc.unsupported("needs X")
+	}
+	if lc.used(1) {
+		return nil, lc.unsupported("the Indices output")
+	}
+	s, err := lc.floatStorage(x)
+	if err != nil {
+		return nil, err
+	}
+	sp, err := readSpatial(lc, len(x.shape))
+	if err != nil {
+		return nil, err
+	}
+	if !sp.haveKernelAttr {
+		return nil, lc.unsupported("no kernel_shape")
+	}
+	if lc.n.AttrInt("storage_order", 0) != 0 {
+		return nil, lc.unsupported("storage_order 1")
+	}
+	avg := lc.n.OpType == "AveragePool"
+	sd := &stepDef{kernel: "pool"}
+	// The pool kernels refuse padding beyond half the window (PyTorch's
+	// limit; ONNX allows up to the window). Where the padding's value is
+	// known (-inf for the maximum, 0 for an average that counts it), the
+	// input is padded explicitly into scratch memory first.
+	eh, ew := (sp.kh-1)*sp.dh+1, (sp.kw-1)*sp.dw+1
+	pre := false
+	if p := sp.pads; 2*p[0] > eh || 2*p[2] > eh || 2*p[1] > ew || 2*p[3] > ew {
+		if avg && !sp.includePad || sp.ceil {
+			return nil, lc.unsupported("pads %v exceed half the %dx%d window (with count_include_pad=0 or ceil_mode)", p, eh, ew)
+		}
+		pre = true
+		esz, _ := lc.esize(x)
+		e := symshape.Const(int64(esz))
+		for i, d := range x.shape {
+			switch {
+			case i == len(x.shape)-1:
+				d = symshape.Add(d, symshape.Const(int64(sp.pads[1]+sp.pads[3])))
+			case i == 2 && !sp.oneD:
+				d = symshape.Add(d, symshape.Const(int64(sp.pads[0]+sp.pads[2])))
+			}
+			e = symshape.Mul(e, d)
+		}
+		sd.scratch = []symshape.Expr{e}
+	}
+	et, _ := lc.et(x)
+	esz, _ := lc.esize(x)
+	fill := padBits(et, esz, x.dt, math.Inf(-1))
+	if avg {
+		fill = 0
+	}
+	sd.run = func(ex *exec) error {
+		xs := ex.shape(x)
+		n, c, h, w := sp.nchw(xs)
+		pads := sp.padsFor(h, w)
+		src := ex.ref(x)
+		if pre {
+			full := make([]int, 2*len(xs))
+			r := len(xs)
+			full[r-1], full[2*r-1] = pads[1], pads[3]
+			if !sp.oneD {
+				full[r-2], full[2*r-2] = pads[0], pads[2]
+			}
+			if err := ex.be.pad(esz, src, xs, full, kernels.PadConstant, fill, ex.scratch[0]); err != nil {
+				return err
+			}
+			src = ex.scratch[0]
+			h, w = h+pads[0]+pads[2], w+pads[1]+pads[3]
+			pads = [4]int{}
+		}
+		p := kernels.PoolParams{N: n, C: c, H: h, W: w, KH: sp.kh, KW: sp.kw,
+			StrideH: sp.sh, StrideW: sp.sw, DilationH: sp.dh, DilationW: sp.dw,
+			PadTop: pads[0], PadLeft: pads[1], PadBottom: pads[2], PadRight: pads[3],
+			CeilMode: sp.ceil, CountIncludePad: sp.includePad}
+		return ex.be.pool(s, src, ex.ref(y), p, avg)
+	}
+	return sd, nil
+}
+
+// lowerGlobalPool averages or maximises each [N, C] plane.
+func lowerGlobalPool(lc *lowerCtx) (*stepDef, error) {
+	x, y := lc.in(0), lc.out(0)
+	s, err := lc.floatStorage(x)
+	if err != nil {
+		return nil, err
+	}
+	if len(x.shape) < 2 {
+		return nil, lc.unsupported("input of rank %d", len(x.shape))
+	}
+	avg := lc.n.OpType == "GlobalAveragePool"
+	return &stepDef{kernel: "pool", run: func(ex *exec) error {
+		xs := ex.shape(x)
+		return ex.be.globalPool(s, ex.ref(x), ex.ref(y), xs[0]*xs[1], prod(xs, 2, len(xs)), avg)
+	}}, nil
+}

@@ -1,0 +1,729 @@
+// Package engine compiles an ONNX model once and runs it: shape inference,
+// optional graph rewrites, lowering of every tensor node to a kernel step, a
+// memory plan over the steps' outputs, and then Run, which binds the
+// symbols from the input shapes, enqueues every step and reads the outputs
+// once at the end.
+//
+// Two backends sit behind one interface: OpenCL (the kernels package's
+// launchers) and a pure-Go CPU backend running the same kernel families'
+// reference implementations, so every model can be checked on both.
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/memplan"
+	"github.com/tlite/tlite/opencl"
+	"github.com/tlite/tlite/symshape"
+	"github.com/tlite/tlite/symshape/infer"
+)
+
+// Precision is how floating-point activations are stored on the device.
+// Arithmetic is fp32 either way.
+type Precision int
+
+const (
+	// FP32 stores activations and weights as float32.
+	FP32 Precision = iota
+	// FP16 stores float activations, and float32 weights converted at Open,
+	// as IEEE binary16.
+	FP16
+)
+
+// String returns "fp32" or "fp16".
+func (p Precision) String() string {
+	if p == FP16 {
+		return "fp16"
+	}
+	return "fp32"
+}
+
+// Default maxima for symbols Options.Max does not declare. They size the
+// memory plan, which is allocated once at Open.
+const (
+	// DefaultMaxBatch is the maximum of symbols whose name contains "batch".
+	DefaultMaxBatch = 4
+	// DefaultMax is the maximum of every other symbol of an input dim
+	// (sequence lengths, past lengths, image sizes).
+	DefaultMax = 1024
+)
+
+// Rewrite is a graph transformation run after shape inference and before
+// lowering (fusion, for instance). It must keep the graph valid and give
+// every value it creates a Shape and a Type.
+type Rewrite func(*graph.Graph) error
+
+// DefaultRewrites run when Options.Rewrites is nil.
+var DefaultRewrites []Rewrite
+
+// Options configure Open.
+type Options struct {
+	// Device selects the backend: "" = OpenCL, first GPU else first device;
+	// "go" = the pure-Go CPU backend; anything else = an opencl.Options
+	// Select string ("cpu", "0:1", part of a device name).
+	Device string
+	// Precision is the activation storage (the pure-Go backend: FP32 only).
+	Precision Precision
+	// Max declares the largest value of input symbols ("batch", "seq", ...):
+	// the memory plan is sized for them and Run refuses larger inputs.
+	// Undeclared symbols get DefaultMaxBatch or DefaultMax.
+	Max map[string]int64
+	// Profile records per-kernel device time; see Session.Profile.
+	Profile bool
+	// Priority is the OpenCL queue priority hint.
+	Priority opencl.Priority
+	// Labels names every launch after its node (opencl SetLabel) even
+	// without Profile, for external profilers.
+	Labels bool
+	// Kernels, when set, runs the session on this kernel library's device
+	// instead of opening one, so sessions share compiled programs. The
+	// session does not close it; Device and Priority are then ignored.
+	// Sessions sharing a library share its queue: do not Run them
+	// concurrently.
+	Kernels *kernels.Lib
+	// Rewrites run after shape inference; nil means DefaultRewrites.
+	Rewrites []Rewrite
+	// Known gives the contents of graph inputs fixed ahead of time: they
+	// become constants and are not inputs of Run.
+	Known map[string]*graph.Tensor
+}
+
+// OpTime is one row of a profile: a node's kernel launches.
+type OpTime struct {
+	OpType string
+	Node   string
+	Kernel string
+	Calls  int
+	Ms     float64
+}
+
+// Session is a compiled model ready to run. Its methods are safe for
+// concurrent use; runs are serialised.
+type Session struct {
+	mu       sync.Mutex
+	model    *graph.Model
+	ownModel bool
+	be       backend
+	c        *compiler
+	inputs   []Port
+	outputs  []Port
+	inVals   []*vinfo
+	outVals  []*vinfo
+	max      map[string]int64
+	plan     *memplan.Plan
+	reqRoot  []*vinfo
+	slots    []*buffer
+	consts   []*buffer
+	constB   int64
+	x        *exec
+	profile  bool
+	goTimes  map[string]*OpTime // pure-Go backend profile, by label
+	nodeOps  map[string]string  // node name -> op type, for profiles
+	closed   bool
+}
+
+// Open loads the ONNX model at path and compiles it.
+func Open(path string, opts Options) (*Session, error) {
+	m, err := graph.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := OpenModel(m, opts)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	s.ownModel = true
+	return s, nil
+}
+
+// OpenModel compiles m, which must stay open (and unmodified) until the
+// session is closed. Shape inference and rewrites annotate m in place.
+func OpenModel(m *graph.Model, opts Options) (*Session, error) {
+	if m == nil || m.Graph == nil {
+		return nil, fmt.Errorf("engine: no model")
+	}
+	s := &Session{model: m, profile: opts.Profile, nodeOps: map[string]string{}}
+	fs := kernels.F32
+	if opts.Precision == FP16 {
+		fs = kernels.F16
+	}
+	switch {
+	case opts.Kernels != nil:
+		s.be = &clBackend{lib: opts.Kernels, dev: opts.Kernels.Device(), label: opts.Profile || opts.Labels}
+	case opts.Device == "go":
+		if fs != kernels.F32 {
+			return nil, fmt.Errorf("engine: the pure-Go backend stores floats as float32 only; open it with Precision FP32")
+		}
+		gb := &goBackend{}
+		if opts.Profile {
+			s.goTimes = map[string]*OpTime{}
+			gb.timing = s.recordGo
+		}
+		s.be = gb
+	default:
+		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile})
+		if err != nil {
+			return nil, errNoDevice(err)
+		}
+		s.be = &clBackend{lib: kernels.New(dev), dev: dev, owned: true, label: opts.Profile || opts.Labels}
+	}
+	if err := s.compile(m, opts, fs); err != nil {
+		s.release()
+		return nil, err
+	}
+	return s, nil
+}
+
+// compile runs the pipeline: infer, rewrites, lowering, plan, allocation.
+func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) error {
+	// An operator nothing knows is reported as unsupported, naming the
+	// node, before shape inference trips over it.
+	for _, n := range m.Graph.Nodes {
+		key := opKey(n.Domain, n.OpType)
+		if !infer.HasRule(n.Domain, n.OpType) && lowerings[key] == nil && hostOps[key] == nil && !aliasOps[key] {
+			return &UnsupportedError{Node: n.Name, Op: n.OpType, Domain: n.Domain, Opset: m.Opset(n.Domain), Backend: s.be.name()}
+		}
+	}
+	res, err := infer.Run(m, infer.Options{Inputs: opts.Known})
+	if err != nil {
+		return fmt.Errorf("engine: shape inference: %w", err)
+	}
+	rw := opts.Rewrites
+	if rw == nil {
+		rw = DefaultRewrites
+	}
+	for i, r := range rw {
+		if err := r(m.Graph); err != nil {
+			return fmt.Errorf("engine: rewrite %d: %w", i, err)
+		}
+	}
+	c := newCompiler(s, m, res, fs)
+	s.c = c
+	if err := c.build(opts.Known); err != nil {
+		return err
+	}
+	for _, n := range m.Graph.Nodes {
+		s.nodeOps[n.Name] = n.OpType
+	}
+	// Ports and maxima.
+	for _, v := range m.Graph.Inputs {
+		if _, known := opts.Known[v.Name]; known {
+			continue
+		}
+		vi := c.info(v)
+		s.inputs = append(s.inputs, Port{Name: v.Name, Type: v.Type.String(), Shape: v.Shape})
+		s.inVals = append(s.inVals, vi)
+	}
+	for _, v := range m.Graph.Outputs {
+		s.outputs = append(s.outputs, Port{Name: v.Name, Type: v.Type.String(), Shape: v.Shape})
+		s.outVals = append(s.outVals, c.info(v))
+	}
+	// Declared maxima of symbols the model does not use are dropped, so
+	// that Maxima and the reports show what the plan is sized for.
+	used := map[string]bool{}
+	for _, sym := range res.Symbols {
+		used[sym] = true
+	}
+	s.max = map[string]int64{}
+	for k, v := range opts.Max {
+		if used[k] {
+			s.max[k] = v
+		}
+	}
+	for _, p := range s.inputs {
+		for _, d := range p.Shape {
+			for _, sym := range d.Symbols() {
+				if _, ok := s.max[sym]; ok {
+					continue
+				}
+				if strings.Contains(strings.ToLower(sym), "batch") {
+					s.max[sym] = DefaultMaxBatch
+				} else {
+					s.max[sym] = DefaultMax
+				}
+			}
+		}
+	}
+	if err := s.planMemory(); err != nil {
+		return err
+	}
+	return s.allocate()
+}
+
+// Inputs describes the inputs Run takes.
+func (s *Session) Inputs() []Port { return append([]Port(nil), s.inputs...) }
+
+// Outputs describes the outputs Run returns.
+func (s *Session) Outputs() []Port { return append([]Port(nil), s.outputs...) }
+
+// Maxima returns the maximum of every input symbol the plan is sized for:
+// Options.Max plus the defaults.
+func (s *Session) Maxima() map[string]int64 {
+	out := make(map[string]int64, len(s.max))
+	for k, v := range s.max {
+		out[k] = v
+	}
+	return out
+}
+
+// Plan is the memory plan of the session's intermediate tensors.
+func (s *Session) Plan() *memplan.Plan { return s.plan }
+
+// MemoryReport describes the memory plan at binding b (symbol values, as
+// Run would bind them) and the constants uploaded at Open.
+func (s *Session) MemoryReport(b symshape.Binding) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "constants: %d buffers, %s\n", len(s.consts), memplan.Bytes(s.constB))
+	sb.WriteString(s.plan.Report(b))
+	return sb.String()
+}
+
+// bounds are the symbol ranges the plan is proven for.
+func (s *Session) bounds() symshape.Bounds {
+	b := symshape.Bounds{}
+	for k, v := range s.max {
+		b[k] = [2]int64{0, v}
+	}
+	return b
+}
+
+// planMemory builds the memory plan over the program's device tensors.
+func (s *Session) planMemory() error {
+	c := s.c
+	var reqs []memplan.Request
+	for _, r := range c.vals {
+		if r.root != r || !r.needSlot {
+			continue
+		}
+		_, esz, err := storeFor(r.dt, c.fs)
+		if err != nil {
+			return fmt.Errorf("engine: %s: %w", r.name, err)
+		}
+		last := r.lastUse
+		if r.output {
+			last = memplan.Forever
+		}
+		def := c.defOf(r)
+		if last < def {
+			last = def
+		}
+		r.req = len(reqs)
+		reqs = append(reqs, memplan.Request{Name: r.name, Bytes: symshape.Mul(numelExpr(r.shape), symshape.Const(int64(esz))), Def: def, LastUse: last})
+		s.reqRoot = append(s.reqRoot, r)
+	}
+	for i, in := range c.prog {
+		idx := i + 1
+		for _, b := range in.scratchBytes {
+			in.scratchReq = append(in.scratchReq, len(reqs))
+			reqs = append(reqs, memplan.Request{Name: fmt.Sprintf("%s scratch", in.node.Name), Bytes: b, Def: idx, LastUse: idx})
+			s.reqRoot = append(s.reqRoot, nil)
+		}
+		if in.kind != iDevice {
+			continue
+		}
+		for _, p := range in.step.inPlace {
+			o, inp := in.node.Outputs[p[0]], in.node.Inputs[p[1]]
+			if o == nil || inp == nil {
+				continue
+			}
+			ro, ri := c.info(o).root, c.info(inp).root
+			if ro.req >= 0 && ri.req >= 0 {
+				reqs[ro.req].InPlace = append(reqs[ro.req].InPlace, ri.req)
+			}
+		}
+	}
+	plan, err := memplan.Build(reqs, memplan.Options{Bounds: s.bounds(), Align: 64})
+	if err != nil {
+		return fmt.Errorf("engine: memory plan: %w", err)
+	}
+	s.plan = plan
+	return nil
+}
+
+// allocate creates every slot and uploads the constants: after this, Run
+// allocates no device memory.
+func (s *Session) allocate() error {
+	c := s.c
+	x := &exec{be: s.be, c: c, dims: make([][]int, len(c.vals)), refs: make([]tref, len(c.vals)), host: make([]*hostTensor, len(c.vals))}
+	for _, sl := range s.plan.Slots {
+		b, err := s.be.alloc(int(max(sl.Max, 64)))
+		if err != nil {
+			return fmt.Errorf("engine: allocating a %s slot for %s: %w", memplan.Bytes(sl.Max), s.reqName(sl.Tenants), err)
+		}
+		s.slots = append(s.slots, b)
+	}
+	for i, r := range s.reqRoot {
+		if r != nil {
+			x.refs[r.id] = tref{b: s.slots[s.plan.Assign[i]]}
+		}
+	}
+	for _, in := range c.prog {
+		for _, q := range in.scratchReq {
+			in.scratchRefs = append(in.scratchRefs, tref{b: s.slots[s.plan.Assign[q]]})
+		}
+	}
+	for _, r := range c.vals {
+		if r.root != r || r.kind != vkConst || !r.devUse {
+			continue
+		}
+		et, _, err := storeFor(r.dt, c.fs)
+		if err != nil {
+			return fmt.Errorf("engine: constant %s: %w", r.name, err)
+		}
+		data := toStorage(r.konst, et)
+		b, err := s.be.alloc(max(len(data), 64))
+		if err != nil {
+			return fmt.Errorf("engine: uploading constant %s (%s): %w", r.name, memplan.Bytes(int64(len(data))), err)
+		}
+		if err := s.be.write(b, 0, data); err != nil {
+			return fmt.Errorf("engine: uploading constant %s: %w", r.name, err)
+		}
+		s.consts = append(s.consts, b)
+		s.constB += int64(len(data))
+		x.refs[r.id] = tref{b: b}
+	}
+	for _, v := range c.vals {
+		if v.root != v {
+			x.refs[v.id] = x.refs[v.root.id]
+		}
+	}
+	s.x = x
+	return nil
+}
+
+func (s *Session) reqName(tenants []int) string {
+	if len(tenants) == 0 {
+		return "nothing"
+	}
+	r := s.reqRoot[tenants[0]]
+	if r == nil {
+		return "scratch"
+	}
+	return r.name
+}
+
+// Run computes the outputs for inputs (by input name). A bad input is an
+// *InputError naming it, its expected symbolic shape and what was given;
+// the session stays usable after any error.
+func (s *Session) Run(inputs map[string]*tensor.Dense) (map[string]*tensor.Dense, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("engine: Run on a closed session")
+	}
+	hosts, bind, err := s.checkInputs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.run(hosts, bind)
+	if err != nil {
+		// Drain whatever was enqueued so the next run starts clean.
+		s.be.finish()
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkInputs validates the inputs and binds the symbols.
+func (s *Session) checkInputs(inputs map[string]*tensor.Dense) ([]*hostTensor, symshape.Binding, error) {
+	byName := map[string]int{}
+	for i, p := range s.inputs {
+		byName[p.Name] = i
+	}
+	var unknown []string
+	for name := range inputs {
+		if _, ok := byName[name]; !ok {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		names := make([]string, len(s.inputs))
+		for i, p := range s.inputs {
+			names[i] = p.Name
+		}
+		return nil, nil, &InputError{Input: unknown[0], Problem: fmt.Sprintf("the model has no such input (its inputs: %s)", strings.Join(names, ", "))}
+	}
+	hosts := make([]*hostTensor, len(s.inputs))
+	shapes := map[string][]int{}
+	for i, p := range s.inputs {
+		t, ok := inputs[p.Name]
+		if !ok || t == nil {
+			return nil, nil, &InputError{Input: p.Name, Problem: "missing", Expected: p.Type + " " + ShapeString(p.Shape), Got: "nothing"}
+		}
+		want := s.inVals[i].dt
+		got := dtypeOfDense(t.Dtype())
+		if got != want && !(want == dtype.Float16 && got == dtype.Float32) {
+			return nil, nil, &InputError{Input: p.Name, Problem: "wrong element type", Expected: p.Type + " " + ShapeString(p.Shape), Got: fmt.Sprintf("%v %v", t.Dtype(), []int(t.Shape()))}
+		}
+		h, err := hostFromDense(t)
+		if err != nil {
+			return nil, nil, &InputError{Input: p.Name, Problem: err.Error()}
+		}
+		h.dt = want
+		hosts[i] = h
+		shapes[p.Name] = h.shape
+	}
+	bind, err := bindShapes(s.inputs, shapes, s.max)
+	if err != nil {
+		return nil, nil, err
+	}
+	return hosts, bind, nil
+}
+
+// run executes the program under bind.
+func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*tensor.Dense, error) {
+	c, x := s.c, s.x
+	x.bind = bind
+	x.err = nil
+	for i := range x.dims {
+		x.dims[i] = nil
+		x.host[i] = nil
+	}
+	for i, v := range s.inVals {
+		x.host[v.id] = hosts[i]
+		x.dims[v.id] = hosts[i].shape
+		if v.req >= 0 {
+			et, _, _ := storeFor(v.dt, c.fs)
+			if err := s.be.write(x.refs[v.id].b, 0, toStorage(hosts[i], et)); err != nil {
+				return nil, fmt.Errorf("engine: uploading input %q: %w", v.name, err)
+			}
+		}
+	}
+	// Host work that needs nothing from the device runs first, so its
+	// uploads (blocking writes) do not stall the queue between kernels.
+	done := make([]bool, len(c.prog))
+	for i, in := range c.prog {
+		if in.early {
+			if err := s.exec(in); err != nil {
+				return nil, err
+			}
+			done[i] = true
+		}
+	}
+	for i, in := range c.prog {
+		if done[i] {
+			continue
+		}
+		if err := s.exec(in); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.be.finish(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	out := make(map[string]*tensor.Dense, len(s.outVals))
+	for i, v := range s.outVals {
+		h, err := x.hostOf(v)
+		if err != nil {
+			return nil, fmt.Errorf("engine: output %q: %w", v.name, err)
+		}
+		d, err := h.dense()
+		if err != nil {
+			return nil, fmt.Errorf("engine: output %q: %w", v.name, err)
+		}
+		out[s.outputs[i].Name] = d
+	}
+	return out, nil
+}
+
+// exec runs one program instruction.
+func (s *Session) exec(in *instr) error {
+	x := s.x
+	switch in.kind {
+	case iDevice:
+		s.be.setLabel(in.node.Name)
+		x.scratch = in.scratchRefs
+		err := in.step.run(x)
+		if err == nil {
+			err = x.err
+		}
+		if err != nil {
+			return fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, err)
+		}
+	case iUpload:
+		h, err := x.hostOf(in.val)
+		if err == nil {
+			et, _, _ := storeFor(in.val.dt, s.c.fs)
+			r := x.refs[in.val.id]
+			err = s.be.write(r.b, 0, toStorage(h, et))
+		}
+		if err != nil {
+			return fmt.Errorf("engine: uploading %s: %w", in.val.name, err)
+		}
+	case iHost:
+		ins := make([]*hostTensor, len(in.node.Inputs))
+		for i, v := range in.node.Inputs {
+			if v == nil {
+				continue
+			}
+			h, err := x.hostOf(s.c.info(v))
+			if err != nil {
+				return fmt.Errorf("engine: node %q (%s): input %q: %w", in.node.Name, in.node.OpType, v.Name, err)
+			}
+			ins[i] = h
+		}
+		outs, err := s.c.runHost(in.node, ins, x.bind)
+		if err != nil {
+			return fmt.Errorf("engine: node %q (%s) on the host: %w", in.node.Name, in.node.OpType, err)
+		}
+		for k, v := range in.node.Outputs {
+			if v == nil || k >= len(outs) || outs[k] == nil {
+				continue
+			}
+			vi := s.c.info(v)
+			x.host[vi.id] = outs[k]
+			x.dims[vi.id] = outs[k].shape
+			// A data-dependent dim (a fresh symbol) is bound by what the
+			// host computed.
+			for a, d := range vi.shape {
+				if name, ok := d.SymName(); ok && a < len(outs[k].shape) {
+					if _, bound := x.bind[name]; !bound {
+						x.bind[name] = int64(outs[k].shape[a])
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// hostOf returns v's contents on the host, reading device values back.
+func (x *exec) hostOf(v *vinfo) (*hostTensor, error) {
+	r := v.root
+	h := x.host[r.id]
+	if h == nil {
+		switch r.kind {
+		case vkConst:
+			h = r.konst
+		case vkFolded:
+			var err error
+			h, err = hostFromElems(r.dt, x.shape(r), r.elems, x.bind)
+			if err != nil {
+				return nil, err
+			}
+		case vkDevice:
+			et, esz, err := storeFor(r.dt, x.c.fs)
+			if err != nil {
+				return nil, err
+			}
+			dims := x.shape(r)
+			if x.err != nil {
+				return nil, x.err
+			}
+			raw := make([]byte, numel(dims)*esz)
+			ref := x.refs[r.id]
+			if err := x.be.read(ref.b, ref.off*esz, raw); err != nil {
+				return nil, err
+			}
+			h = fromStorage(raw, et, r.dt, dims)
+		default:
+			return nil, fmt.Errorf("%s has not been computed", r.name)
+		}
+		x.host[r.id] = h
+	}
+	if v == r {
+		return h, nil
+	}
+	dims := x.shape(v)
+	if x.err != nil {
+		return nil, x.err
+	}
+	return &hostTensor{dt: v.dt, shape: dims, data: h.data}, nil
+}
+
+// Profile returns the time spent per node and kernel since Open (or the
+// last Profile call, which resets it), in program order of first launch.
+// It needs Options.Profile.
+func (s *Session) Profile() ([]OpTime, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.profile {
+		return nil, fmt.Errorf("engine: profiling is off; open the session with Options.Profile")
+	}
+	if s.goTimes != nil {
+		var out []OpTime
+		for _, t := range s.goTimes {
+			out = append(out, *t)
+		}
+		s.goTimes = map[string]*OpTime{}
+		sort.Slice(out, func(i, j int) bool { return out[i].Ms > out[j].Ms })
+		return out, nil
+	}
+	cb, ok := s.be.(*clBackend)
+	if !ok {
+		return nil, fmt.Errorf("engine: no profile for this backend")
+	}
+	recs, err := cb.dev.Profile()
+	if err != nil {
+		return nil, err
+	}
+	type key struct{ node, kernel string }
+	idx := map[key]int{}
+	var out []OpTime
+	for _, r := range recs {
+		k := key{r.Label, r.Kernel}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, OpTime{OpType: s.nodeOps[r.Label], Node: r.Label, Kernel: r.Kernel})
+		}
+		out[i].Calls++
+		out[i].Ms += float64(r.Duration()) / float64(time.Millisecond)
+	}
+	return out, nil
+}
+
+// recordGo accumulates the pure-Go backend's step times.
+func (s *Session) recordGo(label string, d time.Duration) {
+	t := s.goTimes[label]
+	if t == nil {
+		t = &OpTime{OpType: s.nodeOps[label], Node: label, Kernel: "go"}
+		s.goTimes[label] = t
+	}
+	t.Calls++
+	t.Ms += float64(d) / float64(time.Millisecond)
+}
+
+// Close releases the device memory (and the device and model when the
+// session opened them). It is idempotent.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.release()
+}
+
+func (s *Session) release() error {
+	for _, b := range s.slots {
+		s.be.release(b)
+	}
+	for _, b := range s.consts {
+		s.be.release(b)
+	}
+	s.slots, s.consts = nil, nil
+	var first error
+	if s.be != nil {
+		first = s.be.close()
+	}
+	if s.ownModel {
+		if err := s.model.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -1,0 +1,235 @@
+package kernels
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+)
+
+//go:embed attention.cl
+var attentionSrc string
+
+// AttnLayout gives a [B, heads, S, D] tensor's element strides for batch,
+// head and sequence; D is contiguous. The zero value means packed
+// [B, heads, S, D].
+type AttnLayout struct{ Batch, Head, Seq int }
+
+func (a AttnLayout) orPacked(heads, seq, d int) AttnLayout {
+	if a == (AttnLayout{}) {
+		return AttnLayout{Batch: heads * seq * d, Head: seq * d, Seq: d}
+	}
+	return a
+}
+
+// AttentionParams describes fused scaled-dot-product attention:
+//
+//	O[b,h,i] = softmax_j(Scale * Q[b,h,i]·K[b,g,j] + Mask[b,h,i,j]) V[b,g,j]
+//
+// with g = h / (Heads/KVHeads) (grouped-query attention), j < SeqKV, and,
+// when Causal, j <= Past + i (query i is token Past+i of the sequence).
+type AttentionParams struct {
+	Batch, Heads, KVHeads int
+	SeqQ, SeqKV, HeadDim  int
+	// Scale multiplies the scores; 0 means 1/sqrt(HeadDim).
+	Scale  float32
+	Causal bool
+	Past   int
+	// Q, K, V and O layouts. K and V with Seq = HeadDim and Head = the
+	// cache's capacity times HeadDim read a KV cache in place; O with
+	// Head = HeadDim and Seq = Heads*HeadDim writes [B, SeqQ, Heads, D].
+	Q, K, V, O AttnLayout
+	// Mask, when Mask.Mem is set, is an additive mask in the activation
+	// storage, element (b, h, i, j) at b*MaskStrides[0] + h*MaskStrides[1] +
+	// i*MaskStrides[2] + j*MaskStrides[3]; a stride of 0 broadcasts (a
+	// [1, 1, Sq, Skv] mask is strides (0, 0, Skv, 1)).
+	Mask        Buf
+	MaskStrides [4]int
+}
+
+// norm fills defaults and validates.
+func (p AttentionParams) norm() (AttentionParams, error) {
+	for _, v := range []int{p.Batch, p.Heads, p.KVHeads, p.SeqQ, p.SeqKV, p.HeadDim, p.Past} {
+		if v < 0 {
+			return p, fmt.Errorf("negative size or position")
+		}
+	}
+	if p.Heads > 0 && (p.KVHeads == 0 || p.Heads%p.KVHeads != 0) {
+		return p, fmt.Errorf("%d query heads do not divide into %d kv heads", p.Heads, p.KVHeads)
+	}
+	if p.Scale == 0 && p.HeadDim > 0 {
+		p.Scale = float32(1 / math.Sqrt(float64(p.HeadDim)))
+	}
+	p.Q = p.Q.orPacked(p.Heads, p.SeqQ, p.HeadDim)
+	p.O = p.O.orPacked(p.Heads, p.SeqQ, p.HeadDim)
+	p.K = p.K.orPacked(p.KVHeads, p.SeqKV, p.HeadDim)
+	p.V = p.V.orPacked(p.KVHeads, p.SeqKV, p.HeadDim)
+	for _, l := range []AttnLayout{p.Q, p.K, p.V, p.O} {
+		if l.Batch < 0 || l.Head < 0 || l.Seq < 0 {
+			return p, fmt.Errorf("negative layout stride")
+		}
+	}
+	for _, s := range p.MaskStrides {
+		if s < 0 {
+			return p, fmt.Errorf("negative mask stride")
+		}
+	}
+	return p, nil
+}
+
+func (p AttentionParams) empty() bool {
+	return p.Batch == 0 || p.Heads == 0 || p.SeqQ == 0 || p.HeadDim == 0
+}
+
+// operands lists the tensors p touches in storage s.
+func (p AttentionParams) operands(s Storage, q, k, v, o Buf, hasMask bool) []bufUse {
+	if p.empty() {
+		return nil
+	}
+	tensor := func(l AttnLayout, heads, seq int) int {
+		return stridedEnd(p.Batch, l.Batch, heads, l.Head, seq, l.Seq, p.HeadDim, 1)
+	}
+	ops := []bufUse{
+		{"Q", q, s, tensor(p.Q, p.Heads, p.SeqQ)},
+		{"O", o, s, tensor(p.O, p.Heads, p.SeqQ)},
+	}
+	if p.SeqKV > 0 {
+		ops = append(ops, bufUse{"K", k, s, tensor(p.K, p.KVHeads, p.SeqKV)},
+			bufUse{"V", v, s, tensor(p.V, p.KVHeads, p.SeqKV)})
+		if hasMask {
+			ms := p.MaskStrides
+			ops = append(ops, bufUse{"mask", p.Mask, s, stridedEnd(p.Batch, ms[0], p.Heads, ms[1], p.SeqQ, ms[2], p.SeqKV, ms[3])})
+		}
+	}
+	return ops
+}
+
+// attnForce, when set by a test, selects the attention variant regardless of
+// the device.
+var attnForce string
+
+// Attention computes fused attention as p describes, all tensors in storage
+// s. A KV cache is read in place through p.K and p.V; no score matrix is
+// materialised. An empty output launches nothing.
+func (l *Lib) Attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
+	if err := l.attention(s, q, k, v, o, p); err != nil {
+		return fmt.Errorf("kernels: Attention B=%d H=%d/%d Sq=%d Skv=%d D=%d: %w", p.Batch, p.Heads, p.KVHeads, p.SeqQ, p.SeqKV, p.HeadDim, err)
+	}
+	return nil
+}
+
+func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
+	p, err := p.norm()
+	if err != nil {
+		return err
+	}
+	hasMask := p.Mask.Mem != nil
+	if err := checkBufUses(p.operands(s, q, k, v, o, hasMask)); err != nil {
+		return err
+	}
+	if p.empty() {
+		return nil
+	}
+	name := "attn_row"
+	if l.dev.Info().Type == "GPU" {
+		name = "attn_wg"
+	}
+	if attnForce != "" {
+		name = attnForce
+	}
+	opts := fmt.Sprintf("%s -DHD=%d", s.define(), p.HeadDim)
+	if name == "attn_wg" {
+		opts += " -DATT_GPU"
+	}
+	kern, err := l.kernel("attention", attentionSrc, opts, name)
+	if err != nil {
+		return err
+	}
+	// One work-item per work-group on CPUs, so that even a decode step's
+	// handful of rows spreads over every core.
+	global, local := []int{p.SeqQ, p.Heads, p.Batch}, []int{1, 1, 1}
+	if name == "attn_wg" {
+		global, local = []int{p.SeqQ * 64, p.Heads, p.Batch}, []int{64, 1, 1}
+	}
+	mask, hm := p.Mask, int32(1)
+	if !hasMask {
+		mask, hm = q, 0 // placeholder, never read
+	}
+	causal := int32(0)
+	if p.Causal {
+		causal = 1
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	ms := p.MaskStrides
+	return l.dev.Launch(kern, global, local,
+		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
+		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
+		v.Mem, i32(v.Off), i32(p.V.Batch), i32(p.V.Head), i32(p.V.Seq),
+		o.Mem, i32(o.Off), i32(p.O.Batch), i32(p.O.Head), i32(p.O.Seq),
+		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
+		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale)
+}
+
+// AttentionRef is the pure-Go reference for Attention on host tensors (mask
+// nil for none; p.Mask is ignored), with a plain two-pass softmax in float64.
+func AttentionRef(q, k, v, mask, o []float32, p AttentionParams) error {
+	p, err := p.norm()
+	if err != nil {
+		return fmt.Errorf("kernels: AttentionRef: %w", err)
+	}
+	have := map[string]int{"Q": len(q), "K": len(k), "V": len(v), "O": len(o), "mask": len(mask)}
+	for _, op := range p.operands(F32, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil) {
+		if op.end > have[op.name] {
+			return fmt.Errorf("kernels: AttentionRef: %s needs %d elements, slice holds %d", op.name, op.end, have[op.name])
+		}
+	}
+	if p.empty() {
+		return nil
+	}
+	group := p.Heads / p.KVHeads
+	scores := make([]float64, p.SeqKV)
+	for b := 0; b < p.Batch; b++ {
+		for h := 0; h < p.Heads; h++ {
+			g := h / group
+			for i := 0; i < p.SeqQ; i++ {
+				qo := b*p.Q.Batch + h*p.Q.Head + i*p.Q.Seq
+				oo := b*p.O.Batch + h*p.O.Head + i*p.O.Seq
+				mx := math.Inf(-1)
+				for j := 0; j < p.SeqKV; j++ {
+					s := math.Inf(-1)
+					if !p.Causal || j <= p.Past+i {
+						ko := b*p.K.Batch + g*p.K.Head + j*p.K.Seq
+						var dot float64
+						for d := 0; d < p.HeadDim; d++ {
+							dot += float64(q[qo+d]) * float64(k[ko+d])
+						}
+						s = dot * float64(p.Scale)
+						if mask != nil {
+							ms := p.MaskStrides
+							s += float64(mask[b*ms[0]+h*ms[1]+i*ms[2]+j*ms[3]])
+						}
+					}
+					scores[j] = s
+					mx = math.Max(mx, s)
+				}
+				out := make([]float64, p.HeadDim)
+				if !math.IsInf(mx, -1) {
+					var sum float64
+					for j := range scores {
+						scores[j] = math.Exp(scores[j] - mx)
+						sum += scores[j]
+					}
+					for j, w := range scores {
+						vo := b*p.V.Batch + g*p.V.Head + j*p.V.Seq
+						for d := range out {
+							out[d] += w / sum * float64(v[vo+d])
+						}
+					}
+				}
+				for d, x := range out {
+					o[oo+d] = float32(x)
+				}
+			}
+		}
+	}
+	return nil
+}

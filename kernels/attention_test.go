@@ -1,0 +1,166 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+func TestAttentionRefByHand(t *testing.T) {
+	// One query, two keys, D = 1, scale 1: scores 0 and ln 3 give weights
+	// 1/4 and 3/4, so the output is 4/4 + 3*8/4 = 7.
+	o := make([]float32, 1)
+	p := AttentionParams{Batch: 1, Heads: 1, KVHeads: 1, SeqQ: 1, SeqKV: 2, HeadDim: 1, Scale: 1}
+	if err := AttentionRef([]float32{1}, []float32{0, float32(math.Log(3))}, []float32{4, 8}, nil, o, p); err != nil {
+		t.Fatal(err)
+	}
+	assertClose(t, "softmax", o, []float32{7}, 1e-6, 0)
+	// Causal with past 0: the first query sees only the first key.
+	p.SeqQ, p.Causal = 2, true
+	o = make([]float32, 2)
+	if err := AttentionRef([]float32{1, 1}, []float32{0, float32(math.Log(3))}, []float32{4, 8}, nil, o, p); err != nil {
+		t.Fatal(err)
+	}
+	assertClose(t, "causal", o, []float32{4, 7}, 1e-6, 0)
+	// A mask of -inf on the second key leaves the first alone.
+	p.Causal = false
+	inf := float32(math.Inf(-1))
+	p.MaskStrides = [4]int{0, 0, 2, 1}
+	if err := AttentionRef([]float32{1, 1}, []float32{0, float32(math.Log(3))}, []float32{4, 8}, []float32{0, inf, inf, inf}, o, p); err != nil {
+		t.Fatal(err)
+	}
+	assertClose(t, "mask", o, []float32{4, 0}, 1e-6, 0)
+}
+
+// attnCase is one attention test: params, the KV cache capacity (0: packed
+// K/V of SeqKV rows), the mask shape (nil: none) and whether O is written as
+// [B, Sq, H, D].
+type attnCase struct {
+	p         AttentionParams
+	capacity  int
+	maskShape []int // [mb, mh, Sq, Skv] with mb in {1, B}, mh in {1, H}
+	bshd      bool
+}
+
+func attnRun(t *testing.T, s Storage, c attnCase) (got, want []float32) {
+	t.Helper()
+	p := c.p
+	d := p.HeadDim
+	capacity := c.capacity
+	if capacity == 0 {
+		capacity = p.SeqKV
+	} else {
+		p.K = AttnLayout{Batch: p.KVHeads * capacity * d, Head: capacity * d, Seq: d}
+		p.V = p.K
+	}
+	if c.bshd {
+		p.O = AttnLayout{Batch: p.SeqQ * p.Heads * d, Head: d, Seq: p.Heads * d}
+	}
+	q := laRand(31, p.Batch*p.Heads*p.SeqQ*d, s)
+	k := laRand(32, p.Batch*p.KVHeads*capacity*d, s)
+	v := laRand(33, p.Batch*p.KVHeads*capacity*d, s)
+	// Spread the scores so the softmax is far from uniform.
+	for i := range q {
+		q[i] = roundTrip(s, 3*q[i])
+	}
+	no := p.Batch * p.Heads * p.SeqQ * d
+	o0 := laRand(34, no, s)
+	var mask []float32
+	if c.maskShape != nil {
+		ms := c.maskShape
+		mask = laRand(35, ms[0]*ms[1]*ms[2]*ms[3], s)
+		for i := range mask {
+			if i%5 == 3 {
+				mask[i] = float32(math.Inf(-1))
+			}
+		}
+		st := [4]int{ms[1] * ms[2] * ms[3], ms[2] * ms[3], ms[3], 1}
+		for i := 0; i < 2; i++ {
+			if ms[i] == 1 {
+				st[i] = 0
+			}
+		}
+		p.MaskStrides = st
+		p.Mask = upload(t, s, mask)
+	}
+	ob := upload(t, s, o0)
+	if err := testLib.Attention(s, upload(t, s, q), upload(t, s, k), upload(t, s, v), ob, p); err != nil {
+		t.Fatal(err)
+	}
+	want = append([]float32(nil), o0...)
+	if err := AttentionRef(q, k, v, mask, want, p); err != nil {
+		t.Fatal(err)
+	}
+	return download(t, s, ob, no), want
+}
+
+var attnCases = map[string]attnCase{
+	"plain":            {p: AttentionParams{Batch: 2, Heads: 2, KVHeads: 2, SeqQ: 5, SeqKV: 7, HeadDim: 24}},
+	"gqa 4:1":          {p: AttentionParams{Batch: 1, Heads: 8, KVHeads: 2, SeqQ: 3, SeqKV: 17, HeadDim: 64}},
+	"decode cache":     {p: AttentionParams{Batch: 2, Heads: 4, KVHeads: 2, SeqQ: 1, SeqKV: 33, HeadDim: 64, Causal: true, Past: 32}, capacity: 40},
+	"prefill causal":   {p: AttentionParams{Batch: 1, Heads: 2, KVHeads: 1, SeqQ: 9, SeqKV: 9, HeadDim: 24, Causal: true}},
+	"chunk with past":  {p: AttentionParams{Batch: 1, Heads: 3, KVHeads: 3, SeqQ: 4, SeqKV: 10, HeadDim: 3, Causal: true, Past: 6}, capacity: 12},
+	"skv 1":            {p: AttentionParams{Batch: 2, Heads: 2, KVHeads: 1, SeqQ: 3, SeqKV: 1, HeadDim: 64}},
+	"mask broadcast":   {p: AttentionParams{Batch: 2, Heads: 4, KVHeads: 4, SeqQ: 6, SeqKV: 11, HeadDim: 24}, maskShape: []int{1, 1, 6, 11}},
+	"mask full + bshd": {p: AttentionParams{Batch: 2, Heads: 2, KVHeads: 1, SeqQ: 4, SeqKV: 70, HeadDim: 3, Scale: 0.3}, maskShape: []int{2, 2, 4, 70}, bshd: true},
+	"mask per batch":   {p: AttentionParams{Batch: 2, Heads: 2, KVHeads: 2, SeqQ: 1, SeqKV: 130, HeadDim: 64, Causal: true, Past: 129}, maskShape: []int{2, 1, 1, 130}, capacity: 131},
+	"bshd decode":      {p: AttentionParams{Batch: 1, Heads: 4, KVHeads: 1, SeqQ: 1, SeqKV: 65, HeadDim: 24}, bshd: true},
+}
+
+func TestAttention(t *testing.T) {
+	defer func() { attnForce = "" }()
+	for _, variant := range []string{"attn_row", "attn_wg"} {
+		attnForce = variant
+		for name, c := range attnCases {
+			for _, s := range storages {
+				got, want := attnRun(t, s, c)
+				laClose(t, fmt.Sprintf("%s/%s/%s", variant, name, s), s, got, want)
+			}
+		}
+	}
+}
+
+// TestAttentionMaskedRow: a query row whose every key is masked to -inf
+// yields zeros, the others are unaffected.
+func TestAttentionMaskedRow(t *testing.T) {
+	defer func() { attnForce = "" }()
+	inf := float32(math.Inf(-1))
+	p := AttentionParams{Batch: 1, Heads: 1, KVHeads: 1, SeqQ: 2, SeqKV: 3, HeadDim: 3, MaskStrides: [4]int{0, 0, 3, 1}}
+	mask := []float32{inf, inf, inf, 0, inf, 0}
+	q, k, v := laRand(1, 6, F32), laRand(2, 9, F32), laRand(3, 9, F32)
+	want := make([]float32, 6)
+	if err := AttentionRef(q, k, v, mask, want, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, variant := range []string{"attn_row", "attn_wg"} {
+		attnForce = variant
+		p.Mask = upload(t, F32, mask)
+		ob := upload(t, F32, []float32{9, 9, 9, 9, 9, 9})
+		if err := testLib.Attention(F32, upload(t, F32, q), upload(t, F32, k), upload(t, F32, v), ob, p); err != nil {
+			t.Fatal(err)
+		}
+		got := download(t, F32, ob, 6)
+		assertClose(t, variant+" masked row", got[:3], []float32{0, 0, 0}, 0, 0)
+		laClose(t, variant, F32, got, want)
+	}
+}
+
+func TestAttentionEmptyAndErrors(t *testing.T) {
+	q := alloc(t, F32, 64)
+	before := testLib.Device().Stats().Launches
+	if err := testLib.Attention(F32, q, q, q, q, AttentionParams{Batch: 1, Heads: 2, KVHeads: 1, SeqQ: 0, SeqKV: 4, HeadDim: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testLib.Device().Stats().Launches - before; n != 0 {
+		t.Errorf("empty attention launched %d kernels", n)
+	}
+	for name, p := range map[string]AttentionParams{
+		"heads":       {Batch: 1, Heads: 3, KVHeads: 2, SeqQ: 1, SeqKV: 1, HeadDim: 4},
+		"q too small": {Batch: 1, Heads: 2, KVHeads: 2, SeqQ: 5, SeqKV: 1, HeadDim: 8},
+		"kv too long": {Batch: 1, Heads: 1, KVHeads: 1, SeqQ: 1, SeqKV: 80, HeadDim: 1},
+	} {
+		if err := testLib.Attention(F32, q, q, q, q, p); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package kernels
+
+import (
+	_ "embed"
+	"fmt"
+)
+
+//go:embed conv.cl
+var convSrc string
+
+// ConvParams describes a 2-D convolution (ONNX Conv) of an NCHW input
+// [N, C, H, W] with a weight [OutC, C/Groups, KH, KW] into [N, OutC, OH, OW].
+// A 1-D convolution is H = KH = 1. Zero strides, dilations and groups are
+// taken as 1.
+type ConvParams struct {
+	N, C, H, W                           int
+	OutC, KH, KW                         int
+	StrideH, StrideW                     int
+	PadTop, PadLeft, PadBottom, PadRight int
+	DilationH, DilationW                 int
+	Groups                               int
+	// Bias, when Bias.Mem is set, is an [OutC] vector in Weight storage.
+	Bias Buf
+	// Weight is the storage of the weight and bias.
+	Weight Storage
+}
+
+func oneIfZero(v int) int {
+	if v == 0 {
+		return 1
+	}
+	return v
+}
+
+// norm fills defaults and validates the geometry.
+func (p ConvParams) norm() (ConvParams, error) {
+	p.StrideH, p.StrideW = oneIfZero(p.StrideH), oneIfZero(p.StrideW)
+	p.DilationH, p.DilationW = oneIfZero(p.DilationH), oneIfZero(p.DilationW)
+	p.Groups = oneIfZero(p.Groups)
+	for _, v := range []int{p.N, p.C, p.H, p.W, p.OutC, p.KH, p.KW, p.PadTop, p.PadLeft, p.PadBottom, p.PadRight} {
+		if v < 0 {
+			return p, fmt.Errorf("negative size or padding in %+v", p)
+		}
+	}
+	if p.StrideH < 0 || p.StrideW < 0 || p.DilationH < 0 || p.DilationW < 0 || p.Groups < 0 {
+		return p, fmt.Errorf("negative stride, dilation or group count")
+	}
+	if p.C%p.Groups != 0 || p.OutC%p.Groups != 0 {
+		return p, fmt.Errorf("channels in %d and out %d must both divide into %d groups", p.C, p.OutC, p.Groups)
+	}
+	if p.KH == 0 || p.KW == 0 {
+		return p, fmt.Errorf("empty kernel %dx%d", p.KH, p.KW)
+	}
+	oh, ow := p.OutSize()
+	if oh < 0 || ow < 0 {
+		return p, fmt.Errorf("kernel %dx%d (dilation %dx%d) larger than the padded input %dx%d", p.KH, p.KW, p.DilationH, p.DilationW, p.H+p.PadTop+p.PadBottom, p.W+p.PadLeft+p.PadRight)
+	}
+	return p, nil
+}
+
+// OutSize is the output's spatial size, floor((in + pads - dilated kernel) /
+// stride) + 1 per axis.
+func (p ConvParams) OutSize() (oh, ow int) {
+	out := func(in, k, s, d, pb, pe int) int {
+		stridedEnd := in + pb + pe - (k-1)*oneIfZero(d) - 1
+		if stridedEnd < 0 {
+			return -1
+		}
+		return stridedEnd/oneIfZero(s) + 1
+	}
+	return out(p.H, p.KH, p.StrideH, p.DilationH, p.PadTop, p.PadBottom),
+		out(p.W, p.KW, p.StrideW, p.DilationW, p.PadLeft, p.PadRight)
+}
+
+// route says how a convolution runs: "gemm1x1" (a product straight on the
+// input, no scratch), "im2col" (gather, then a product; needs scratch), or
+// "direct".
+func (p ConvParams) route() string {
+	g := oneIfZero(p.Groups)
+	kc := p.C / g * p.KH * p.KW
+	if kc < 16 || p.OutC/g < 4 {
+		// Depthwise and near-depthwise: a product this thin wastes the GEMM
+		// kernels' blocking, and the gather would cost as much as the work.
+		return "direct"
+	}
+	if p.KH == 1 && p.KW == 1 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
+		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0 {
+		return "gemm1x1"
+	}
+	return "im2col"
+}
+
+// ScratchElems is how many elements (in the activation storage) of scratch
+// Conv2D can use to gather receptive fields for a GEMM; 0 when it needs none.
+// Less scratch still works: Conv2D gathers as many images at a time as fit,
+// and falls back to the direct kernel when not even one does.
+func (p ConvParams) ScratchElems() int {
+	p, err := p.norm()
+	if err != nil || p.route() != "im2col" {
+		return 0
+	}
+	oh, ow := p.OutSize()
+	return p.N * p.C * p.KH * p.KW * oh * ow
+}
+
+// Conv2D computes y = conv(x, w) + bias as p describes; x and y are stored
+// in s, the weight and bias in p.Weight. scratch (Mem nil for none) is
+// working space for the GEMM route, ScratchElems elements for the whole
+// batch; without it the direct kernel runs, correct but slower on large
+// convolutions. An empty output launches nothing.
+func (l *Lib) Conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
+	if err := l.conv2D(s, x, w, y, scratch, p); err != nil {
+		return fmt.Errorf("kernels: Conv2D %dx%dx%dx%d -> %d (kernel %dx%d): %w", p.N, p.C, p.H, p.W, p.OutC, p.KH, p.KW, err)
+	}
+	return nil
+}
+
+func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
+	p, err := p.norm()
+	if err != nil {
+		return err
+	}
+	oh, ow := p.OutSize()
+	if p.N == 0 || p.OutC == 0 || oh == 0 || ow == 0 {
+		return nil
+	}
+	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
+	kc, np := cg*p.KH*p.KW, oh*ow
+	ops := []bufUse{
+		{"input", x, s, p.N * p.C * p.H * p.W},
+		{"weight", w, p.Weight, p.OutC * kc},
+		{"output", y, s, p.N * p.OutC * np},
+	}
+	hasBias := p.Bias.Mem != nil
+	if hasBias {
+		ops = append(ops, bufUse{"bias", p.Bias, p.Weight, p.OutC})
+	}
+	if p.C == 0 {
+		ops = ops[1:] // nothing is read from an empty input
+	}
+	if err := checkBufUses(ops); err != nil {
+		return err
+	}
+	route := p.route()
+	perImage := p.Groups * kc * np
+	imgs := 0
+	if route == "im2col" && scratch.Mem != nil {
+		if scratch.Off < 0 {
+			return fmt.Errorf("scratch: negative offset")
+		}
+		imgs = min(p.N, (scratch.Mem.Size()/s.Size()-scratch.Off)/perImage)
+	}
+	if route == "direct" || route == "im2col" && imgs == 0 || p.C == 0 {
+		return l.convDirect(s, x, w, y, p, oh, ow)
+	}
+	// The product, per (image, group): C[oc, pix] = W[oc, kc] * B[kc, pix],
+	// with the weight as the A operand and B the input itself (1x1) or its
+	// gathered fields.
+	g := gemm{a: w, at: p.Weight, c: y, ct: s, bias: p.Bias, biasT: p.Weight, hasBias: hasBias,
+		am: kc, ak: 1, cm: np, cn: 1, brm: 1, brn: 0,
+		m: ocg, n: np, k: kc, nb1: p.Groups, alpha: 1,
+		sA: [2]int{0, ocg * kc}, sC: [2]int{p.OutC * np, ocg * np}, sD: [2]int{0, ocg}}
+	if hasBias {
+		g.beta = 1
+	}
+	if route == "gemm1x1" {
+		g.b, g.bt, g.bk, g.bn = x, s, np, 1
+		g.sB = [2]int{p.C * np, cg * np}
+		g.nb0 = p.N
+		return l.gemm(g)
+	}
+	// im2col: pixel-major columns suit the CPU's dot kernel (K contiguous in
+	// both operands); on GPUs, K-major keeps the gather's writes and the
+	// tiled kernel's reads of B coalesced along pixels.
+	cp, ck := kc, 1
+	if l.dev.Info().Type == "GPU" || convKMajor {
+		cp, ck = 1, np
+	}
+	gather, err := l.kernel("conv", convSrc, s.define()+" "+weightDefine(p.Weight), "conv_im2col")
+	if err != nil {
+		return err
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	for n0 := 0; n0 < p.N; n0 += imgs {
+		cnt := min(imgs, p.N-n0)
+		global, local := l.cpuGroups([]int{np, kc, cnt * p.Groups})
+		if err := l.dev.Launch(gather, global, local,
+			x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off), i32(n0), i32(p.C), i32(p.H), i32(p.W),
+			i32(oh), i32(ow), i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW),
+			i32(p.PadTop), i32(p.PadLeft), i32(p.DilationH), i32(p.DilationW), i32(p.Groups),
+			i32(cp), i32(ck)); err != nil {
+			return err
+		}
+		gi := g
+		gi.b, gi.bt, gi.bk, gi.bn = scratch, s, ck, cp
+		gi.sB = [2]int{p.Groups * kc * np, kc * np}
+		gi.nb0 = cnt
+		gi.c.Off += n0 * p.OutC * np
+		if err := l.gemm(gi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// convKMajor, set by tests, gathers in the GPU layout on any device.
+var convKMajor bool
+
+// weightDefine is the build option for weights stored in w.
+func weightDefine(w Storage) string {
+	if w == F16 {
+		return "-DWEIGHT_F16"
+	}
+	return ""
+}
+
+func (l *Lib) convDirect(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
+	k, err := l.kernel("conv", convSrc, s.define()+" "+weightDefine(p.Weight), "conv_direct")
+	if err != nil {
+		return err
+	}
+	bias, hasBias := p.Bias, int32(1)
+	if bias.Mem == nil {
+		bias, hasBias = w, 0 // placeholder, never read
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{ow, oh, p.N * p.OutC})
+	return l.dev.Launch(k, global, local,
+		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
+		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
+		i32(p.DilationH), i32(p.DilationW), i32(p.Groups))
+}
+
+// Conv2DRef is the pure-Go reference for Conv2D on host tensors (bias nil
+// for none; p.Bias is ignored), accumulated in float64.
+func Conv2DRef(x, w, bias, y []float32, p ConvParams) error {
+	p, err := p.norm()
+	if err != nil {
+		return fmt.Errorf("kernels: Conv2DRef: %w", err)
+	}
+	oh, ow := p.OutSize()
+	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
+	if len(x) < p.N*p.C*p.H*p.W || len(w) < p.OutC*cg*p.KH*p.KW || len(y) < p.N*p.OutC*oh*ow ||
+		bias != nil && len(bias) < p.OutC {
+		return fmt.Errorf("kernels: Conv2DRef: a slice is shorter than %+v needs", p)
+	}
+	for n := 0; n < p.N; n++ {
+		for oc := 0; oc < p.OutC; oc++ {
+			g := oc / ocg
+			for i := 0; i < oh; i++ {
+				for j := 0; j < ow; j++ {
+					var acc float64
+					for ic := 0; ic < cg; ic++ {
+						for kh := 0; kh < p.KH; kh++ {
+							ih := i*p.StrideH - p.PadTop + kh*p.DilationH
+							if ih < 0 || ih >= p.H {
+								continue
+							}
+							for kw := 0; kw < p.KW; kw++ {
+								iw := j*p.StrideW - p.PadLeft + kw*p.DilationW
+								if iw < 0 || iw >= p.W {
+									continue
+								}
+								xv := x[((n*p.C+g*cg+ic)*p.H+ih)*p.W+iw]
+								wv := w[((oc*cg+ic)*p.KH+kh)*p.KW+kw]
+								acc += float64(xv) * float64(wv)
+							}
+						}
+					}
+					if bias != nil {
+						acc += float64(bias[oc])
+					}
+					y[((n*p.OutC+oc)*oh+i)*ow+j] = float32(acc)
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,1256 @@
+package kernels
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tlite/tlite/graph/dtype"
+)
+
+// The element-wise family: every element-wise ONNX op, alone or fused with
+// its neighbours, runs as a Chain, an expression DAG compiled to one OpenCL
+// kernel. Inputs broadcast to the output shape numpy-style; shapes and
+// strides are launch arguments, so one compiled chain serves every shape.
+
+//go:embed elementwise.cl
+var elementwiseSrc string
+
+// ElemType is the element type of a chain's input, output or intermediate
+// value as it is stored on the device.
+type ElemType int
+
+// The element types chains support. Float types compute in fp32, integer
+// types in 64-bit integers wrapped to their own width after every operation,
+// bool as 0/1.
+const (
+	EF32  ElemType = iota // float32
+	EF16                  // IEEE binary16 storage, fp32 arithmetic
+	EI64                  // int64
+	EI32                  // int32
+	EI8                   // int8
+	EU8                   // uint8
+	EBool                 // bool, stored as one byte 0 or 1
+)
+
+var elemTypeNames = [...]string{"f32", "f16", "i64", "i32", "i8", "u8", "bool"}
+
+func (t ElemType) valid() bool { return t >= EF32 && t <= EBool }
+
+// String names t as in generated-kernel comments and error messages.
+func (t ElemType) String() string {
+	if t.valid() {
+		return elemTypeNames[t]
+	}
+	return fmt.Sprintf("ElemType(%d)", int(t))
+}
+
+// Size is the number of bytes of one stored element of type t.
+func (t ElemType) Size() int {
+	switch t {
+	case EF32, EI32:
+		return 4
+	case EF16:
+		return 2
+	case EI64:
+		return 8
+	}
+	return 1
+}
+
+// IsFloat reports whether t is a floating-point type.
+func (t ElemType) IsFloat() bool { return t == EF32 || t == EF16 }
+
+// IsInt reports whether t is an integer type (bool excluded).
+func (t ElemType) IsInt() bool { return t == EI64 || t == EI32 || t == EI8 || t == EU8 }
+
+// DType is the ONNX element type that t stores.
+func (t ElemType) DType() dtype.Type {
+	switch t {
+	case EF32:
+		return dtype.Float32
+	case EF16:
+		return dtype.Float16
+	case EI64:
+		return dtype.Int64
+	case EI32:
+		return dtype.Int32
+	case EI8:
+		return dtype.Int8
+	case EU8:
+		return dtype.Uint8
+	case EBool:
+		return dtype.Bool
+	}
+	return dtype.Undefined
+}
+
+// ElemTypeOf maps an ONNX element type to the chain type that stores it.
+func ElemTypeOf(t dtype.Type) (ElemType, error) {
+	for e := EF32; e <= EBool; e++ {
+		if e.DType() == t {
+			return e, nil
+		}
+	}
+	return 0, fmt.Errorf("kernels: element type %v has no element-wise chain support", t)
+}
+
+// ElemOp names a chain node's operation: an ONNX operator name, or the two
+// leaf kinds ElemInput and ElemConst.
+type ElemOp string
+
+// The operations a chain node can perform. Names and semantics follow the
+// ONNX operators of the same name (QuickGelu is the com.microsoft one).
+const (
+	ElemInput          ElemOp = "Input"
+	ElemConst          ElemOp = "Const"
+	ElemIdentity       ElemOp = "Identity"
+	ElemAdd            ElemOp = "Add"
+	ElemSub            ElemOp = "Sub"
+	ElemMul            ElemOp = "Mul"
+	ElemDiv            ElemOp = "Div"
+	ElemPow            ElemOp = "Pow"
+	ElemMod            ElemOp = "Mod"
+	ElemMax            ElemOp = "Max"
+	ElemMin            ElemOp = "Min"
+	ElemSum            ElemOp = "Sum"
+	ElemMean           ElemOp = "Mean"
+	ElemEqual          ElemOp = "Equal"
+	ElemLess           ElemOp = "Less"
+	ElemGreater        ElemOp = "Greater"
+	ElemLessOrEqual    ElemOp = "LessOrEqual"
+	ElemGreaterOrEqual ElemOp = "GreaterOrEqual"
+	ElemAnd            ElemOp = "And"
+	ElemOr             ElemOp = "Or"
+	ElemXor            ElemOp = "Xor"
+	ElemNot            ElemOp = "Not"
+	ElemWhere          ElemOp = "Where"
+	ElemCast           ElemOp = "Cast"
+	ElemClip           ElemOp = "Clip"
+	ElemRelu           ElemOp = "Relu"
+	ElemLeakyRelu      ElemOp = "LeakyRelu"
+	ElemPRelu          ElemOp = "PRelu"
+	ElemSigmoid        ElemOp = "Sigmoid"
+	ElemHardSigmoid    ElemOp = "HardSigmoid"
+	ElemHardSwish      ElemOp = "HardSwish"
+	ElemTanh           ElemOp = "Tanh"
+	ElemErf            ElemOp = "Erf"
+	ElemGelu           ElemOp = "Gelu"
+	ElemQuickGelu      ElemOp = "QuickGelu"
+	ElemExp            ElemOp = "Exp"
+	ElemLog            ElemOp = "Log"
+	ElemSqrt           ElemOp = "Sqrt"
+	ElemReciprocal     ElemOp = "Reciprocal"
+	ElemNeg            ElemOp = "Neg"
+	ElemAbs            ElemOp = "Abs"
+	ElemFloor          ElemOp = "Floor"
+	ElemCeil           ElemOp = "Ceil"
+	ElemRound          ElemOp = "Round"
+	ElemSign           ElemOp = "Sign"
+	ElemSin            ElemOp = "Sin"
+	ElemCos            ElemOp = "Cos"
+	ElemSoftplus       ElemOp = "Softplus"
+	ElemElu            ElemOp = "Elu"
+	ElemSelu           ElemOp = "Selu"
+	ElemMish           ElemOp = "Mish"
+	ElemIsNaN          ElemOp = "IsNaN"
+	ElemIsInf          ElemOp = "IsInf"
+)
+
+// opClass groups ops by their typing rule.
+type opClass int
+
+const (
+	clsLeaf        opClass = iota
+	clsFloatUnary          // float -> same float type
+	clsNumUnary            // int or float -> same type
+	clsAnyUnary            // any -> same type
+	clsFloatTest           // float -> bool
+	clsNumBinary           // (T, T) -> T, T numeric
+	clsNumVariadic         // (T, ...) -> T, T numeric
+	clsCompare             // (T, T) -> bool, T numeric
+	clsLogic               // (bool, bool) -> bool
+	clsSpecial             // own rule in nodeType
+)
+
+var opClasses = map[ElemOp]opClass{
+	ElemInput: clsLeaf, ElemConst: clsLeaf,
+	ElemIdentity: clsAnyUnary,
+	ElemAdd:      clsNumBinary, ElemSub: clsNumBinary, ElemMul: clsNumBinary, ElemDiv: clsNumBinary,
+	ElemMod: clsSpecial, ElemPRelu: clsNumBinary, ElemPow: clsSpecial,
+	ElemMax: clsNumVariadic, ElemMin: clsNumVariadic, ElemSum: clsNumVariadic, ElemMean: clsSpecial,
+	ElemEqual: clsSpecial, ElemLess: clsCompare, ElemGreater: clsCompare,
+	ElemLessOrEqual: clsCompare, ElemGreaterOrEqual: clsCompare,
+	ElemAnd: clsLogic, ElemOr: clsLogic, ElemXor: clsLogic, ElemNot: clsSpecial,
+	ElemWhere: clsSpecial, ElemCast: clsSpecial, ElemClip: clsSpecial,
+	ElemRelu: clsNumUnary, ElemNeg: clsNumUnary, ElemAbs: clsNumUnary, ElemSign: clsNumUnary,
+	ElemLeakyRelu: clsFloatUnary, ElemSigmoid: clsFloatUnary, ElemHardSigmoid: clsFloatUnary,
+	ElemHardSwish: clsFloatUnary, ElemTanh: clsFloatUnary, ElemErf: clsFloatUnary,
+	ElemGelu: clsFloatUnary, ElemQuickGelu: clsFloatUnary, ElemExp: clsFloatUnary,
+	ElemLog: clsFloatUnary, ElemSqrt: clsFloatUnary, ElemReciprocal: clsFloatUnary,
+	ElemFloor: clsFloatUnary, ElemCeil: clsFloatUnary, ElemRound: clsFloatUnary,
+	ElemSin: clsFloatUnary, ElemCos: clsFloatUnary, ElemSoftplus: clsFloatUnary,
+	ElemElu: clsFloatUnary, ElemSelu: clsFloatUnary, ElemMish: clsFloatUnary,
+	ElemIsNaN: clsFloatTest, ElemIsInf: clsFloatTest,
+}
+
+// ElemOps lists every operation a chain supports, in a fixed order.
+func ElemOps() []ElemOp {
+	ops := make([]ElemOp, 0, len(opClasses))
+	for op := range opClasses {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	return ops
+}
+
+// ChainNode is one operation of a Chain. Args are indices of earlier nodes
+// in Chain.Nodes, so the node list is its own topological order; -1 marks an
+// absent optional argument (Clip's min or max). Only the attribute fields
+// that Op reads matter; ElemNode fills them with ONNX's defaults.
+type ChainNode struct {
+	Op   ElemOp
+	Args []int
+
+	// Input is the Chain.Inputs slot an ElemInput node reads.
+	Input int
+	// To is the target type of ElemCast and the type of an ElemConst.
+	To ElemType
+	// Value is an ElemConst's value when To is a float type; IntValue when
+	// To is an integer type or bool (non-zero is true).
+	Value    float64
+	IntValue int64
+
+	// Alpha is LeakyRelu's, Elu's, Selu's, HardSigmoid's and QuickGelu's
+	// alpha; Beta is HardSigmoid's beta; Gamma is Selu's gamma. They are
+	// rounded to float32 like every float constant of a chain.
+	Alpha, Beta, Gamma float64
+	// Approximate is Gelu's approximation: "none" (erf) or "tanh".
+	Approximate string
+	// Fmod is Mod's fmod: 0 for Python's sign-of-divisor remainder
+	// (integers only), 1 for C's fmod.
+	Fmod int
+	// DetectNegative and DetectPositive are IsInf's attributes.
+	DetectNegative, DetectPositive bool
+}
+
+// ElemNode returns a node for op on args with ONNX's default attributes.
+func ElemNode(op ElemOp, args ...int) ChainNode {
+	n := ChainNode{Op: op, Args: args}
+	switch op {
+	case ElemLeakyRelu:
+		n.Alpha = 0.01
+	case ElemElu:
+		n.Alpha = 1
+	case ElemSelu:
+		n.Alpha = 1.67326319217681884765625
+		n.Gamma = 1.05070102214813232421875
+	case ElemHardSigmoid:
+		n.Alpha, n.Beta = 0.2, 0.5
+	case ElemQuickGelu:
+		n.Alpha = 1.702
+	case ElemGelu:
+		n.Approximate = "none"
+	case ElemIsInf:
+		n.DetectNegative, n.DetectPositive = true, true
+	}
+	return n
+}
+
+// Chain is a DAG of element-wise operations compiled into one kernel. All
+// outputs have the launch's output shape and every input broadcasts to it.
+// A Chain must not be modified once it has been run: its generated source is
+// cached in it.
+type Chain struct {
+	// Inputs are the element types of the input tensors, in RunChain order.
+	Inputs []ElemType
+	// Nodes are the operations, each referring only to earlier nodes.
+	Nodes []ChainNode
+	// Outputs are the nodes whose values are stored, in RunChain order; the
+	// stored type is the node's type.
+	Outputs []int
+
+	prep *chainPrep
+}
+
+// chainPrep is what RunChain derives from a chain once.
+type chainPrep struct {
+	src    string
+	family string
+	used   []bool // inputs some node reads
+}
+
+// Input adds an input of type t and the node that reads it; it returns the
+// node's index.
+func (c *Chain) Input(t ElemType) int {
+	c.Inputs = append(c.Inputs, t)
+	return c.Node(ChainNode{Op: ElemInput, Input: len(c.Inputs) - 1})
+}
+
+// Const adds a float constant of float type t and returns its node index.
+func (c *Chain) Const(t ElemType, v float64) int {
+	return c.Node(ChainNode{Op: ElemConst, To: t, Value: v})
+}
+
+// ConstInt adds an integer or bool constant and returns its node index.
+func (c *Chain) ConstInt(t ElemType, v int64) int {
+	return c.Node(ChainNode{Op: ElemConst, To: t, IntValue: v})
+}
+
+// Op adds op on args with ONNX's default attributes and returns its index.
+func (c *Chain) Op(op ElemOp, args ...int) int { return c.Node(ElemNode(op, args...)) }
+
+// Cast adds a Cast of node x to type to and returns its index.
+func (c *Chain) Cast(x int, to ElemType) int {
+	return c.Node(ChainNode{Op: ElemCast, Args: []int{x}, To: to})
+}
+
+// Node appends n and returns its index.
+func (c *Chain) Node(n ChainNode) int {
+	c.Nodes = append(c.Nodes, n)
+	return len(c.Nodes) - 1
+}
+
+// Output marks node as the chain's next output.
+func (c *Chain) Output(node int) { c.Outputs = append(c.Outputs, node) }
+
+// UnaryChain is op applied to one input of type t, with default attributes
+// (edit c.Nodes[1] to change them).
+func UnaryChain(op ElemOp, t ElemType) *Chain {
+	c := &Chain{}
+	c.Output(c.Op(op, c.Input(t)))
+	return c
+}
+
+// BinaryChain is op applied to inputs of types ta and tb, with default
+// attributes (edit c.Nodes[2] to change them).
+func BinaryChain(op ElemOp, ta, tb ElemType) *Chain {
+	c := &Chain{}
+	a := c.Input(ta)
+	b := c.Input(tb)
+	c.Output(c.Op(op, a, b))
+	return c
+}
+
+// Types checks the chain and returns the type of every node's value.
+func (c *Chain) Types() ([]ElemType, error) {
+	for i, t := range c.Inputs {
+		if !t.valid() {
+			return nil, fmt.Errorf("kernels: chain input %d: invalid type %v", i, t)
+		}
+	}
+	types := make([]ElemType, len(c.Nodes))
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
+		for _, a := range n.Args {
+			if a >= i || a < -1 || (a == -1 && n.Op != ElemClip) {
+				return nil, fmt.Errorf("kernels: chain node %d (%s): argument %d does not name an earlier node", i, n.Op, a)
+			}
+		}
+		t, err := c.nodeType(n, types)
+		if err != nil {
+			return nil, fmt.Errorf("kernels: chain node %d (%s): %w", i, n.Op, err)
+		}
+		types[i] = t
+	}
+	if len(c.Outputs) == 0 {
+		return nil, fmt.Errorf("kernels: chain has no outputs")
+	}
+	for k, o := range c.Outputs {
+		if o < 0 || o >= len(c.Nodes) {
+			return nil, fmt.Errorf("kernels: chain output %d names node %d of %d", k, o, len(c.Nodes))
+		}
+	}
+	return types, nil
+}
+
+// OutputTypes returns the stored type of each output.
+func (c *Chain) OutputTypes() ([]ElemType, error) {
+	types, err := c.Types()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ElemType, len(c.Outputs))
+	for k, o := range c.Outputs {
+		out[k] = types[o]
+	}
+	return out, nil
+}
+
+func (c *Chain) nodeType(n *ChainNode, types []ElemType) (ElemType, error) {
+	cls, ok := opClasses[n.Op]
+	if !ok {
+		return 0, fmt.Errorf("unsupported operation")
+	}
+	arity := func(lo, hi int) error {
+		if len(n.Args) < lo || len(n.Args) > hi {
+			if lo == hi {
+				return fmt.Errorf("%d arguments, want %d", len(n.Args), lo)
+			}
+			return fmt.Errorf("%d arguments, want %d to %d", len(n.Args), lo, hi)
+		}
+		return nil
+	}
+	at := func(k int) ElemType { return types[n.Args[k]] }
+	same := func() error {
+		for k := 1; k < len(n.Args); k++ {
+			if at(k) != at(0) {
+				return fmt.Errorf("argument %d is %v, argument 0 is %v; they must match", k, at(k), at(0))
+			}
+		}
+		return nil
+	}
+	numeric := func(t ElemType) error {
+		if t == EBool {
+			return fmt.Errorf("bool arguments are not allowed")
+		}
+		return nil
+	}
+	first := func(check func(ElemType) error, maxArgs int) (ElemType, error) {
+		if err := arity(1, maxArgs); err != nil {
+			return 0, err
+		}
+		if err := same(); err != nil {
+			return 0, err
+		}
+		return at(0), check(at(0))
+	}
+	isFloat := func(t ElemType) error {
+		if !t.IsFloat() {
+			return fmt.Errorf("argument is %v, want a float type", t)
+		}
+		return nil
+	}
+	anyType := func(ElemType) error { return nil }
+
+	switch cls {
+	case clsLeaf:
+		if len(n.Args) != 0 {
+			return 0, fmt.Errorf("leaf with %d arguments", len(n.Args))
+		}
+		if n.Op == ElemInput {
+			if n.Input < 0 || n.Input >= len(c.Inputs) {
+				return 0, fmt.Errorf("input slot %d of %d", n.Input, len(c.Inputs))
+			}
+			return c.Inputs[n.Input], nil
+		}
+		if !n.To.valid() {
+			return 0, fmt.Errorf("invalid constant type %v", n.To)
+		}
+		return n.To, nil
+	case clsFloatUnary:
+		return first(isFloat, 1)
+	case clsNumUnary:
+		return first(numeric, 1)
+	case clsAnyUnary:
+		return first(anyType, 1)
+	case clsFloatTest:
+		_, err := first(isFloat, 1)
+		return EBool, err
+	case clsNumBinary:
+		if err := arity(2, 2); err != nil {
+			return 0, err
+		}
+		return first(numeric, 2)
+	case clsNumVariadic:
+		return first(numeric, math.MaxInt)
+	case clsCompare:
+		if err := arity(2, 2); err != nil {
+			return 0, err
+		}
+		_, err := first(numeric, 2)
+		return EBool, err
+	case clsLogic:
+		if err := arity(2, 2); err != nil {
+			return 0, err
+		}
+		_, err := first(func(t ElemType) error {
+			if t != EBool {
+				return fmt.Errorf("argument is %v, want bool", t)
+			}
+			return nil
+		}, 2)
+		return EBool, err
+	}
+	// clsSpecial.
+	switch n.Op {
+	case ElemMod:
+		if err := arity(2, 2); err != nil {
+			return 0, err
+		}
+		t, err := first(numeric, 2)
+		if err != nil {
+			return 0, err
+		}
+		if n.Fmod != 0 && n.Fmod != 1 {
+			return 0, fmt.Errorf("fmod=%d, want 0 or 1", n.Fmod)
+		}
+		if t.IsFloat() && n.Fmod != 1 {
+			return 0, fmt.Errorf("float Mod needs fmod=1 (ONNX)")
+		}
+		return t, nil
+	case ElemMean:
+		return first(isFloat, math.MaxInt)
+	case ElemPow:
+		if err := arity(2, 2); err != nil {
+			return 0, err
+		}
+		if at(0) == EBool || at(1) == EBool {
+			return 0, fmt.Errorf("bool arguments are not allowed")
+		}
+		return at(0), nil
+	case ElemEqual:
+		if err := arity(2, 2); err != nil {
+			return 0, err
+		}
+		_, err := first(anyType, 2)
+		return EBool, err
+	case ElemNot:
+		if err := arity(1, 1); err != nil {
+			return 0, err
+		}
+		if at(0) != EBool {
+			return 0, fmt.Errorf("argument is %v, want bool", at(0))
+		}
+		return EBool, nil
+	case ElemWhere:
+		if err := arity(3, 3); err != nil {
+			return 0, err
+		}
+		if at(0) != EBool {
+			return 0, fmt.Errorf("condition is %v, want bool", at(0))
+		}
+		if at(1) != at(2) {
+			return 0, fmt.Errorf("branches are %v and %v; they must match", at(1), at(2))
+		}
+		return at(1), nil
+	case ElemCast:
+		if err := arity(1, 1); err != nil {
+			return 0, err
+		}
+		if !n.To.valid() {
+			return 0, fmt.Errorf("invalid target type %v", n.To)
+		}
+		return n.To, nil
+	case ElemClip:
+		if err := arity(1, 3); err != nil {
+			return 0, err
+		}
+		if n.Args[0] < 0 {
+			return 0, fmt.Errorf("the clipped argument is absent")
+		}
+		t := at(0)
+		if err := numeric(t); err != nil {
+			return 0, err
+		}
+		for k := 1; k < len(n.Args); k++ {
+			if n.Args[k] >= 0 && at(k) != t {
+				return 0, fmt.Errorf("bound %d is %v, input is %v; they must match", k, at(k), t)
+			}
+		}
+		return t, nil
+	}
+	return 0, fmt.Errorf("unsupported operation")
+}
+
+// ---- OpenCL source generation ----
+
+// ctype is the OpenCL type that holds a value of type t during computation.
+func ctype(t ElemType) string {
+	switch {
+	case t.IsFloat():
+		return "float"
+	case t == EBool:
+		return "int"
+	}
+	return "long"
+}
+
+// ptrType is the OpenCL element type of a buffer of t.
+func ptrType(t ElemType) string {
+	return [...]string{"float", "half", "long", "int", "char", "uchar", "uchar"}[t]
+}
+
+// wrapInt narrows a long expression to integer type t's range, as storing
+// and reloading it would.
+func wrapInt(t ElemType, e string) string {
+	switch t {
+	case EI32:
+		return "(long)(int)(" + e + ")"
+	case EI8:
+		return "(long)(char)(" + e + ")"
+	case EU8:
+		return "(long)(uchar)(" + e + ")"
+	}
+	return e
+}
+
+// floatLit is v rounded to float32 as an exact OpenCL literal.
+func floatLit(v float64) string {
+	f := float32(v)
+	switch {
+	case math.IsNaN(float64(f)):
+		return "NAN"
+	case math.IsInf(float64(f), 1):
+		return "INFINITY"
+	case math.IsInf(float64(f), -1):
+		return "(-INFINITY)"
+	}
+	s := strconv.FormatFloat(float64(f), 'x', -1, 32) + "f"
+	if f < 0 || (f == 0 && math.Signbit(float64(f))) {
+		return "(" + s + ")"
+	}
+	return s
+}
+
+func longLit(v int64) string {
+	if v == math.MinInt64 {
+		return "(-9223372036854775807L - 1L)"
+	}
+	if v < 0 {
+		return "(" + strconv.FormatInt(v, 10) + "L)"
+	}
+	return strconv.FormatInt(v, 10) + "L"
+}
+
+// Source returns the OpenCL C program of the chain: the helpers, then the
+// chain's body in two kernels that are never built together: chain3
+// (default) covers every broadcast that collapses to at most 3 dimensions
+// (contiguous, scalars, rows, columns) with no index division; chain6
+// (built with -DEW_RANK6, only when a launch needs it) covers up to 6.
+// Which inputs broadcast along the innermost dimension is a build option
+// too, so a chain has a program per such pattern it meets (usually one).
+// Equal chains give identical text, which is what keys the program cache.
+func (c *Chain) Source() (string, error) {
+	types, err := c.Types()
+	if err != nil {
+		return "", err
+	}
+	used := c.usedInputs()
+	var b strings.Builder
+	b.WriteString(elementwiseSrc)
+	b.WriteString("\n// Generated chain:\n")
+	for i := range c.Nodes {
+		fmt.Fprintf(&b, "//   v%d = %s\n", i, c.describe(i, types))
+	}
+
+	// An input's innermost stride is always 0 (broadcast) or 1 after
+	// collapsing, and it is a build option (EW_B0_k: input k broadcasts
+	// along dimension 0) rather than an argument: compilers that vectorise
+	// across work-items (PoCL) version the loop on symbolic strides being 1
+	// and run scalar code otherwise, 8x slower for a scalar operand.
+	for k := range c.Inputs {
+		if used[k] {
+			fmt.Fprintf(&b, "#ifdef EW_B0_%[1]d\n#define EW_X0_%[1]d 0\n#else\n#define EW_X0_%[1]d x0\n#endif\n", k)
+		}
+	}
+	body := func(w *strings.Builder, rank int) error {
+		for k, t := range c.Inputs {
+			if !used[k] {
+				continue
+			}
+			fmt.Fprintf(w, "\tconst int p%d = io%d + EW_X0_%d", k, k, k)
+			for d := 1; d < rank; d++ {
+				fmt.Fprintf(w, " + x%d * s%d_%d", d, k, d)
+			}
+			fmt.Fprintf(w, "; // %v\n", t)
+		}
+		for i := range c.Nodes {
+			e, err := c.expr(i, types)
+			if err != nil {
+				return fmt.Errorf("kernels: chain node %d (%s): %w", i, c.Nodes[i].Op, err)
+			}
+			fmt.Fprintf(w, "\tconst %s v%d = %s;\n", ctype(types[i]), i, e)
+		}
+		for k, o := range c.Outputs {
+			fmt.Fprintf(w, "\t%s;\n", storeExpr(types[o], fmt.Sprintf("o%d", k), fmt.Sprintf("oo%d + o", k), fmt.Sprintf("v%d", o)))
+		}
+		return nil
+	}
+	header := func(w *strings.Builder, name string, rank int) {
+		fmt.Fprintf(w, "\n__kernel void %s(", name)
+		for d := 0; d < rank; d++ {
+			if d > 0 {
+				w.WriteString(", ")
+			}
+			fmt.Fprintf(w, "const int n%d", d)
+		}
+		for k, o := range c.Outputs {
+			fmt.Fprintf(w, ",\n\t__global %s* o%d, const int oo%d", ptrType(types[o]), k, k)
+		}
+		for k, t := range c.Inputs {
+			fmt.Fprintf(w, ",\n\t__global const %s* i%d, const int io%d", ptrType(t), k, k)
+			for d := 1; d < rank; d++ {
+				fmt.Fprintf(w, ", const int s%d_%d", k, d)
+			}
+		}
+		w.WriteString(")\n{\n")
+	}
+
+	b.WriteString("\n#ifndef EW_RANK6")
+	header(&b, "chain3", 3)
+	// Work-groups are one row wide, so dimensions 1 and 2 come from group
+	// ids: the compiler then knows they are uniform in a group, and loads
+	// that only they index stay scalar (with get_global_id, PoCL turns them
+	// into gathers and the kernel runs 6x slower).
+	b.WriteString(`	const int x0 = get_global_id(0);
+	const int x1 = get_group_id(1);
+	const int x2 = get_group_id(2);
+	if (x0 >= n0) return;
+	const int o = (x2 * n1 + x1) * n0 + x0;
+`)
+	if err := body(&b, 3); err != nil {
+		return "", err
+	}
+	b.WriteString("}\n#else")
+	header(&b, "chain6", chainMaxRank)
+	b.WriteString(`	const int x0 = get_global_id(0);
+	const int x1 = get_group_id(1);
+	const int r = get_group_id(2);
+	if (x0 >= n0) return;
+	int q = r;
+	const int x2 = q % n2; q /= n2;
+	const int x3 = q % n3; q /= n3;
+	const int x4 = q % n4;
+	const int x5 = q / n4;
+	const int o = (r * n1 + x1) * n0 + x0;
+`)
+	if err := body(&b, chainMaxRank); err != nil {
+		return "", err
+	}
+	b.WriteString("}\n#endif\n")
+	return b.String(), nil
+}
+
+func (c *Chain) usedInputs() []bool {
+	used := make([]bool, len(c.Inputs))
+	for _, n := range c.Nodes {
+		if n.Op == ElemInput && n.Input >= 0 && n.Input < len(used) {
+			used[n.Input] = true
+		}
+	}
+	return used
+}
+
+// describe renders node i for the comment header of the generated source.
+func (c *Chain) describe(i int, types []ElemType) string {
+	n := &c.Nodes[i]
+	var s string
+	switch n.Op {
+	case ElemInput:
+		s = fmt.Sprintf("Input(%d)", n.Input)
+	case ElemConst:
+		if n.To.IsFloat() {
+			s = "Const(" + floatLit(n.Value) + ")"
+		} else {
+			s = "Const(" + longLit(n.IntValue) + ")"
+		}
+	default:
+		args := make([]string, len(n.Args))
+		for k, a := range n.Args {
+			if a < 0 {
+				args[k] = "absent"
+			} else {
+				args[k] = fmt.Sprintf("v%d", a)
+			}
+		}
+		s = string(n.Op) + "(" + strings.Join(args, ", ") + ")"
+	}
+	return s + " : " + types[i].String()
+}
+
+func loadExpr(t ElemType, k int) string {
+	p, i := fmt.Sprintf("i%d", k), fmt.Sprintf("p%d", k)
+	switch t {
+	case EF32, EI64:
+		return p + "[" + i + "]"
+	case EF16:
+		return "vload_half(" + i + ", " + p + ")"
+	case EBool:
+		return "(int)(" + p + "[" + i + "] != 0)"
+	}
+	return "(long)" + p + "[" + i + "]"
+}
+
+func storeExpr(t ElemType, p, i, v string) string {
+	switch t {
+	case EF32, EI64:
+		return p + "[" + i + "] = " + v
+	case EF16:
+		return "vstore_half_rte(" + v + ", " + i + ", " + p + ")"
+	}
+	return p + "[" + i + "] = (" + ptrType(t) + ")" + v
+}
+
+// castExpr converts expression e of type from to type to.
+func castExpr(from, to ElemType, e string) string {
+	switch {
+	case from == to:
+		return e
+	case from.IsFloat() && to == EF16:
+		return "ew_round_half(" + e + ")"
+	case from.IsFloat() && to.IsFloat():
+		return e
+	case from.IsFloat() && to == EBool:
+		return "(int)(" + e + " != 0.0f)"
+	case from.IsFloat():
+		return wrapInt(to, "ew_f2l("+e+")")
+	case to == EF16:
+		return "ew_round_half((float)(" + e + "))"
+	case to.IsFloat():
+		return "(float)(" + e + ")"
+	case to == EBool:
+		return "(int)(" + e + " != 0)"
+	case from == EBool:
+		return "(long)(" + e + ")"
+	}
+	return wrapInt(to, e)
+}
+
+// isConstTwo reports whether node a is a constant equal to 2, so Pow can
+// multiply instead of calling pow (x^2 is common: RMSNorm, variance).
+func (c *Chain) isConstTwo(a int) bool {
+	n := &c.Nodes[a]
+	if n.Op != ElemConst {
+		return false
+	}
+	if n.To.IsFloat() {
+		return float32(n.Value) == 2
+	}
+	return n.To != EBool && n.IntValue == 2
+}
+
+// expr is the OpenCL expression computing node i from earlier values.
+func (c *Chain) expr(i int, types []ElemType) (string, error) {
+	n := &c.Nodes[i]
+	t := types[i]
+	v := func(k int) string { return fmt.Sprintf("v%d", n.Args[k]) }
+	vt := func(k int) ElemType { return types[n.Args[k]] }
+	fl := t.IsFloat()
+	wrapArith := func(op string) string {
+		return wrapInt(t, "(long)((ulong)"+v(0)+" "+op+" (ulong)"+v(1)+")")
+	}
+	fold := func(f func(a, b string) string) string {
+		acc := v(0)
+		for k := 1; k < len(n.Args); k++ {
+			acc = f(acc, v(k))
+		}
+		return acc
+	}
+	switch n.Op {
+	case ElemInput:
+		return loadExpr(t, n.Input), nil
+	case ElemConst:
+		switch {
+		case fl:
+			if t == EF16 {
+				return floatLit(float64(roundHalf(float32(n.Value)))), nil
+			}
+			return floatLit(n.Value), nil
+		case t == EBool:
+			if n.IntValue != 0 {
+				return "1", nil
+			}
+			return "0", nil
+		}
+		return longLit(wrapRef(t, n.IntValue)), nil
+	case ElemIdentity:
+		return v(0), nil
+	case ElemAdd, ElemSub, ElemMul:
+		op := map[ElemOp]string{ElemAdd: "+", ElemSub: "-", ElemMul: "*"}[n.Op]
+		if fl {
+			return v(0) + " " + op + " " + v(1), nil
+		}
+		return wrapArith(op), nil
+	case ElemDiv:
+		if fl {
+			return v(0) + " / " + v(1), nil
+		}
+		return wrapInt(t, "ew_idiv("+v(0)+", "+v(1)+")"), nil
+	case ElemMod:
+		if fl {
+			return "fmod(" + v(0) + ", " + v(1) + ")", nil
+		}
+		if n.Fmod == 1 {
+			return wrapInt(t, "ew_irem("+v(0)+", "+v(1)+")"), nil
+		}
+		return wrapInt(t, "ew_imod("+v(0)+", "+v(1)+")"), nil
+	case ElemPow:
+		et := vt(1)
+		if c.isConstTwo(n.Args[1]) {
+			if fl {
+				return v(0) + " * " + v(0), nil
+			}
+			return wrapInt(t, "(long)((ulong)"+v(0)+" * (ulong)"+v(0)+")"), nil
+		}
+		switch {
+		case fl && et.IsFloat():
+			return "pow(" + v(0) + ", " + v(1) + ")", nil
+		case fl:
+			return "pow(" + v(0) + ", (float)" + v(1) + ")", nil
+		case et.IsFloat():
+			return wrapInt(t, "ew_f2l(pow((float)"+v(0)+", "+v(1)+"))"), nil
+		}
+		return wrapInt(t, "ew_ipow("+v(0)+", "+v(1)+")"), nil
+	case ElemMax, ElemMin:
+		if fl {
+			f := "ew_fmax"
+			if n.Op == ElemMin {
+				f = "ew_fmin"
+			}
+			return fold(func(a, b string) string { return f + "(" + a + ", " + b + ")" }), nil
+		}
+		cmp := ">"
+		if n.Op == ElemMin {
+			cmp = "<"
+		}
+		return fold(func(a, b string) string {
+			return "(" + a + " " + cmp + " " + b + " ? " + a + " : " + b + ")"
+		}), nil
+	case ElemSum, ElemMean:
+		if fl {
+			s := fold(func(a, b string) string { return "(" + a + " + " + b + ")" })
+			if n.Op == ElemMean {
+				s += " / " + floatLit(float64(len(n.Args)))
+			}
+			return s, nil
+		}
+		return wrapInt(t, fold(func(a, b string) string { return "(long)((ulong)" + a + " + (ulong)" + b + ")" })), nil
+	case ElemEqual, ElemLess, ElemGreater, ElemLessOrEqual, ElemGreaterOrEqual:
+		op := map[ElemOp]string{ElemEqual: "==", ElemLess: "<", ElemGreater: ">", ElemLessOrEqual: "<=", ElemGreaterOrEqual: ">="}[n.Op]
+		return "(int)(" + v(0) + " " + op + " " + v(1) + ")", nil
+	case ElemAnd:
+		return v(0) + " & " + v(1), nil
+	case ElemOr:
+		return v(0) + " | " + v(1), nil
+	case ElemXor:
+		return v(0) + " ^ " + v(1), nil
+	case ElemNot:
+		return v(0) + " ^ 1", nil
+	case ElemWhere:
+		return v(0) + " ? " + v(1) + " : " + v(2), nil
+	case ElemCast:
+		return castExpr(vt(0), t, v(0)), nil
+	case ElemClip:
+		// ONNX: Min(max, Max(x, min)), so min > max yields max; comparisons
+		// rather than fmin/fmax keep NaN.
+		e := v(0)
+		if len(n.Args) > 1 && n.Args[1] >= 0 {
+			e = "(" + e + " < " + v(1) + " ? " + v(1) + " : " + e + ")"
+		}
+		if len(n.Args) > 2 && n.Args[2] >= 0 {
+			e = "(" + e + " > " + v(2) + " ? " + v(2) + " : " + e + ")"
+		}
+		return e, nil
+	case ElemRelu:
+		if fl {
+			return v(0) + " < 0.0f ? 0.0f : " + v(0), nil
+		}
+		return v(0) + " < 0 ? 0L : " + v(0), nil
+	case ElemNeg:
+		if fl {
+			return "-" + v(0), nil
+		}
+		return wrapInt(t, "(long)(0UL - (ulong)"+v(0)+")"), nil
+	case ElemAbs:
+		if fl {
+			return "fabs(" + v(0) + ")", nil
+		}
+		return wrapInt(t, v(0)+" < 0 ? (long)(0UL - (ulong)"+v(0)+") : "+v(0)), nil
+	case ElemSign:
+		if fl {
+			return v(0) + " > 0.0f ? 1.0f : (" + v(0) + " < 0.0f ? -1.0f : " + v(0) + ")", nil
+		}
+		return "(long)((" + v(0) + " > 0) - (" + v(0) + " < 0))", nil
+	case ElemPRelu:
+		if fl {
+			return v(0) + " < 0.0f ? " + v(1) + " * " + v(0) + " : " + v(0), nil
+		}
+		return v(0) + " < 0 ? " + wrapInt(t, "(long)((ulong)"+v(1)+" * (ulong)"+v(0)+")") + " : " + v(0), nil
+	}
+	x := v(0)
+	switch n.Op {
+	case ElemLeakyRelu:
+		return x + " < 0.0f ? " + floatLit(n.Alpha) + " * " + x + " : " + x, nil
+	case ElemSigmoid:
+		return "ew_sigmoid(" + x + ")", nil
+	case ElemHardSigmoid:
+		return "ew_hardsigmoid(" + x + ", " + floatLit(n.Alpha) + ", " + floatLit(n.Beta) + ")", nil
+	case ElemHardSwish:
+		return "ew_hardswish(" + x + ")", nil
+	case ElemTanh:
+		return "tanh(" + x + ")", nil
+	case ElemErf:
+		return "ew_erf(" + x + ")", nil
+	case ElemGelu:
+		switch n.Approximate {
+		case "", "none":
+			return "ew_gelu_erf(" + x + ")", nil
+		case "tanh":
+			return "ew_gelu_tanh(" + x + ")", nil
+		}
+		return "", fmt.Errorf("Gelu approximate=%q, want none or tanh", n.Approximate)
+	case ElemQuickGelu:
+		return "ew_quickgelu(" + x + ", " + floatLit(n.Alpha) + ")", nil
+	case ElemExp:
+		return "exp(" + x + ")", nil
+	case ElemLog:
+		return "log(" + x + ")", nil
+	case ElemSqrt:
+		return "sqrt(" + x + ")", nil
+	case ElemReciprocal:
+		return "1.0f / " + x, nil
+	case ElemFloor:
+		return "floor(" + x + ")", nil
+	case ElemCeil:
+		return "ceil(" + x + ")", nil
+	case ElemRound:
+		return "rint(" + x + ")", nil // ties to even in the default rounding mode
+	case ElemSin:
+		return "sin(" + x + ")", nil
+	case ElemCos:
+		return "cos(" + x + ")", nil
+	case ElemSoftplus:
+		return "ew_softplus(" + x + ")", nil
+	case ElemElu:
+		return x + " < 0.0f ? " + floatLit(n.Alpha) + " * expm1(" + x + ") : " + x, nil
+	case ElemSelu:
+		ga := float64(float32(n.Gamma) * float32(n.Alpha))
+		return x + " > 0.0f ? " + floatLit(n.Gamma) + " * " + x + " : " + floatLit(ga) + " * expm1(" + x + ")", nil
+	case ElemMish:
+		return "ew_mish(" + x + ")", nil
+	case ElemIsNaN:
+		return "(int)isnan(" + x + ")", nil
+	case ElemIsInf:
+		switch {
+		case n.DetectPositive && n.DetectNegative:
+			return "(int)isinf(" + x + ")", nil
+		case n.DetectPositive:
+			return "(int)(" + x + " == INFINITY)", nil
+		case n.DetectNegative:
+			return "(int)(" + x + " == -INFINITY)", nil
+		}
+		return "0", nil
+	}
+	return "", fmt.Errorf("no code generator")
+}
+
+// ---- launching ----
+
+// chainMaxRank is the most dimensions a broadcast may have after size-1
+// dimensions are dropped and contiguous runs merged.
+const chainMaxRank = 6
+
+// ElemArg is a chain input: its buffer and its own shape, which broadcasts
+// to the output shape by numpy's rules (right-aligned; each dimension equal
+// to the output's or 1). The tensor is dense row-major from Buf.Off.
+type ElemArg struct {
+	Buf
+	Shape []int
+}
+
+// chainLayout is a broadcast reduced to its essentials: the output's
+// dimensions innermost first, with size-1 dimensions dropped and runs that
+// every input reads contiguously (or not at all) merged, and each input's
+// element stride per dimension (0 where it broadcasts).
+type chainLayout struct {
+	dims    []int
+	strides [][]int
+	n       int
+}
+
+// chainBroadcast computes the layout of inputs of shapes ins broadcast to
+// out, or says which input does not broadcast.
+func chainBroadcast(out []int, ins [][]int) (chainLayout, error) {
+	var lay chainLayout
+	lay.n = 1
+	for d, s := range out {
+		if s < 0 {
+			return lay, fmt.Errorf("kernels: chain output shape %v: dimension %d is negative", out, d)
+		}
+		lay.n *= s
+		if lay.n > math.MaxInt32 {
+			return lay, fmt.Errorf("kernels: chain output shape %v has more than 2^31-1 elements", out)
+		}
+	}
+	r := len(out)
+	full := make([][]int, len(ins)) // per input, stride per output dim
+	for k, s := range ins {
+		if len(s) > r {
+			return lay, fmt.Errorf("kernels: chain input %d shape %v has more dimensions than output %v", k, s, out)
+		}
+		st := make([]int, r)
+		step := 1
+		for j := len(s) - 1; j >= 0; j-- {
+			d := j + r - len(s)
+			switch s[j] {
+			case out[d]:
+				if s[j] != 1 {
+					st[d] = step
+				}
+			case 1:
+			default:
+				return lay, fmt.Errorf("kernels: chain input %d shape %v does not broadcast to %v (dimension %d)", k, s, out, j)
+			}
+			step *= s[j]
+		}
+		full[k] = st
+	}
+	lay.strides = make([][]int, len(ins))
+	// Walk from the innermost dimension, merging dimension d into the
+	// current innermost group when every input's stride continues it.
+	for d := r - 1; d >= 0; d-- {
+		if out[d] == 1 {
+			continue
+		}
+		g := len(lay.dims) - 1
+		if g >= 0 {
+			merge := true
+			for k := range ins {
+				if full[k][d] != lay.strides[k][g]*lay.dims[g] {
+					merge = false
+					break
+				}
+			}
+			if merge {
+				lay.dims[g] *= out[d]
+				continue
+			}
+		}
+		lay.dims = append(lay.dims, out[d])
+		for k := range ins {
+			lay.strides[k] = append(lay.strides[k], full[k][d])
+		}
+	}
+	return lay, nil
+}
+
+// prepare generates and keeps the chain's source the first time it runs.
+func (c *Chain) prepare() (*chainPrep, error) {
+	if c.prep != nil {
+		return c.prep, nil
+	}
+	src, err := c.Source()
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(src))
+	c.prep = &chainPrep{src: src, family: "elementwise/" + hex.EncodeToString(sum[:]), used: c.usedInputs()}
+	return c.prep, nil
+}
+
+// RunChain enqueues chain c over outShape: ins[k] is the chain's input k
+// (broadcast from its own shape), outs[k] receives output k, dense with
+// shape outShape. An empty output launches nothing. The chain is compiled
+// on first use for each launch pattern (rank up to 3 or above; which inputs
+// broadcast along the innermost dimension), and a pattern's program serves
+// every shape that has it: a sequence length changes nothing.
+func (l *Lib) RunChain(c *Chain, outShape []int, ins []ElemArg, outs []Buf) error {
+	prep, err := c.prepare()
+	if err != nil {
+		return err
+	}
+	if len(ins) != len(c.Inputs) {
+		return fmt.Errorf("kernels: chain has %d inputs, got %d", len(c.Inputs), len(ins))
+	}
+	if len(outs) != len(c.Outputs) {
+		return fmt.Errorf("kernels: chain has %d outputs, got %d", len(c.Outputs), len(outs))
+	}
+	shapes := make([][]int, len(ins))
+	for k, in := range ins {
+		if in.Mem == nil && prep.used[k] {
+			return fmt.Errorf("kernels: chain input %d has no buffer", k)
+		}
+		shapes[k] = in.Shape
+	}
+	for k, o := range outs {
+		if o.Mem == nil {
+			return fmt.Errorf("kernels: chain output %d has no buffer", k)
+		}
+	}
+	lay, err := chainBroadcast(outShape, shapes)
+	if err != nil {
+		return err
+	}
+	if lay.n == 0 {
+		return nil
+	}
+	rank := len(lay.dims)
+	if rank > chainMaxRank {
+		return fmt.Errorf("kernels: chain broadcast of %v to %v needs %d dimensions, at most %d supported", shapes, outShape, rank, chainMaxRank)
+	}
+	// Broadcasts of rank 4 to 6 need index division, which is slow where
+	// the compiler vectorises across work-items (PoCL); they are rare enough
+	// to get their own program, built only when one occurs.
+	var opts strings.Builder
+	name, nd := "chain3", 3
+	if rank > 3 {
+		name, nd = "chain6", chainMaxRank
+		opts.WriteString("-DEW_RANK6")
+	}
+	for k := range ins {
+		if !prep.used[k] || rank == 0 {
+			continue
+		}
+		switch lay.strides[k][0] {
+		case 0:
+			fmt.Fprintf(&opts, " -DEW_B0_%d", k)
+		case 1:
+		default:
+			return fmt.Errorf("kernels: chain input %d: innermost stride %d after collapsing %v to %v (internal error)", k, lay.strides[k][0], shapes, outShape)
+		}
+	}
+	k, err := l.kernel(prep.family, prep.src, opts.String(), name)
+	if err != nil {
+		return err
+	}
+	dims := make([]int, nd)
+	for d := range dims {
+		dims[d] = 1
+		if d < rank {
+			dims[d] = lay.dims[d]
+		}
+	}
+	args := make([]any, 0, nd+2*len(outs)+(1+nd)*len(ins))
+	for _, d := range dims {
+		args = append(args, int32(d))
+	}
+	for _, o := range outs {
+		args = append(args, o.Mem, int32(o.Off))
+	}
+	for k, in := range ins {
+		mem := in.Mem
+		if mem == nil {
+			// An unread input still needs some buffer bound to its slot.
+			mem = outs[0].Mem
+		}
+		args = append(args, mem, int32(in.Off))
+		for d := 1; d < nd; d++ {
+			s := 0
+			if d < rank {
+				s = lay.strides[k][d]
+			}
+			args = append(args, int32(s))
+		}
+	}
+	// Work-groups span part of one row (the kernels rely on it). Two fixed
+	// widths: PoCL compiles a kernel again for every new local size, and a
+	// narrow innermost dimension should not leave most of a 64-wide group
+	// idle on a GPU.
+	width := 64
+	if dims[0] < 48 {
+		width = 16
+	}
+	outer := 1
+	for _, d := range dims[2:] {
+		outer *= d
+	}
+	global := []int{roundUp(dims[0], width), dims[1], outer}
+	local := []int{width, 1, 1}
+	return l.dev.Launch(k, global, local, args...)
+}

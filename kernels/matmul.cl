@@ -1,0 +1,375 @@
+// matmul.cl: C = alpha * op(A) * op(B) + beta * Bias, batched, every operand
+// addressed through explicit strides.
+//
+// Element (m, k) of A is A[offA + m*am + k*ak], (k, n) of B is
+// B[offB + k*bk + n*bn], (m, n) of C is C[offC + m*cm + n*cn] and of Bias
+// Bias[offBias + m*brm + n*brn]. Transposes, the Linear weight layout, a
+// transposed output (convolution writes NCHW through it) and a prefix of a
+// larger weight (elastic sub-models: M, N, K smaller than the strides say)
+// are all just strides, so one source serves ONNX Gemm, MatMul and Linear.
+//
+// Batch: global dimension 2 runs over nb0*nb1 products; z = z0*nb1 + z1 and
+// each operand moves by z0*s?0 + z1*s?1 elements (a stride of 0 broadcasts).
+// Two levels are enough for numpy broadcasting of the batch dims that occur in
+// practice, and for (image, group) in a grouped convolution.
+//
+// Each operand has its own storage, chosen per build: -DA_F16, -DB_F16,
+// -DBIAS_F16, and the output C follows -DSTORAGE_F16 (common.cl). Arithmetic
+// is fp32.
+//
+// Variants (the launcher picks one by layout and device type; -DMM_GPU builds
+// the GPU set, otherwise the CPU set, so neither device compiles kernels it
+// never runs):
+//   mm_dot_RxC   K contiguous in A and B (ak == bk == 1): RB rows x CB columns
+//                per work-item, K loop in float16 vectors (1x4 for one row,
+//                4x4 otherwise). The CPU path for Linear weights.
+//   mm_axpy_RxV  B contiguous along N (bn == 1): RB rows x VB*16 columns
+//                per work-item, VB B vectors per k (1x8 for one row, 4x4
+//                otherwise). The CPU path for MatMul weights stored [K, N].
+//   mm_gemv_wg   GPU, K contiguous, few rows: a work-group per output column
+//                strides over K and reduces in local memory.
+//   mm_tiled     GPU: 64x64 output tiles staged through local memory in
+//                16-deep K slices, 4x4 outputs per work-item.
+//   mm_naive     one work-item per output, any strides: the fallback, and on
+//                GPUs the small-M path when B is contiguous along N (adjacent
+//                work-items then read adjacent B elements).
+
+// vload_half16 and vload_half8 only need 2-byte alignment by the spec, but
+// PoCL 3.1 marks their loads 32/16-byte aligned and LLVM may then emit an
+// aligned vector move that faults on an odd element offset. Four half4 loads
+// (8 bytes each, which x86 never faults on) are safe there and cost nothing
+// elsewhere.
+#define VLOAD_HALF16(p)                                                        \
+	((float16)(vload_half4(0, (p)), vload_half4(0, (p) + 4),                   \
+	           vload_half4(0, (p) + 8), vload_half4(0, (p) + 12)))
+
+#ifdef A_F16
+typedef half a_t;
+#define ALOAD(p, i) vload_half((i), (p))
+#define ALOAD4(p, i) vload_half4(0, (p) + (i))
+#define ALOAD16(p, i) VLOAD_HALF16((p) + (i))
+#else
+typedef float a_t;
+#define ALOAD(p, i) ((p)[(i)])
+#define ALOAD4(p, i) vload4(0, (p) + (i))
+#define ALOAD16(p, i) vload16(0, (p) + (i))
+#endif
+
+#ifdef B_F16
+typedef half b_t;
+#define BLOAD(p, i) vload_half((i), (p))
+#define BLOAD4(p, i) vload_half4(0, (p) + (i))
+#define BLOAD16(p, i) VLOAD_HALF16((p) + (i))
+#else
+typedef float b_t;
+#define BLOAD(p, i) ((p)[(i)])
+#define BLOAD4(p, i) vload4(0, (p) + (i))
+#define BLOAD16(p, i) vload16(0, (p) + (i))
+#endif
+
+#ifdef BIAS_F16
+typedef half bias_t;
+#define BIASLOAD(p, i) vload_half((i), (p))
+#else
+typedef float bias_t;
+#define BIASLOAD(p, i) ((p)[(i)])
+#endif
+
+#define MM_PARAMS                                                              \
+	__global const a_t *A, int offA, int am, int ak, int sA0, int sA1,         \
+	    __global const b_t *B, int offB, int bk, int bn, int sB0, int sB1,     \
+	    __global store_t *C, int offC, int cm, int cn, int sC0, int sC1,       \
+	    __global const bias_t *Bias, int offBias, int brm, int brn, int sD0,   \
+	    int sD1, int M, int N, int K, int nb1, float alpha, float beta
+
+#define MM_ARGS                                                                \
+	A, offA, am, ak, sA0, sA1, B, offB, bk, bn, sB0, sB1, C, offC, cm, cn,     \
+	    sC0, sC1, Bias, offBias, brm, brn, sD0, sD1, M, N, K, nb1, alpha, beta
+
+// MM_BATCH moves every operand to batch entry get_global_id(2) (or the group's
+// id, for kernels that spread one product over a work-group).
+#define MM_BATCH(z)                                                            \
+	const int z0_ = (z) / nb1, z1_ = (z) - z0_ * nb1;                          \
+	A += offA + z0_ * sA0 + z1_ * sA1;                                         \
+	B += offB + z0_ * sB0 + z1_ * sB1;                                         \
+	C += offC + z0_ * sC0 + z1_ * sC1;                                         \
+	Bias += offBias + z0_ * sD0 + z1_ * sD1;
+
+// mm_put writes one finished output. A zero beta means "no bias", so Bias is
+// then never read (the launcher passes a placeholder buffer).
+static inline void mm_put(__global store_t *C, int ci, __global const bias_t *Bias,
+                   int bi, float acc, float alpha, float beta) {
+	float v = alpha * acc;
+	if (beta != 0.0f) v = fma(beta, BIASLOAD(Bias, bi), v);
+	STORE(C, ci, v);
+}
+
+static inline float hsum16(float16 v) {
+	float8 a = v.lo + v.hi;
+	float4 b = a.lo + a.hi;
+	float2 c = b.lo + b.hi;
+	return c.x + c.y;
+}
+
+#ifndef MM_GPU
+// mm_dot computes RB x CB outputs (RB, CB <= 4, constants after inlining so
+// the accumulators live in registers). Rows and columns past the edge are
+// clamped for loading, which keeps the loop free of branches, and skipped
+// when storing.
+__attribute__((always_inline)) static inline void
+mm_dot(const int RB, const int CB, MM_PARAMS) {
+	const int n0 = get_global_id(0) * CB, m0 = get_global_id(1) * RB;
+	if (n0 >= N || m0 >= M) return;
+	MM_BATCH(get_global_id(2))
+	__global const a_t *ap[4];
+	__global const b_t *bp[4];
+	#pragma unroll
+	for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
+	#pragma unroll
+	for (int c = 0; c < CB; c++) bp[c] = B + min(n0 + c, N - 1) * bn;
+	float16 acc[4][4];
+	#pragma unroll
+	for (int r = 0; r < RB; r++)
+		#pragma unroll
+		for (int c = 0; c < CB; c++) acc[r][c] = (float16)(0.0f);
+	int k = 0;
+	for (; k + 16 <= K; k += 16) {
+		float16 av[4], bv[4];
+		#pragma unroll
+		for (int r = 0; r < RB; r++) av[r] = ALOAD16(ap[r], k);
+		#pragma unroll
+		for (int c = 0; c < CB; c++) bv[c] = BLOAD16(bp[c], k);
+		#pragma unroll
+		for (int r = 0; r < RB; r++)
+			#pragma unroll
+			for (int c = 0; c < CB; c++) acc[r][c] = fma(av[r], bv[c], acc[r][c]);
+	}
+	float s[4][4];
+	#pragma unroll
+	for (int r = 0; r < RB; r++)
+		#pragma unroll
+		for (int c = 0; c < CB; c++) s[r][c] = hsum16(acc[r][c]);
+	for (; k < K; k++) {
+		float av[4], bv[4];
+		#pragma unroll
+		for (int r = 0; r < RB; r++) av[r] = ALOAD(ap[r], k);
+		#pragma unroll
+		for (int c = 0; c < CB; c++) bv[c] = BLOAD(bp[c], k);
+		#pragma unroll
+		for (int r = 0; r < RB; r++)
+			#pragma unroll
+			for (int c = 0; c < CB; c++) s[r][c] = fma(av[r], bv[c], s[r][c]);
+	}
+	#pragma unroll
+	for (int r = 0; r < RB; r++) {
+		const int m = m0 + r;
+		if (m >= M) break;
+		#pragma unroll
+		for (int c = 0; c < CB; c++) {
+			const int n = n0 + c;
+			if (n >= N) break;
+			mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, s[r][c], alpha,
+			       beta);
+		}
+	}
+}
+
+__kernel void mm_dot_1x4(MM_PARAMS) { mm_dot(1, 4, MM_ARGS); }
+__kernel void mm_dot_4x4(MM_PARAMS) { mm_dot(4, 4, MM_ARGS); }
+
+// mm_axpy computes RB rows x VB*16 columns (RB*VB <= 16): per k, VB vectors
+// of one B row times a broadcast element of each A row. Wide column blocks
+// make each B row a contiguous run of VB*64 bytes, which is what keeps the
+// CPU's prefetchers streaming when B is read row by row. Vectors reaching
+// past N are shifted left to end at N (their overlap with the previous
+// vector is not stored twice); only N < 16 takes a scalar path.
+__attribute__((always_inline)) static inline void
+mm_axpy(const int RB, const int VB, MM_PARAMS) {
+	const int n0 = get_global_id(0) * VB * 16, m0 = get_global_id(1) * RB;
+	if (n0 >= N || m0 >= M) return;
+	MM_BATCH(get_global_id(2))
+	__global const a_t *ap[16];
+	#pragma unroll
+	for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
+	if (N >= 16) {
+		int nv[16];
+		#pragma unroll
+		for (int v = 0; v < VB; v++) nv[v] = min(n0 + 16 * v, N - 16);
+		float16 acc[16][16];
+		#pragma unroll
+		for (int r = 0; r < RB; r++)
+			#pragma unroll
+			for (int v = 0; v < VB; v++) acc[r][v] = (float16)(0.0f);
+		for (int k = 0; k < K; k++) {
+			float16 bv[16];
+			#pragma unroll
+			for (int v = 0; v < VB; v++) bv[v] = BLOAD16(B, k * bk + nv[v]);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				const float16 a = (float16)(ALOAD(ap[r], k * ak));
+				#pragma unroll
+				for (int v = 0; v < VB; v++) acc[r][v] = fma(a, bv[v], acc[r][v]);
+			}
+		}
+		#pragma unroll
+		for (int r = 0; r < RB; r++) {
+			const int m = m0 + r;
+			if (m >= M) break;
+			#pragma unroll
+			for (int v = 0; v < VB; v++) {
+				float t[16];
+				vstore16(acc[r][v], 0, t);
+				for (int j = 0; j < 16; j++) {
+					const int n = nv[v] + j;
+					if (n >= n0 + 16 * v)
+						mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, t[j],
+						       alpha, beta);
+				}
+			}
+		}
+		return;
+	}
+	for (int n = n0; n < N; n++) {
+		float acc[16];
+		#pragma unroll
+		for (int r = 0; r < RB; r++) acc[r] = 0.0f;
+		for (int k = 0; k < K; k++) {
+			const float bv = BLOAD(B, k * bk + n);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) acc[r] = fma(ALOAD(ap[r], k * ak), bv, acc[r]);
+		}
+		#pragma unroll
+		for (int r = 0; r < RB; r++) {
+			const int m = m0 + r;
+			if (m >= M) break;
+			mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, acc[r], alpha,
+			       beta);
+		}
+	}
+}
+
+__kernel void mm_axpy_1x8(MM_PARAMS) { mm_axpy(1, 8, MM_ARGS); }
+__kernel void mm_axpy_4x4(MM_PARAMS) { mm_axpy(4, 4, MM_ARGS); }
+
+#endif // !MM_GPU
+
+__kernel void mm_naive(MM_PARAMS) {
+	const int n = get_global_id(0), m = get_global_id(1);
+	if (n >= N || m >= M) return;
+	MM_BATCH(get_global_id(2))
+	float acc = 0.0f;
+	for (int k = 0; k < K; k++)
+		acc = fma(ALOAD(A, m * am + k * ak), BLOAD(B, k * bk + n * bn), acc);
+	mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, acc, alpha, beta);
+}
+
+#ifdef MM_GPU
+// mm_gemv_wg: work-group (MM_WG, 1, 1) per output column n and block of up
+// to 4 rows (global (N*MM_WG, ceil(M/4), batch)). Adjacent work-items read
+// adjacent float4s of the same weight row, which is what a GPU's memory
+// system wants; the partial sums meet in a local-memory tree.
+#define MM_WG 64
+__kernel __attribute__((reqd_work_group_size(MM_WG, 1, 1))) void
+mm_gemv_wg(MM_PARAMS) {
+	const int n = get_group_id(0), m0 = get_global_id(1) * 4;
+	const int t = get_local_id(0);
+	MM_BATCH(get_global_id(2))
+	__local float red[4][MM_WG];
+	__global const a_t *ap[4];
+	#pragma unroll
+	for (int r = 0; r < 4; r++) ap[r] = A + min(m0 + r, M - 1) * am;
+	__global const b_t *bp = B + n * bn;
+	float4 acc[4] = {(float4)(0.0f), (float4)(0.0f), (float4)(0.0f),
+	                 (float4)(0.0f)};
+	const int k4 = K & ~3;
+	for (int k = t * 4; k < k4; k += MM_WG * 4) {
+		const float4 bv = BLOAD4(bp, k);
+		#pragma unroll
+		for (int r = 0; r < 4; r++) acc[r] = fma(ALOAD4(ap[r], k), bv, acc[r]);
+	}
+	float s[4];
+	#pragma unroll
+	for (int r = 0; r < 4; r++) s[r] = acc[r].x + acc[r].y + acc[r].z + acc[r].w;
+	for (int k = k4 + t; k < K; k += MM_WG) {
+		const float bv = BLOAD(bp, k);
+		#pragma unroll
+		for (int r = 0; r < 4; r++) s[r] = fma(ALOAD(ap[r], k), bv, s[r]);
+	}
+	#pragma unroll
+	for (int r = 0; r < 4; r++) red[r][t] = s[r];
+	barrier(CLK_LOCAL_MEM_FENCE);
+	for (int w = MM_WG / 2; w > 0; w >>= 1) {
+		if (t < w)
+			#pragma unroll
+			for (int r = 0; r < 4; r++) red[r][t] += red[r][t + w];
+		barrier(CLK_LOCAL_MEM_FENCE);
+	}
+	if (t < 4 && m0 + t < M)
+		mm_put(C, (m0 + t) * cm + n * cn, Bias, (m0 + t) * brm + n * brn,
+		       red[t][0], alpha, beta);
+}
+
+// mm_tiled: work-group (16, 16) computes a 64x64 block of C; work-item
+// (tx, ty) owns rows ty + 16*i and columns tx + 16*j, so reads of the local
+// tiles by neighbouring work-items hit neighbouring addresses. Each 16-deep
+// K slice of A and B is loaded with the work-item index running along
+// whichever dimension is contiguous in memory, to keep global reads
+// coalesced for every transpose.
+#define TT 64
+#define TK 16
+__kernel __attribute__((reqd_work_group_size(16, 16, 1))) void
+mm_tiled(MM_PARAMS) {
+	const int tx = get_local_id(0), ty = get_local_id(1);
+	const int tid = ty * 16 + tx;
+	const int n0 = get_group_id(0) * TT, m0 = get_group_id(1) * TT;
+	MM_BATCH(get_global_id(2))
+	__local float As[TK][TT];
+	__local float Bs[TK][TT];
+	float acc[4][4];
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+	for (int k0 = 0; k0 < K; k0 += TK) {
+		for (int e = tid; e < TT * TK; e += 256) {
+			int mm, kk;
+			if (ak == 1) {
+				kk = e % TK;
+				mm = e / TK;
+			} else {
+				mm = e % TT;
+				kk = e / TT;
+			}
+			const int m = m0 + mm, k = k0 + kk;
+			As[kk][mm] = (m < M && k < K) ? ALOAD(A, m * am + k * ak) : 0.0f;
+			int nn;
+			if (bn == 1) {
+				nn = e % TT;
+				kk = e / TT;
+			} else {
+				kk = e % TK;
+				nn = e / TK;
+			}
+			const int n = n0 + nn, k2 = k0 + kk;
+			Bs[kk][nn] = (n < N && k2 < K) ? BLOAD(B, k2 * bk + n * bn) : 0.0f;
+		}
+		barrier(CLK_LOCAL_MEM_FENCE);
+		for (int kk = 0; kk < TK; kk++) {
+			float a[4], b[4];
+			for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+			for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+			for (int i = 0; i < 4; i++)
+				for (int j = 0; j < 4; j++) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+		}
+		barrier(CLK_LOCAL_MEM_FENCE);
+	}
+	for (int i = 0; i < 4; i++) {
+		const int m = m0 + ty + 16 * i;
+		if (m >= M) continue;
+		for (int j = 0; j < 4; j++) {
+			const int n = n0 + tx + 16 * j;
+			if (n < N)
+				mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, acc[i][j],
+				       alpha, beta);
+		}
+	}
+}
+#endif // MM_GPU
