@@ -7,4 +7,7 @@ cd "$(dirname "$0")/.."
 bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$bad" ]; then echo "gofmt needed:"; echo "$bad"; exit 1; fi
 go vet ./...
+# The ONNX node-test corpus through the OpenCL backend, as one summary line
+# (the per-op table: go run ./tools/tl conformance).
+go run ./tools/tl conformance --summary
 go test -count=1 -timeout 40m ./... "$@"

@@ -1,0 +1,355 @@
+// quant.cl: C = A * W (+ bias) with W a 4-bit packed weight.
+//
+// A is [M, K] (row stride lda), C is [M, N] (row stride ldc), both in the
+// launch's storage (common.cl). W is logically [K, N] and packed as
+// models/quant documents: column n's codes are the uint32 words
+// Q[offQ + n*ldq ...], group g of a column is its words [g*QW, (g+1)*QW)
+// (QW = QG/8), and word i of a group holds in bits 4t..4t+3 the code of the
+// weight at k = g*QG + t*QW + i. The group's two float32 parameters are
+// P[offP + n*ldp + 2g], P[offP + n*ldp + 2g + 1].
+//
+// M, N and K are the active sizes and ldq/ldp the stored column strides, so
+// an elastic sub-model runs on the top-left corner of a larger packed weight
+// without repacking (K must stay a multiple of QG).
+//
+// Build options: -DQG=<group size, a multiple of 32>, -DQ_E0M4 or -DQ_INT4,
+// -DSTORAGE_F16 (A and C), -DBIAS_F16 (the bias). -DQ_HALF selects fp16
+// arithmetic for E0M4 on devices with cl_khr_fp16 (the launcher asks for it
+// only there; PoCL here has no fp16 arithmetic, so that path has never been
+// compiled or run). The fp16 path rounds the group's d and m to half, so a
+// weight of 0 decodes to 0 only within that rounding; the float32 path
+// decodes it to exactly 0.
+//
+// Dequantization, per weight:
+//   E0M4: fma(as_float(0x3F800000 | q << 19), d, m): two bit operations
+//         (move the nibble under the mantissa's top, OR in the exponent of
+//         1.0) and one fma. The fp16 form is as_half(0x3C00 | q << 6).
+//   INT4: (convert_float(q) - z) * s: a convert, a subtract and a multiply.
+// The product then costs one more fma per weight and row.
+//
+// Kernels:
+//   qmm_RxC  R rows x C columns per work-item. A group's QW
+//            words are read as QV-word vectors; nibble t of every lane
+//            decodes at once and meets the QV contiguous activations
+//            k = g*QG + t*QW + h + lane. Each decoded vector is reused across
+//            the R rows: decode (M small) runs 1 x 4, one work-item per
+//            four output columns; prefill runs 4 x 2, dequantizing each
+//            weight vector once per four rows, in registers. The CPU path
+//            (PoCL favours a work-item per output with wide vectors) and the
+//            GPU prefill path.
+//   qmv_wg   GPU decode: a work-group per output column (and block of up to
+//            4 rows); adjacent work-items read adjacent uint4s of the column
+//            (coalesced), partial sums meet in local memory.
+
+#ifndef QG
+#error "quant.cl needs -DQG=<group size>"
+#endif
+#if QG % 32 != 0
+#error "QG must be a multiple of 32"
+#endif
+#define QW (QG / 8)
+
+// QV: the widest of 16, 8, 4 words that divides a group's QW words.
+#if QW % 16 == 0
+#define QV 16
+#elif QW % 8 == 0
+#define QV 8
+#else
+#define QV 4
+#endif
+
+#define QCAT_(a, b) a##b
+#define QCAT(a, b) QCAT_(a, b)
+#define floatV QCAT(float, QV)
+#define uintV QCAT(uint, QV)
+#define vloadV QCAT(vload, QV)
+#define as_floatV QCAT(as_float, QV)
+#define convert_floatV QCAT(convert_float, QV)
+
+// Activation loads of QV (or 4) consecutive elements. vload_half16/8 only
+// need 2-byte alignment by the spec, but PoCL 3.1 marks them 32/16-byte
+// aligned and LLVM may emit an aligned move that faults on an odd offset;
+// half4 pieces (8 bytes, never faulting on x86) are safe everywhere.
+#ifdef STORAGE_F16
+#define QAH4(p, i) vload_half4(0, (p) + (i))
+#if QV == 16
+#define ALOADV(p, i)                                                           \
+	((float16)(QAH4(p, i), QAH4(p, (i) + 4), QAH4(p, (i) + 8),                \
+	           QAH4(p, (i) + 12)))
+#elif QV == 8
+#define ALOADV(p, i) ((float8)(QAH4(p, i), QAH4(p, (i) + 4)))
+#else
+#define ALOADV(p, i) QAH4(p, i)
+#endif
+#define ALOAD4(p, i) QAH4(p, i)
+#else
+#define ALOADV(p, i) vloadV(0, (p) + (i))
+#define ALOAD4(p, i) vload4(0, (p) + (i))
+#endif
+
+#ifdef BIAS_F16
+typedef half bias_t;
+#define BIASLOAD(p, i) vload_half((i), (p))
+#else
+typedef float bias_t;
+#define BIASLOAD(p, i) ((p)[(i)])
+#endif
+
+// QSHt moves nibble t (bits 4t..4t+3) of every lane to bits 19..22, the top
+// four mantissa bits of a float32; the mask that follows drops the rest.
+#define QSH0(u) ((u) << 19)
+#define QSH1(u) ((u) << 15)
+#define QSH2(u) ((u) << 11)
+#define QSH3(u) ((u) << 7)
+#define QSH4(u) ((u) << 3)
+#define QSH5(u) ((u) >> 1)
+#define QSH6(u) ((u) >> 5)
+#define QSH7(u) ((u) >> 9)
+
+// QNIBt extracts nibble t as an integer 0..15 (INT4).
+#define QNIB0(u) ((u) & 0xFu)
+#define QNIB1(u) (((u) >> 4) & 0xFu)
+#define QNIB2(u) (((u) >> 8) & 0xFu)
+#define QNIB3(u) (((u) >> 12) & 0xFu)
+#define QNIB4(u) (((u) >> 16) & 0xFu)
+#define QNIB5(u) (((u) >> 20) & 0xFu)
+#define QNIB6(u) (((u) >> 24) & 0xFu)
+#define QNIB7(u) ((u) >> 28)
+
+// DEQ(FT, AS, CV, u, t, a, b): nibble t of the word vector u dequantized to
+// the float vector type FT with the group's parameters (a, b); AS and CV are
+// FT's as_ and convert_ functions. t must be a literal 0..7.
+//
+// On AVX-512 the E0M4 mask and OR fuse into one vpternlogd, so a weight
+// costs a shift, a ternary-logic op and the fma; INT4 costs a shift, an
+// AND, a convert, a subtract and a multiply.
+#if defined(Q_E0M4)
+#define DEQ(FT, AS, CV, u, t, a, b)                                            \
+	fma(AS((QSH##t(u) & 0x00780000u) | 0x3F800000u), (FT)(a), (FT)(b))
+#elif defined(Q_INT4)
+#define DEQ(FT, AS, CV, u, t, a, b) ((CV(QNIB##t(u)) - (FT)(b)) * (FT)(a))
+#else
+#error "quant.cl needs -DQ_E0M4 or -DQ_INT4"
+#endif
+
+#if defined(Q_HALF) && defined(Q_E0M4) && defined(STORAGE_F16) &&              \
+    defined(cl_khr_fp16)
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#define Q_HALF_MATH 1
+#define halfV QCAT(half, QV)
+#define as_halfV QCAT(as_half, QV)
+#define convert_ushortV QCAT(convert_ushort, QV)
+#define ushortV QCAT(ushort, QV)
+// QHSHt moves nibble t to bits 6..9, the top four mantissa bits of a half.
+#define QHSH0(u) ((u) << 6)
+#define QHSH1(u) ((u) << 2)
+#define QHSH2(u) ((u) >> 2)
+#define QHSH3(u) ((u) >> 6)
+#define QHSH4(u) ((u) >> 10)
+#define QHSH5(u) ((u) >> 14)
+#define QHSH6(u) ((u) >> 18)
+#define QHSH7(u) ((u) >> 22)
+#define DEQH(u, t, a, b)                                                       \
+	fma(as_halfV(convert_ushortV(QHSH##t(u) & 0x3C0u) | (ushortV)(0x3C00)),    \
+	    (halfV)(a), (halfV)(b))
+#endif
+
+static inline float qhsum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+#if QV == 16
+static inline float qhsum(float16 v) {
+	const float8 a = v.lo + v.hi;
+	return qhsum4(a.lo + a.hi);
+}
+#elif QV == 8
+static inline float qhsum(float8 v) { return qhsum4(v.lo + v.hi); }
+#else
+static inline float qhsum(float4 v) { return qhsum4(v); }
+#endif
+
+#define QMM_PARAMS                                                             \
+	__global const uint *Q, int offQ, int ldq, __global const float *P,        \
+	    int offP, int ldp, __global const store_t *A, int offA, int lda,       \
+	    __global store_t *C, int offC, int ldc, __global const bias_t *Bias,   \
+	    int offBias, int hasBias, int M, int N, int K
+
+#define QMM_ARGS                                                               \
+	Q, offQ, ldq, P, offP, ldp, A, offA, lda, C, offC, ldc, Bias, offBias,     \
+	    hasBias, M, N, K
+
+static inline void qput(__global store_t *C, int ci, __global const bias_t *Bias,
+                        int bi, int hasBias, float v) {
+	if (hasBias) v += BIASLOAD(Bias, bi);
+	STORE(C, ci, v);
+}
+
+// QSTEP(t, RB, CB, NA) handles nibble t of the current words: QV weights
+// per column, QV activations per row. Accumulators are split NA ways by t
+// (NA = 4, 2, 1 for 1, 2, 4+ outputs per work-item) so that at least four
+// independent fma chains are in flight: with one accumulator per output
+// every fma waits for the previous one (4 cycles) and the loop runs at a
+// fraction of the issue rate.
+#ifdef Q_HALF_MATH
+// fp16 arithmetic: the two bit operations and the fma run on halves; the
+// products of one group are summed in half (8 terms per lane for QG = 128)
+// and each group's sum is added to a float accumulator.
+#define QSTEP(t, RB, CB, NA)                                                   \
+	{                                                                          \
+		halfV av[RB];                                                          \
+		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
+		    av[r] = vloadV(0, ap[r] + kb + (t) * QW);                          \
+		_Pragma("unroll") for (int c = 0; c < CB; c++) {                       \
+			const halfV w = DEQH(u[c], t, pa[c], pb[c]);                       \
+			_Pragma("unroll") for (int r = 0; r < RB; r++)                     \
+			    gacc[r][c][(t) % NA] = fma(av[r], w, gacc[r][c][(t) % NA]);    \
+		}                                                                      \
+	}
+#define QH_BEGIN(RB, CB, NA)                                                   \
+	halfV gacc[RB][CB][NA];                                                    \
+	_Pragma("unroll") for (int r = 0; r < RB; r++)                             \
+	    _Pragma("unroll") for (int c = 0; c < CB; c++)                         \
+	        _Pragma("unroll") for (int j = 0; j < NA; j++)                     \
+	            gacc[r][c][j] = (halfV)(0.0h);
+#define QH_END(RB, CB, NA)                                                     \
+	_Pragma("unroll") for (int r = 0; r < RB; r++)                             \
+	    _Pragma("unroll") for (int c = 0; c < CB; c++)                         \
+	        _Pragma("unroll") for (int j = 0; j < NA; j++)                     \
+	            acc[r][c][j] += convert_floatV(gacc[r][c][j]);
+#else
+#define QSTEP(t, RB, CB, NA)                                                   \
+	{                                                                          \
+		floatV av[RB];                                                         \
+		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
+		    av[r] = ALOADV(ap[r], kb + (t) * QW);                              \
+		_Pragma("unroll") for (int c = 0; c < CB; c++) {                       \
+			const floatV w =                                                   \
+			    DEQ(floatV, as_floatV, convert_floatV, u[c], t, pa[c], pb[c]); \
+			_Pragma("unroll") for (int r = 0; r < RB; r++)                     \
+			    acc[r][c][(t) % NA] = fma(av[r], w, acc[r][c][(t) % NA]);      \
+		}                                                                      \
+	}
+#define QH_BEGIN(RB, CB, NA)
+#define QH_END(RB, CB, NA)
+#endif
+
+// QMM_KERNEL defines kernel NAME computing RB x CB outputs per work-item.
+// It is a macro rather than a function taking RB and CB so that every
+// private array has its exact constant size: with arrays sized for the
+// largest variant and indexed through an inlined function's constants,
+// PoCL kept them in memory, once per work-item of a 2048-item group, and
+// overflowed the stack. Rows and columns past the edge are clamped for
+// loading and skipped when storing, which keeps the loop free of branches.
+#define QMM_KERNEL(NAME, RB, CB, NA)                                           \
+	__kernel void NAME(QMM_PARAMS) {                                           \
+		const int n0 = get_global_id(0) * CB, m0 = get_global_id(1) * RB;      \
+		if (n0 >= N || m0 >= M) return;                                        \
+		__global const uint *qp[CB];                                           \
+		__global const float *pp[CB];                                          \
+		__global const store_t *ap[RB];                                        \
+		_Pragma("unroll") for (int c = 0; c < CB; c++) {                       \
+			const int n = min(n0 + c, N - 1);                                  \
+			qp[c] = Q + offQ + n * ldq;                                        \
+			pp[c] = P + offP + n * ldp;                                        \
+		}                                                                      \
+		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
+		    ap[r] = A + offA + min(m0 + r, M - 1) * lda;                       \
+		floatV acc[RB][CB][NA];                                                \
+		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
+		    _Pragma("unroll") for (int c = 0; c < CB; c++)                     \
+		        _Pragma("unroll") for (int j = 0; j < NA; j++)                 \
+		            acc[r][c][j] = (floatV)(0.0f);                             \
+		const int ng = K / QG;                                                 \
+		for (int g = 0; g < ng; g++) {                                         \
+			float pa[CB], pb[CB];                                              \
+			_Pragma("unroll") for (int c = 0; c < CB; c++) {                   \
+				const float2 pr = vload2(g, pp[c]);                            \
+				pa[c] = pr.x;                                                  \
+				pb[c] = pr.y;                                                  \
+			}                                                                  \
+			QH_BEGIN(RB, CB, NA)                                               \
+			for (int h = 0; h < QW; h += QV) {                                 \
+				uintV u[CB];                                                   \
+				_Pragma("unroll") for (int c = 0; c < CB; c++)                 \
+				    u[c] = vloadV(0, qp[c] + g * QW + h);                      \
+				const int kb = g * QG + h;                                     \
+				QSTEP(0, RB, CB, NA)                                           \
+				QSTEP(1, RB, CB, NA)                                           \
+				QSTEP(2, RB, CB, NA)                                           \
+				QSTEP(3, RB, CB, NA)                                           \
+				QSTEP(4, RB, CB, NA)                                           \
+				QSTEP(5, RB, CB, NA)                                           \
+				QSTEP(6, RB, CB, NA)                                           \
+				QSTEP(7, RB, CB, NA)                                           \
+			}                                                                  \
+			QH_END(RB, CB, NA)                                                 \
+		}                                                                      \
+		_Pragma("unroll") for (int r = 0; r < RB; r++) {                       \
+			const int m = m0 + r;                                              \
+			if (m >= M) break;                                                 \
+			_Pragma("unroll") for (int c = 0; c < CB; c++) {                   \
+				const int n = n0 + c;                                          \
+				if (n >= N) break;                                             \
+				floatV v = acc[r][c][0];                                       \
+				_Pragma("unroll") for (int j = 1; j < NA; j++) v += acc[r][c][j]; \
+				qput(C, offC + m * ldc + n, Bias, offBias + n, hasBias,        \
+				     qhsum(v));                                                \
+			}                                                                  \
+		}                                                                      \
+	}
+
+// The two blockings the launcher uses. Measured on PoCL (CPU time per
+// launch): for one row, 1x4 and 1x2 tie at K = 4096 and 1x4 is 1.5x faster
+// at K = 11008 (half the activation re-reads, which no longer fit in L1),
+// 1x1 is 30% slower than either; for 64 rows 4x2, 4x4, 2x4 and 8x2 are within 10% of
+// each other. Each variant adds about a second to a cold build, so only
+// these two are compiled.
+QMM_KERNEL(qmm_1x4, 1, 4, 1)
+QMM_KERNEL(qmm_4x2, 4, 2, 1)
+
+// qmv_wg: work-group (QWG, 1, 1) per output column n and block of up to 4
+// rows; global (N*QWG, ceil(M/4)). Work-item l takes the column's uint4
+// chunks l, l+QWG, ...: chunk e is words 4e..4e+3 of group 4e/QW, i.e. the
+// weights k = g*QG + t*QW + h + (0..3) with h = 4e mod QW.
+#define QWG 64
+__kernel __attribute__((reqd_work_group_size(QWG, 1, 1))) void
+qmv_wg(QMM_PARAMS) {
+	const int n = get_group_id(0), m0 = get_global_id(1) * 4;
+	const int l = get_local_id(0);
+	__local float red[4][QWG];
+	__global const uint *qp = Q + offQ + n * ldq;
+	__global const float *pp = P + offP + n * ldp;
+	__global const store_t *ap[4];
+	for (int r = 0; r < 4; r++) ap[r] = A + offA + min(m0 + r, M - 1) * lda;
+	float4 acc[4] = {(float4)(0.0f), (float4)(0.0f), (float4)(0.0f),
+	                 (float4)(0.0f)};
+	const int chunks = K / 32;
+	for (int e = l; e < chunks; e += QWG) {
+		const int g = (4 * e) / QW, h = (4 * e) % QW;
+		const float2 pr = vload2(g, pp);
+		const uint4 u = vload4(e, qp);
+		const int kb = g * QG + h;
+#define QSTEP4(t)                                                              \
+	{                                                                          \
+		const float4 w = DEQ(float4, as_float4, convert_float4, u, t, pr.x, pr.y); \
+		for (int r = 0; r < 4; r++)                                            \
+			acc[r] = fma(ALOAD4(ap[r], kb + (t) * QW), w, acc[r]);             \
+	}
+		QSTEP4(0)
+		QSTEP4(1)
+		QSTEP4(2)
+		QSTEP4(3)
+		QSTEP4(4)
+		QSTEP4(5)
+		QSTEP4(6)
+		QSTEP4(7)
+#undef QSTEP4
+	}
+	for (int r = 0; r < 4; r++) red[r][l] = qhsum4(acc[r]);
+	barrier(CLK_LOCAL_MEM_FENCE);
+	for (int w = QWG / 2; w > 0; w >>= 1) {
+		if (l < w)
+			for (int r = 0; r < 4; r++) red[r][l] += red[r][l + w];
+		barrier(CLK_LOCAL_MEM_FENCE);
+	}
+	if (l < 4 && m0 + l < M)
+		qput(C, offC + (m0 + l) * ldc + n, Bias, offBias + n, hasBias, red[l][0]);
+}
