@@ -54,35 +54,13 @@ func (h *hostTensor) ints() ([]int64, error) {
 	out := make([]int64, n)
 	d := h.data
 	le := binary.LittleEndian
+	if h.dt.IsInt() || h.dt == dtype.Bool {
+		for i := range out {
+			out[i], _ = h.dt.Int(d, i)
+		}
+		return out, nil
+	}
 	switch h.dt {
-	case dtype.Int64, dtype.Uint64:
-		for i := range out {
-			out[i] = int64(le.Uint64(d[8*i:]))
-		}
-	case dtype.Int32:
-		for i := range out {
-			out[i] = int64(int32(le.Uint32(d[4*i:])))
-		}
-	case dtype.Uint32:
-		for i := range out {
-			out[i] = int64(le.Uint32(d[4*i:]))
-		}
-	case dtype.Int16:
-		for i := range out {
-			out[i] = int64(int16(le.Uint16(d[2*i:])))
-		}
-	case dtype.Uint16:
-		for i := range out {
-			out[i] = int64(le.Uint16(d[2*i:]))
-		}
-	case dtype.Int8:
-		for i := range out {
-			out[i] = int64(int8(d[i]))
-		}
-	case dtype.Uint8, dtype.Bool:
-		for i := range out {
-			out[i] = int64(d[i])
-		}
 	case dtype.Float32, dtype.Float16:
 		for i := range out {
 			f := math.Float32frombits(le.Uint32(d[4*i:]))

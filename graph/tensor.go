@@ -158,44 +158,11 @@ func (t *Tensor) Int64s() ([]int64, error) {
 	n := int(t.NumElements())
 	out := make([]int64, n)
 	d := t.Data
-	le := binary.LittleEndian
-	switch t.Type {
-	case dtype.Int64, dtype.Uint64:
-		for i := range out {
-			out[i] = int64(le.Uint64(d[8*i:]))
-		}
-	case dtype.Int32:
-		for i := range out {
-			out[i] = int64(int32(le.Uint32(d[4*i:])))
-		}
-	case dtype.Uint32:
-		for i := range out {
-			out[i] = int64(le.Uint32(d[4*i:]))
-		}
-	case dtype.Int16:
-		for i := range out {
-			out[i] = int64(int16(le.Uint16(d[2*i:])))
-		}
-	case dtype.Uint16:
-		for i := range out {
-			out[i] = int64(le.Uint16(d[2*i:]))
-		}
-	case dtype.Int8:
-		for i := range out {
-			out[i] = int64(int8(d[i]))
-		}
-	case dtype.Uint8:
-		for i := range out {
-			out[i] = int64(d[i])
-		}
-	case dtype.Bool:
-		for i := range out {
-			if d[i] != 0 {
-				out[i] = 1
-			}
-		}
-	default:
+	if !t.Type.IsInt() && t.Type != dtype.Bool {
 		return nil, fmt.Errorf("tensor %q: Int64s of %v tensor", t.Name, t.Type)
+	}
+	for i := range out {
+		out[i], _ = t.Type.Int(d, i)
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@
 package dtype
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 )
@@ -150,4 +151,33 @@ func Float32ToBFloat16(f float32) uint16 {
 	}
 	b += 0x7fff + (b>>16)&1
 	return uint16(b >> 16)
+}
+
+// Int reads element i of little-endian data holding t, for integer and bool
+// types; ok is false for every other type. One decoder keeps the reader, the
+// engine's host tensors and the tools agreeing on signedness and width.
+func (t Type) Int(data []byte, i int) (v int64, ok bool) {
+	le := binary.LittleEndian
+	switch t {
+	case Int64, Uint64:
+		return int64(le.Uint64(data[8*i:])), true
+	case Int32:
+		return int64(int32(le.Uint32(data[4*i:]))), true
+	case Uint32:
+		return int64(le.Uint32(data[4*i:])), true
+	case Int16:
+		return int64(int16(le.Uint16(data[2*i:]))), true
+	case Uint16:
+		return int64(le.Uint16(data[2*i:])), true
+	case Int8:
+		return int64(int8(data[i])), true
+	case Uint8:
+		return int64(data[i]), true
+	case Bool:
+		if data[i] != 0 {
+			return 1, true
+		}
+		return 0, true
+	}
+	return 0, false
 }

@@ -56,3 +56,19 @@ func TestBFloat16(t *testing.T) {
 		t.Errorf("sizes wrong")
 	}
 }
+
+func TestInt(t *testing.T) {
+	data := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	cases := []struct {
+		t    Type
+		want int64
+	}{{Int64, -1}, {Int32, -1}, {Uint32, 1<<32 - 1}, {Int16, -1}, {Uint16, 1<<16 - 1}, {Int8, -1}, {Uint8, 255}, {Bool, 1}}
+	for _, c := range cases {
+		if got, ok := c.t.Int(data, 0); !ok || got != c.want {
+			t.Errorf("%v: got %d, %v; want %d", c.t, got, ok, c.want)
+		}
+	}
+	if _, ok := Float32.Int(data, 0); ok {
+		t.Errorf("float32 must not read as an integer")
+	}
+}
