@@ -98,13 +98,13 @@ var attnCases = map[string]attnCase{
 	"plain":            {p: AttentionParams{Batch: 2, Heads: 2, KVHeads: 2, SeqQ: 5, SeqKV: 7, HeadDim: 24}},
 	"gqa 4:1":          {p: AttentionParams{Batch: 1, Heads: 8, KVHeads: 2, SeqQ: 3, SeqKV: 17, HeadDim: 64}},
 	"decode cache":     {p: AttentionParams{Batch: 2, Heads: 4, KVHeads: 2, SeqQ: 1, SeqKV: 33, HeadDim: 64, Causal: true, Past: 32}, capacity: 40},
-	"prefill causal":   {p: AttentionParams{Batch: 1, Heads: 2, KVHeads: 1, SeqQ: 9, SeqKV: 9, HeadDim: 24, Causal: true}},
+	"prefill causal":   {p: AttentionParams{Batch: 1, Heads: 2, KVHeads: 1, SeqQ: 9, SeqKV: 9, HeadDim: 12, Causal: true}},
 	"chunk with past":  {p: AttentionParams{Batch: 1, Heads: 3, KVHeads: 3, SeqQ: 4, SeqKV: 10, HeadDim: 3, Causal: true, Past: 6}, capacity: 12},
 	"skv 1":            {p: AttentionParams{Batch: 2, Heads: 2, KVHeads: 1, SeqQ: 3, SeqKV: 1, HeadDim: 64}},
-	"mask broadcast":   {p: AttentionParams{Batch: 2, Heads: 4, KVHeads: 4, SeqQ: 6, SeqKV: 11, HeadDim: 24}, maskShape: []int{1, 1, 6, 11}},
+	"mask broadcast":   {p: AttentionParams{Batch: 2, Heads: 4, KVHeads: 4, SeqQ: 6, SeqKV: 11, HeadDim: 64}, maskShape: []int{1, 1, 6, 11}},
 	"mask full + bshd": {p: AttentionParams{Batch: 2, Heads: 2, KVHeads: 1, SeqQ: 4, SeqKV: 70, HeadDim: 3, Scale: 0.3}, maskShape: []int{2, 2, 4, 70}, bshd: true},
 	"mask per batch":   {p: AttentionParams{Batch: 2, Heads: 2, KVHeads: 2, SeqQ: 1, SeqKV: 130, HeadDim: 64, Causal: true, Past: 129}, maskShape: []int{2, 1, 1, 130}, capacity: 131},
-	"bshd decode":      {p: AttentionParams{Batch: 1, Heads: 4, KVHeads: 1, SeqQ: 1, SeqKV: 65, HeadDim: 24}, bshd: true},
+	"bshd decode":      {p: AttentionParams{Batch: 1, Heads: 4, KVHeads: 1, SeqQ: 1, SeqKV: 65, HeadDim: 64}, bshd: true},
 }
 
 func TestAttention(t *testing.T) {
@@ -113,6 +113,13 @@ func TestAttention(t *testing.T) {
 		attnForce = variant
 		for name, c := range attnCases {
 			for _, s := range storages {
+				// Each head size is a program per storage and variant: the
+				// vector widths 16 and 1 in every combination, 8 and 4 (HD 24,
+				// 12) in the CPU kernel at fp32, which keeps a cold run's
+				// builds to ten.
+				if d := c.p.HeadDim; (d == 24 || d == 12) && (s == F16 || variant == "attn_wg") {
+					continue
+				}
 				got, want := attnRun(t, s, c)
 				laClose(t, fmt.Sprintf("%s/%s/%s", variant, name, s), s, got, want)
 			}

@@ -21,10 +21,10 @@
 // the GPU set, otherwise the CPU set, so neither device compiles kernels it
 // never runs):
 //   mm_dot_RxC   K contiguous in A and B (ak == bk == 1): RB rows x CB columns
-//                per work-item, K loop in float16 vectors (1x4 for one row,
+//                per work-item, K loop in float16 vectors (1x8 for one row,
 //                4x4 otherwise). The CPU path for Linear weights.
 //   mm_axpy_RxV  B contiguous along N (bn == 1): RB rows x VB*16 columns
-//                per work-item, VB B vectors per k (1x8 for one row, 4x4
+//                per work-item, VB B vectors per k (1x16 for one row, 4x4
 //                otherwise). The CPU path for MatMul weights stored [K, N].
 //   mm_gemv_wg   GPU, K contiguous, few rows: a work-group per output column
 //                strides over K and reduces in local memory.
@@ -112,29 +112,30 @@ static inline float hsum16(float16 v) {
 }
 
 #ifndef MM_GPU
-// mm_dot computes RB x CB outputs (RB, CB <= 4, constants after inlining so
-// the accumulators live in registers). Rows and columns past the edge are
-// clamped for loading, which keeps the loop free of branches, and skipped
-// when storing.
+// mm_dot computes RB x CB outputs (RB <= 4, CB <= 8). always_inline makes RB
+// and CB constants before the loops are unrolled, and the unroll pragmas
+// make sure they are: otherwise PoCL kept the accumulator arrays on the
+// stack and ran 4x slower. Rows and columns past the edge are clamped for
+// loading, which keeps the loop free of branches, and skipped when storing.
 __attribute__((always_inline)) static inline void
 mm_dot(const int RB, const int CB, MM_PARAMS) {
 	const int n0 = get_global_id(0) * CB, m0 = get_global_id(1) * RB;
 	if (n0 >= N || m0 >= M) return;
 	MM_BATCH(get_global_id(2))
 	__global const a_t *ap[4];
-	__global const b_t *bp[4];
+	__global const b_t *bp[8];
 	#pragma unroll
 	for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
 	#pragma unroll
 	for (int c = 0; c < CB; c++) bp[c] = B + min(n0 + c, N - 1) * bn;
-	float16 acc[4][4];
+	float16 acc[4][8];
 	#pragma unroll
 	for (int r = 0; r < RB; r++)
 		#pragma unroll
 		for (int c = 0; c < CB; c++) acc[r][c] = (float16)(0.0f);
 	int k = 0;
 	for (; k + 16 <= K; k += 16) {
-		float16 av[4], bv[4];
+		float16 av[4], bv[8];
 		#pragma unroll
 		for (int r = 0; r < RB; r++) av[r] = ALOAD16(ap[r], k);
 		#pragma unroll
@@ -144,13 +145,13 @@ mm_dot(const int RB, const int CB, MM_PARAMS) {
 			#pragma unroll
 			for (int c = 0; c < CB; c++) acc[r][c] = fma(av[r], bv[c], acc[r][c]);
 	}
-	float s[4][4];
+	float s[4][8];
 	#pragma unroll
 	for (int r = 0; r < RB; r++)
 		#pragma unroll
 		for (int c = 0; c < CB; c++) s[r][c] = hsum16(acc[r][c]);
 	for (; k < K; k++) {
-		float av[4], bv[4];
+		float av[4], bv[8];
 		#pragma unroll
 		for (int r = 0; r < RB; r++) av[r] = ALOAD(ap[r], k);
 		#pragma unroll
@@ -174,8 +175,8 @@ mm_dot(const int RB, const int CB, MM_PARAMS) {
 	}
 }
 
-__kernel void mm_dot_1x4(MM_PARAMS) { mm_dot(1, 4, MM_ARGS); }
 __kernel void mm_dot_4x4(MM_PARAMS) { mm_dot(4, 4, MM_ARGS); }
+__kernel void mm_dot_1x8(MM_PARAMS) { mm_dot(1, 8, MM_ARGS); }
 
 // mm_axpy computes RB rows x VB*16 columns (RB*VB <= 16): per k, VB vectors
 // of one B row times a broadcast element of each A row. Wide column blocks
@@ -248,8 +249,8 @@ mm_axpy(const int RB, const int VB, MM_PARAMS) {
 	}
 }
 
-__kernel void mm_axpy_1x8(MM_PARAMS) { mm_axpy(1, 8, MM_ARGS); }
 __kernel void mm_axpy_4x4(MM_PARAMS) { mm_axpy(4, 4, MM_ARGS); }
+__kernel void mm_axpy_1x16(MM_PARAMS) { mm_axpy(1, 16, MM_ARGS); }
 
 #endif // !MM_GPU
 

@@ -443,7 +443,7 @@ func (l *Lib) pick(g gemm) (gemm, string) {
 	}
 	if dot(g) {
 		if g.m == 1 {
-			return g, "mm_dot_1x4"
+			return g, "mm_dot_1x8"
 		}
 		return g, "mm_dot_4x4"
 	}
@@ -452,7 +452,7 @@ func (l *Lib) pick(g gemm) (gemm, string) {
 	}
 	if axpy(g) {
 		if g.m == 1 {
-			return g, "mm_axpy_1x8"
+			return g, "mm_axpy_1x16"
 		}
 		return g, "mm_axpy_4x4"
 	}

@@ -121,8 +121,8 @@ func TestMatMulVariants(t *testing.T) {
 	defer func() { mmForce = "" }()
 	shapes := [][3]int{{1, 17, 33}, {3, 65, 17}, {4, 33, 130}, {5, 130, 65}, {70, 67, 20}}
 	variants := map[string][][2]bool{ // name -> (transA, transB) layouts
-		"mm_dot_1x4": {{false, true}}, "mm_dot_4x4": {{false, true}},
-		"mm_axpy_1x8": {{false, false}, {true, false}}, "mm_axpy_4x4": {{false, false}, {true, false}},
+		"mm_dot_1x8": {{false, true}}, "mm_dot_4x4": {{false, true}},
+		"mm_axpy_1x16": {{false, false}, {true, false}}, "mm_axpy_4x4": {{false, false}, {true, false}},
 		"mm_naive":   {{false, false}, {true, true}},
 		"mm_gemv_wg": {{false, true}},
 		"mm_tiled":   {{false, false}, {false, true}, {true, false}, {true, true}},
