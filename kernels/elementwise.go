@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/tlite/tlite/graph/dtype"
 )
@@ -17,6 +18,23 @@ import (
 // its neighbours, runs as a Chain, an expression DAG compiled to one OpenCL
 // kernel. Inputs broadcast to the output shape numpy-style; shapes and
 // strides are launch arguments, so one compiled chain serves every shape.
+//
+// Semantics, shared by the device and RunChainRef:
+//   - Float values (ewF32 and f16 alike) are computed in fp32; only stores to
+//     f16 and explicit Casts to f16 round to binary16 (ties to even).
+//   - Integer values are computed in 64 bits and wrapped to their type after
+//     every operation (int8 100+100 = -56). Div truncates toward zero; Div and
+//     Mod by 0 give 0 and MIN/-1 wraps, where C would trap. Pow of integers
+//     is exact by squaring; a negative exponent truncates (2^-1 = 0).
+//   - Cast float->int truncates toward zero, saturates at the int64 range and
+//     maps NaN to 0, then wraps to the target width (300.0 -> uint8 44);
+//     float->bool and int->bool test != 0 (NaN is true); int->float rounds to
+//     nearest even.
+//   - Max, Min, Clip and Relu propagate NaN. Clip is Min(max, Max(x, min)),
+//     so min > max gives max; an absent bound is argument -1.
+//   - Gelu, QuickGelu, HardSwish and Mish return -0 at -inf, their limit,
+//     instead of the NaN their formulas give. Erf and Gelu use tlite's own
+//     erf/erfc (TestChainErfAccuracy bounds them), not the device built-ins.
 
 //go:embed elementwise.cl
 var elementwiseSrc string
@@ -38,7 +56,7 @@ const (
 	EBool                 // bool, stored as one byte 0 or 1
 )
 
-var elemTypeNames = [...]string{"f32", "f16", "i64", "i32", "i8", "u8", "bool"}
+var elemTypeNames = [...]string{"ewF32", "f16", "i64", "i32", "i8", "u8", "bool"}
 
 func (t ElemType) valid() bool { return t >= EF32 && t <= EBool }
 
@@ -162,47 +180,54 @@ const (
 	ElemIsInf          ElemOp = "IsInf"
 )
 
-// opClass groups ops by their typing rule.
-type opClass int
+// elemOpClass groups ops by their typing rule.
+type elemOpClass int
 
 const (
-	clsLeaf        opClass = iota
-	clsFloatUnary          // float -> same float type
-	clsNumUnary            // int or float -> same type
-	clsAnyUnary            // any -> same type
-	clsFloatTest           // float -> bool
-	clsNumBinary           // (T, T) -> T, T numeric
-	clsNumVariadic         // (T, ...) -> T, T numeric
-	clsCompare             // (T, T) -> bool, T numeric
-	clsLogic               // (bool, bool) -> bool
-	clsSpecial             // own rule in nodeType
+	elemClsLeaf        elemOpClass = iota
+	elemClsFloatUnary              // float -> same float type
+	elemClsNumUnary                // int or float -> same type
+	elemClsAnyUnary                // any -> same type
+	elemClsFloatTest               // float -> bool
+	elemClsNumBinary               // (T, T) -> T, T numeric
+	elemClsNumVariadic             // (T, ...) -> T, T numeric
+	elemClsCompare                 // (T, T) -> bool, T numeric
+	elemClsLogic                   // (bool, bool) -> bool
+	elemClsSpecial                 // own rule in nodeType
 )
 
-var opClasses = map[ElemOp]opClass{
-	ElemInput: clsLeaf, ElemConst: clsLeaf,
-	ElemIdentity: clsAnyUnary,
-	ElemAdd:      clsNumBinary, ElemSub: clsNumBinary, ElemMul: clsNumBinary, ElemDiv: clsNumBinary,
-	ElemMod: clsSpecial, ElemPRelu: clsNumBinary, ElemPow: clsSpecial,
-	ElemMax: clsNumVariadic, ElemMin: clsNumVariadic, ElemSum: clsNumVariadic, ElemMean: clsSpecial,
-	ElemEqual: clsSpecial, ElemLess: clsCompare, ElemGreater: clsCompare,
-	ElemLessOrEqual: clsCompare, ElemGreaterOrEqual: clsCompare,
-	ElemAnd: clsLogic, ElemOr: clsLogic, ElemXor: clsLogic, ElemNot: clsSpecial,
-	ElemWhere: clsSpecial, ElemCast: clsSpecial, ElemClip: clsSpecial,
-	ElemRelu: clsNumUnary, ElemNeg: clsNumUnary, ElemAbs: clsNumUnary, ElemSign: clsNumUnary,
-	ElemLeakyRelu: clsFloatUnary, ElemSigmoid: clsFloatUnary, ElemHardSigmoid: clsFloatUnary,
-	ElemHardSwish: clsFloatUnary, ElemTanh: clsFloatUnary, ElemErf: clsFloatUnary,
-	ElemGelu: clsFloatUnary, ElemQuickGelu: clsFloatUnary, ElemExp: clsFloatUnary,
-	ElemLog: clsFloatUnary, ElemSqrt: clsFloatUnary, ElemReciprocal: clsFloatUnary,
-	ElemFloor: clsFloatUnary, ElemCeil: clsFloatUnary, ElemRound: clsFloatUnary,
-	ElemSin: clsFloatUnary, ElemCos: clsFloatUnary, ElemSoftplus: clsFloatUnary,
-	ElemElu: clsFloatUnary, ElemSelu: clsFloatUnary, ElemMish: clsFloatUnary,
-	ElemIsNaN: clsFloatTest, ElemIsInf: clsFloatTest,
+var elemOpClasses = map[ElemOp]elemOpClass{
+	ElemInput: elemClsLeaf, ElemConst: elemClsLeaf,
+	ElemIdentity: elemClsAnyUnary,
+	ElemAdd:      elemClsNumBinary, ElemSub: elemClsNumBinary, ElemMul: elemClsNumBinary, ElemDiv: elemClsNumBinary,
+	ElemMod: elemClsSpecial, ElemPRelu: elemClsNumBinary, ElemPow: elemClsSpecial,
+	ElemMax: elemClsNumVariadic, ElemMin: elemClsNumVariadic, ElemSum: elemClsNumVariadic, ElemMean: elemClsSpecial,
+	ElemEqual: elemClsSpecial, ElemLess: elemClsCompare, ElemGreater: elemClsCompare,
+	ElemLessOrEqual: elemClsCompare, ElemGreaterOrEqual: elemClsCompare,
+	ElemAnd: elemClsLogic, ElemOr: elemClsLogic, ElemXor: elemClsLogic, ElemNot: elemClsSpecial,
+	ElemWhere: elemClsSpecial, ElemCast: elemClsSpecial, ElemClip: elemClsSpecial,
+	ElemRelu: elemClsNumUnary, ElemNeg: elemClsNumUnary, ElemAbs: elemClsNumUnary, ElemSign: elemClsNumUnary,
+	ElemLeakyRelu: elemClsFloatUnary, ElemSigmoid: elemClsFloatUnary, ElemHardSigmoid: elemClsFloatUnary,
+	ElemHardSwish: elemClsFloatUnary, ElemTanh: elemClsFloatUnary, ElemErf: elemClsFloatUnary,
+	ElemGelu: elemClsFloatUnary, ElemQuickGelu: elemClsFloatUnary, ElemExp: elemClsFloatUnary,
+	ElemLog: elemClsFloatUnary, ElemSqrt: elemClsFloatUnary, ElemReciprocal: elemClsFloatUnary,
+	ElemFloor: elemClsFloatUnary, ElemCeil: elemClsFloatUnary, ElemRound: elemClsFloatUnary,
+	ElemSin: elemClsFloatUnary, ElemCos: elemClsFloatUnary, ElemSoftplus: elemClsFloatUnary,
+	ElemElu: elemClsFloatUnary, ElemSelu: elemClsFloatUnary, ElemMish: elemClsFloatUnary,
+	ElemIsNaN: elemClsFloatTest, ElemIsInf: elemClsFloatTest,
+}
+
+// IsElemOp reports whether a chain can compute the ONNX operator named op
+// (leaves excluded), so the engine can decide what to fuse.
+func IsElemOp(op string) bool {
+	cls, ok := elemOpClasses[ElemOp(op)]
+	return ok && cls != elemClsLeaf
 }
 
 // ElemOps lists every operation a chain supports, in a fixed order.
 func ElemOps() []ElemOp {
-	ops := make([]ElemOp, 0, len(opClasses))
-	for op := range opClasses {
+	ops := make([]ElemOp, 0, len(elemOpClasses))
+	for op := range elemOpClasses {
 		ops = append(ops, op)
 	}
 	slices.Sort(ops)
@@ -275,8 +300,12 @@ type Chain struct {
 	// stored type is the node's type.
 	Outputs []int
 
-	prep *chainPrep
+	prep *chainPrep // guarded by chainPrepMu
 }
+
+// chainPrepMu guards every Chain's prep, so that sessions on different
+// devices may share a chain.
+var chainPrepMu sync.Mutex
 
 // chainPrep is what RunChain derives from a chain once.
 type chainPrep struct {
@@ -383,7 +412,7 @@ func (c *Chain) OutputTypes() ([]ElemType, error) {
 }
 
 func (c *Chain) nodeType(n *ChainNode, types []ElemType) (ElemType, error) {
-	cls, ok := opClasses[n.Op]
+	cls, ok := elemOpClasses[n.Op]
 	if !ok {
 		return 0, fmt.Errorf("unsupported operation")
 	}
@@ -429,7 +458,7 @@ func (c *Chain) nodeType(n *ChainNode, types []ElemType) (ElemType, error) {
 	anyType := func(ElemType) error { return nil }
 
 	switch cls {
-	case clsLeaf:
+	case elemClsLeaf:
 		if len(n.Args) != 0 {
 			return 0, fmt.Errorf("leaf with %d arguments", len(n.Args))
 		}
@@ -439,33 +468,38 @@ func (c *Chain) nodeType(n *ChainNode, types []ElemType) (ElemType, error) {
 			}
 			return c.Inputs[n.Input], nil
 		}
-		if !n.To.valid() {
+		switch {
+		case !n.To.valid():
 			return 0, fmt.Errorf("invalid constant type %v", n.To)
+		case n.To.IsFloat() && n.IntValue != 0:
+			return 0, fmt.Errorf("%v constant given in IntValue; float constants use Value", n.To)
+		case !n.To.IsFloat() && n.Value != 0:
+			return 0, fmt.Errorf("%v constant given in Value; integer and bool constants use IntValue", n.To)
 		}
 		return n.To, nil
-	case clsFloatUnary:
+	case elemClsFloatUnary:
 		return first(isFloat, 1)
-	case clsNumUnary:
+	case elemClsNumUnary:
 		return first(numeric, 1)
-	case clsAnyUnary:
+	case elemClsAnyUnary:
 		return first(anyType, 1)
-	case clsFloatTest:
+	case elemClsFloatTest:
 		_, err := first(isFloat, 1)
 		return EBool, err
-	case clsNumBinary:
+	case elemClsNumBinary:
 		if err := arity(2, 2); err != nil {
 			return 0, err
 		}
 		return first(numeric, 2)
-	case clsNumVariadic:
+	case elemClsNumVariadic:
 		return first(numeric, math.MaxInt)
-	case clsCompare:
+	case elemClsCompare:
 		if err := arity(2, 2); err != nil {
 			return 0, err
 		}
 		_, err := first(numeric, 2)
 		return EBool, err
-	case clsLogic:
+	case elemClsLogic:
 		if err := arity(2, 2); err != nil {
 			return 0, err
 		}
@@ -477,7 +511,7 @@ func (c *Chain) nodeType(n *ChainNode, types []ElemType) (ElemType, error) {
 		}, 2)
 		return EBool, err
 	}
-	// clsSpecial.
+	// elemClsSpecial.
 	switch n.Op {
 	case ElemMod:
 		if err := arity(2, 2); err != nil {
@@ -560,8 +594,8 @@ func (c *Chain) nodeType(n *ChainNode, types []ElemType) (ElemType, error) {
 
 // ---- OpenCL source generation ----
 
-// ctype is the OpenCL type that holds a value of type t during computation.
-func ctype(t ElemType) string {
+// chainCType is the OpenCL type that holds a value of type t during computation.
+func chainCType(t ElemType) string {
 	switch {
 	case t.IsFloat():
 		return "float"
@@ -571,14 +605,14 @@ func ctype(t ElemType) string {
 	return "long"
 }
 
-// ptrType is the OpenCL element type of a buffer of t.
-func ptrType(t ElemType) string {
+// chainPtrType is the OpenCL element type of a buffer of t.
+func chainPtrType(t ElemType) string {
 	return [...]string{"float", "half", "long", "int", "char", "uchar", "uchar"}[t]
 }
 
-// wrapInt narrows a long expression to integer type t's range, as storing
+// chainWrap narrows a long expression to integer type t's range, as storing
 // and reloading it would.
-func wrapInt(t ElemType, e string) string {
+func chainWrap(t ElemType, e string) string {
 	switch t {
 	case EI32:
 		return "(long)(int)(" + e + ")"
@@ -590,8 +624,8 @@ func wrapInt(t ElemType, e string) string {
 	return e
 }
 
-// floatLit is v rounded to float32 as an exact OpenCL literal.
-func floatLit(v float64) string {
+// chainFloatLit is v rounded to float32 as an exact OpenCL literal.
+func chainFloatLit(v float64) string {
 	f := float32(v)
 	switch {
 	case math.IsNaN(float64(f)):
@@ -608,7 +642,7 @@ func floatLit(v float64) string {
 	return s
 }
 
-func longLit(v int64) string {
+func chainLongLit(v int64) string {
 	if v == math.MinInt64 {
 		return "(-9223372036854775807L - 1L)"
 	}
@@ -665,10 +699,10 @@ func (c *Chain) Source() (string, error) {
 			if err != nil {
 				return fmt.Errorf("kernels: chain node %d (%s): %w", i, c.Nodes[i].Op, err)
 			}
-			fmt.Fprintf(w, "\tconst %s v%d = %s;\n", ctype(types[i]), i, e)
+			fmt.Fprintf(w, "\tconst %s v%d = %s;\n", chainCType(types[i]), i, e)
 		}
 		for k, o := range c.Outputs {
-			fmt.Fprintf(w, "\t%s;\n", storeExpr(types[o], fmt.Sprintf("o%d", k), fmt.Sprintf("oo%d + o", k), fmt.Sprintf("v%d", o)))
+			fmt.Fprintf(w, "\t%s;\n", chainStore(types[o], fmt.Sprintf("o%d", k), fmt.Sprintf("oo%d + o", k), fmt.Sprintf("v%d", o)))
 		}
 		return nil
 	}
@@ -681,10 +715,10 @@ func (c *Chain) Source() (string, error) {
 			fmt.Fprintf(w, "const int n%d", d)
 		}
 		for k, o := range c.Outputs {
-			fmt.Fprintf(w, ",\n\t__global %s* o%d, const int oo%d", ptrType(types[o]), k, k)
+			fmt.Fprintf(w, ",\n\t__global %s* o%d, const int oo%d", chainPtrType(types[o]), k, k)
 		}
 		for k, t := range c.Inputs {
-			fmt.Fprintf(w, ",\n\t__global const %s* i%d, const int io%d", ptrType(t), k, k)
+			fmt.Fprintf(w, ",\n\t__global const %s* i%d, const int io%d", chainPtrType(t), k, k)
 			for d := 1; d < rank; d++ {
 				fmt.Fprintf(w, ", const int s%d_%d", k, d)
 			}
@@ -746,9 +780,9 @@ func (c *Chain) describe(i int, types []ElemType) string {
 		s = fmt.Sprintf("Input(%d)", n.Input)
 	case ElemConst:
 		if n.To.IsFloat() {
-			s = "Const(" + floatLit(n.Value) + ")"
+			s = "Const(" + chainFloatLit(n.Value) + ")"
 		} else {
-			s = "Const(" + longLit(n.IntValue) + ")"
+			s = "Const(" + chainLongLit(n.IntValue) + ")"
 		}
 	default:
 		args := make([]string, len(n.Args))
@@ -764,7 +798,7 @@ func (c *Chain) describe(i int, types []ElemType) string {
 	return s + " : " + types[i].String()
 }
 
-func loadExpr(t ElemType, k int) string {
+func chainLoad(t ElemType, k int) string {
 	p, i := fmt.Sprintf("i%d", k), fmt.Sprintf("p%d", k)
 	switch t {
 	case EF32, EI64:
@@ -777,18 +811,18 @@ func loadExpr(t ElemType, k int) string {
 	return "(long)" + p + "[" + i + "]"
 }
 
-func storeExpr(t ElemType, p, i, v string) string {
+func chainStore(t ElemType, p, i, v string) string {
 	switch t {
 	case EF32, EI64:
 		return p + "[" + i + "] = " + v
 	case EF16:
 		return "vstore_half_rte(" + v + ", " + i + ", " + p + ")"
 	}
-	return p + "[" + i + "] = (" + ptrType(t) + ")" + v
+	return p + "[" + i + "] = (" + chainPtrType(t) + ")" + v
 }
 
-// castExpr converts expression e of type from to type to.
-func castExpr(from, to ElemType, e string) string {
+// chainCast converts expression e of type from to type to.
+func chainCast(from, to ElemType, e string) string {
 	switch {
 	case from == to:
 		return e
@@ -799,7 +833,7 @@ func castExpr(from, to ElemType, e string) string {
 	case from.IsFloat() && to == EBool:
 		return "(int)(" + e + " != 0.0f)"
 	case from.IsFloat():
-		return wrapInt(to, "ew_f2l("+e+")")
+		return chainWrap(to, "ew_f2l("+e+")")
 	case to == EF16:
 		return "ew_round_half((float)(" + e + "))"
 	case to.IsFloat():
@@ -809,7 +843,7 @@ func castExpr(from, to ElemType, e string) string {
 	case from == EBool:
 		return "(long)(" + e + ")"
 	}
-	return wrapInt(to, e)
+	return chainWrap(to, e)
 }
 
 // isConstTwo reports whether node a is a constant equal to 2, so Pow can
@@ -825,6 +859,16 @@ func (c *Chain) isConstTwo(a int) bool {
 	return n.To != EBool && n.IntValue == 2
 }
 
+// feedsNode reports whether some node takes node i as an argument.
+func (c *Chain) feedsNode(i int) bool {
+	for _, n := range c.Nodes[i+1:] {
+		if slices.Contains(n.Args, i) {
+			return true
+		}
+	}
+	return false
+}
+
 // expr is the OpenCL expression computing node i from earlier values.
 func (c *Chain) expr(i int, types []ElemType) (string, error) {
 	n := &c.Nodes[i]
@@ -833,7 +877,7 @@ func (c *Chain) expr(i int, types []ElemType) (string, error) {
 	vt := func(k int) ElemType { return types[n.Args[k]] }
 	fl := t.IsFloat()
 	wrapArith := func(op string) string {
-		return wrapInt(t, "(long)((ulong)"+v(0)+" "+op+" (ulong)"+v(1)+")")
+		return chainWrap(t, "(long)((ulong)"+v(0)+" "+op+" (ulong)"+v(1)+")")
 	}
 	fold := func(f func(a, b string) string) string {
 		acc := v(0)
@@ -844,21 +888,21 @@ func (c *Chain) expr(i int, types []ElemType) (string, error) {
 	}
 	switch n.Op {
 	case ElemInput:
-		return loadExpr(t, n.Input), nil
+		return chainLoad(t, n.Input), nil
 	case ElemConst:
 		switch {
 		case fl:
 			if t == EF16 {
-				return floatLit(float64(roundHalf(float32(n.Value)))), nil
+				return chainFloatLit(float64(ewRoundHalf(float32(n.Value)))), nil
 			}
-			return floatLit(n.Value), nil
+			return chainFloatLit(n.Value), nil
 		case t == EBool:
 			if n.IntValue != 0 {
 				return "1", nil
 			}
 			return "0", nil
 		}
-		return longLit(wrapRef(t, n.IntValue)), nil
+		return chainLongLit(ewWrap(t, n.IntValue)), nil
 	case ElemIdentity:
 		return v(0), nil
 	case ElemAdd, ElemSub, ElemMul:
@@ -871,22 +915,22 @@ func (c *Chain) expr(i int, types []ElemType) (string, error) {
 		if fl {
 			return v(0) + " / " + v(1), nil
 		}
-		return wrapInt(t, "ew_idiv("+v(0)+", "+v(1)+")"), nil
+		return chainWrap(t, "ew_idiv("+v(0)+", "+v(1)+")"), nil
 	case ElemMod:
 		if fl {
 			return "fmod(" + v(0) + ", " + v(1) + ")", nil
 		}
 		if n.Fmod == 1 {
-			return wrapInt(t, "ew_irem("+v(0)+", "+v(1)+")"), nil
+			return chainWrap(t, "ew_irem("+v(0)+", "+v(1)+")"), nil
 		}
-		return wrapInt(t, "ew_imod("+v(0)+", "+v(1)+")"), nil
+		return chainWrap(t, "ew_imod("+v(0)+", "+v(1)+")"), nil
 	case ElemPow:
 		et := vt(1)
 		if c.isConstTwo(n.Args[1]) {
 			if fl {
 				return v(0) + " * " + v(0), nil
 			}
-			return wrapInt(t, "(long)((ulong)"+v(0)+" * (ulong)"+v(0)+")"), nil
+			return chainWrap(t, "(long)((ulong)"+v(0)+" * (ulong)"+v(0)+")"), nil
 		}
 		switch {
 		case fl && et.IsFloat():
@@ -894,9 +938,9 @@ func (c *Chain) expr(i int, types []ElemType) (string, error) {
 		case fl:
 			return "pow(" + v(0) + ", (float)" + v(1) + ")", nil
 		case et.IsFloat():
-			return wrapInt(t, "ew_f2l(pow((float)"+v(0)+", "+v(1)+"))"), nil
+			return chainWrap(t, "ew_f2l(pow((float)"+v(0)+", "+v(1)+"))"), nil
 		}
-		return wrapInt(t, "ew_ipow("+v(0)+", "+v(1)+")"), nil
+		return chainWrap(t, "ew_ipow("+v(0)+", "+v(1)+")"), nil
 	case ElemMax, ElemMin:
 		if fl {
 			f := "ew_fmax"
@@ -916,11 +960,11 @@ func (c *Chain) expr(i int, types []ElemType) (string, error) {
 		if fl {
 			s := fold(func(a, b string) string { return "(" + a + " + " + b + ")" })
 			if n.Op == ElemMean {
-				s += " / " + floatLit(float64(len(n.Args)))
+				s += " / " + chainFloatLit(float64(len(n.Args)))
 			}
 			return s, nil
 		}
-		return wrapInt(t, fold(func(a, b string) string { return "(long)((ulong)" + a + " + (ulong)" + b + ")" })), nil
+		return chainWrap(t, fold(func(a, b string) string { return "(long)((ulong)" + a + " + (ulong)" + b + ")" })), nil
 	case ElemEqual, ElemLess, ElemGreater, ElemLessOrEqual, ElemGreaterOrEqual:
 		op := map[ElemOp]string{ElemEqual: "==", ElemLess: "<", ElemGreater: ">", ElemLessOrEqual: "<=", ElemGreaterOrEqual: ">="}[n.Op]
 		return "(int)(" + v(0) + " " + op + " " + v(1) + ")", nil
@@ -935,7 +979,11 @@ func (c *Chain) expr(i int, types []ElemType) (string, error) {
 	case ElemWhere:
 		return v(0) + " ? " + v(1) + " : " + v(2), nil
 	case ElemCast:
-		return castExpr(vt(0), t, v(0)), nil
+		if t == EF16 && vt(0).IsFloat() && !c.feedsNode(i) {
+			// Only stored: vstore_half_rte rounds exactly like ew_round_half.
+			return v(0), nil
+		}
+		return chainCast(vt(0), t, v(0)), nil
 	case ElemClip:
 		// ONNX: Min(max, Max(x, min)), so min > max yields max; comparisons
 		// rather than fmin/fmax keep NaN.
@@ -956,12 +1004,12 @@ func (c *Chain) expr(i int, types []ElemType) (string, error) {
 		if fl {
 			return "-" + v(0), nil
 		}
-		return wrapInt(t, "(long)(0UL - (ulong)"+v(0)+")"), nil
+		return chainWrap(t, "(long)(0UL - (ulong)"+v(0)+")"), nil
 	case ElemAbs:
 		if fl {
 			return "fabs(" + v(0) + ")", nil
 		}
-		return wrapInt(t, v(0)+" < 0 ? (long)(0UL - (ulong)"+v(0)+") : "+v(0)), nil
+		return chainWrap(t, v(0)+" < 0 ? (long)(0UL - (ulong)"+v(0)+") : "+v(0)), nil
 	case ElemSign:
 		if fl {
 			return v(0) + " > 0.0f ? 1.0f : (" + v(0) + " < 0.0f ? -1.0f : " + v(0) + ")", nil
@@ -971,16 +1019,16 @@ func (c *Chain) expr(i int, types []ElemType) (string, error) {
 		if fl {
 			return v(0) + " < 0.0f ? " + v(1) + " * " + v(0) + " : " + v(0), nil
 		}
-		return v(0) + " < 0 ? " + wrapInt(t, "(long)((ulong)"+v(1)+" * (ulong)"+v(0)+")") + " : " + v(0), nil
+		return v(0) + " < 0 ? " + chainWrap(t, "(long)((ulong)"+v(1)+" * (ulong)"+v(0)+")") + " : " + v(0), nil
 	}
 	x := v(0)
 	switch n.Op {
 	case ElemLeakyRelu:
-		return x + " < 0.0f ? " + floatLit(n.Alpha) + " * " + x + " : " + x, nil
+		return x + " < 0.0f ? " + chainFloatLit(n.Alpha) + " * " + x + " : " + x, nil
 	case ElemSigmoid:
 		return "ew_sigmoid(" + x + ")", nil
 	case ElemHardSigmoid:
-		return "ew_hardsigmoid(" + x + ", " + floatLit(n.Alpha) + ", " + floatLit(n.Beta) + ")", nil
+		return "ew_hardsigmoid(" + x + ", " + chainFloatLit(n.Alpha) + ", " + chainFloatLit(n.Beta) + ")", nil
 	case ElemHardSwish:
 		return "ew_hardswish(" + x + ")", nil
 	case ElemTanh:
@@ -996,7 +1044,7 @@ func (c *Chain) expr(i int, types []ElemType) (string, error) {
 		}
 		return "", fmt.Errorf("Gelu approximate=%q, want none or tanh", n.Approximate)
 	case ElemQuickGelu:
-		return "ew_quickgelu(" + x + ", " + floatLit(n.Alpha) + ")", nil
+		return "ew_quickgelu(" + x + ", " + chainFloatLit(n.Alpha) + ")", nil
 	case ElemExp:
 		return "exp(" + x + ")", nil
 	case ElemLog:
@@ -1018,10 +1066,10 @@ func (c *Chain) expr(i int, types []ElemType) (string, error) {
 	case ElemSoftplus:
 		return "ew_softplus(" + x + ")", nil
 	case ElemElu:
-		return x + " < 0.0f ? " + floatLit(n.Alpha) + " * expm1(" + x + ") : " + x, nil
+		return x + " < 0.0f ? " + chainFloatLit(n.Alpha) + " * expm1(" + x + ") : " + x, nil
 	case ElemSelu:
 		ga := float64(float32(n.Gamma) * float32(n.Alpha))
-		return x + " > 0.0f ? " + floatLit(n.Gamma) + " * " + x + " : " + floatLit(ga) + " * expm1(" + x + ")", nil
+		return x + " > 0.0f ? " + chainFloatLit(n.Gamma) + " * " + x + " : " + chainFloatLit(ga) + " * expm1(" + x + ")", nil
 	case ElemMish:
 		return "ew_mish(" + x + ")", nil
 	case ElemIsNaN:
@@ -1132,6 +1180,8 @@ func chainBroadcast(out []int, ins [][]int) (chainLayout, error) {
 
 // prepare generates and keeps the chain's source the first time it runs.
 func (c *Chain) prepare() (*chainPrep, error) {
+	chainPrepMu.Lock()
+	defer chainPrepMu.Unlock()
 	if c.prep != nil {
 		return c.prep, nil
 	}

@@ -38,22 +38,22 @@ func NewHostTensor(t ElemType, shape []int) HostTensor {
 	return h
 }
 
-// refVal is one element's value during reference evaluation: f for float
+// ewVal is one element's value during reference evaluation: f for float
 // types (always a float32 value), i for integers and bool.
-type refVal struct {
+type ewVal struct {
 	f float64
 	i int64
 }
 
-// r32 rounds an exactly computed result to float32, the precision the device
-// computes float chains in.
-func r32(x float64) float64 { return float64(float32(x)) }
+// ewF32 rounds an exactly computed result, an attribute or a constant to
+// float32, the precision the device computes float chains in.
+func ewF32(x float64) float64 { return float64(float32(x)) }
 
-// roundHalf rounds x to the nearest binary16 value, ties to even.
-func roundHalf(x float32) float32 { return dtype.HalfToFloat32(dtype.Float32ToHalf(x)) }
+// ewRoundHalf rounds x to the nearest binary16 value, ties to even.
+func ewRoundHalf(x float32) float32 { return dtype.HalfToFloat32(dtype.Float32ToHalf(x)) }
 
-// wrapRef narrows v to integer type t's range with two's-complement wrap.
-func wrapRef(t ElemType, v int64) int64 {
+// ewWrap narrows v to integer type t's range with two's-complement wrap.
+func ewWrap(t ElemType, v int64) int64 {
 	switch t {
 	case EI32:
 		return int64(int32(v))
@@ -70,9 +70,9 @@ func wrapRef(t ElemType, v int64) int64 {
 	return v
 }
 
-// satTrunc converts a float to int64 truncating toward zero, saturating and
+// ewSatTrunc converts a float to int64 truncating toward zero, saturating and
 // mapping NaN to 0 (OpenCL's convert_long_sat_rtz).
-func satTrunc(x float64) int64 {
+func ewSatTrunc(x float64) int64 {
 	switch {
 	case math.IsNaN(x):
 		return 0
@@ -122,7 +122,7 @@ func RunChainRef(c *Chain, outShape []int, ins []HostTensor) ([]HostTensor, erro
 		n *= d
 	}
 	idx := make([]int, r)
-	vals := make([]refVal, len(c.Nodes))
+	vals := make([]ewVal, len(c.Nodes))
 	for e := 0; e < n; e++ {
 		// Multi-index of element e, last dimension fastest.
 		for d, q := r-1, e; d >= 0; d-- {
@@ -142,9 +142,9 @@ func RunChainRef(c *Chain, outShape []int, ins []HostTensor) ([]HostTensor, erro
 					off = off*d + x
 				}
 				if in.Type.IsFloat() {
-					vals[i] = refVal{f: float64(in.F[off])}
+					vals[i] = ewVal{f: float64(in.F[off])}
 				} else {
-					vals[i] = refVal{i: wrapRef(in.Type, in.I[off])}
+					vals[i] = ewVal{i: ewWrap(in.Type, in.I[off])}
 				}
 				continue
 			}
@@ -157,7 +157,7 @@ func RunChainRef(c *Chain, outShape []int, ins []HostTensor) ([]HostTensor, erro
 			v := vals[o]
 			switch t := types[o]; {
 			case t == EF16:
-				outs[k].F[e] = roundHalf(float32(v.f))
+				outs[k].F[e] = ewRoundHalf(float32(v.f))
 			case t.IsFloat():
 				outs[k].F[e] = float32(v.f)
 			default:
@@ -168,42 +168,42 @@ func RunChainRef(c *Chain, outShape []int, ins []HostTensor) ([]HostTensor, erro
 	return outs, nil
 }
 
-func b2i(b bool) int64 {
+func ewB2I(b bool) int64 {
 	if b {
 		return 1
 	}
 	return 0
 }
 
-// refCast converts v of type from to type to, as castExpr does on device.
-func refCast(from, to ElemType, v refVal) refVal {
+// ewRefCast converts v of type from to type to, as chainCast does on device.
+func ewRefCast(from, to ElemType, v ewVal) ewVal {
 	switch {
 	case from.IsFloat() && to == EF16:
-		return refVal{f: float64(roundHalf(float32(v.f)))}
+		return ewVal{f: float64(ewRoundHalf(float32(v.f)))}
 	case from.IsFloat() && to.IsFloat():
 		return v
 	case from.IsFloat() && to == EBool:
-		return refVal{i: b2i(v.f != 0)}
+		return ewVal{i: ewB2I(v.f != 0)}
 	case from.IsFloat():
-		return refVal{i: wrapRef(to, satTrunc(v.f))}
+		return ewVal{i: ewWrap(to, ewSatTrunc(v.f))}
 	case to == EF16:
-		return refVal{f: float64(roundHalf(float32(v.i)))}
+		return ewVal{f: float64(ewRoundHalf(float32(v.i)))}
 	case to.IsFloat():
-		return refVal{f: float64(float32(v.i))}
+		return ewVal{f: float64(float32(v.i))}
 	}
-	return refVal{i: wrapRef(to, v.i)}
+	return ewVal{i: ewWrap(to, v.i)}
 }
 
-func refSigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+func ewRefSigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
-func refSoftplus(x float64) float64 {
+func ewRefSoftplus(x float64) float64 {
 	if x > 0 {
 		return x + math.Log1p(math.Exp(-x))
 	}
 	return math.Log1p(math.Exp(x))
 }
 
-func refHardSigmoid(x, alpha, beta float64) float64 {
+func ewRefHardSigmoid(x, alpha, beta float64) float64 {
 	t := alpha*x + beta
 	switch {
 	case t < 0:
@@ -214,7 +214,7 @@ func refHardSigmoid(x, alpha, beta float64) float64 {
 	return t
 }
 
-func refIDiv(a, b int64) int64 {
+func ewRefIDiv(a, b int64) int64 {
 	switch b {
 	case 0:
 		return 0
@@ -224,22 +224,22 @@ func refIDiv(a, b int64) int64 {
 	return a / b
 }
 
-func refIRem(a, b int64) int64 {
+func ewRefIRem(a, b int64) int64 {
 	if b == 0 || b == -1 {
 		return 0
 	}
 	return a % b
 }
 
-func refIMod(a, b int64) int64 {
-	r := refIRem(a, b)
+func ewRefIMod(a, b int64) int64 {
+	r := ewRefIRem(a, b)
 	if r != 0 && (r < 0) != (b < 0) {
 		r += b
 	}
 	return r
 }
 
-func refIPow(b, e int64) int64 {
+func ewRefIPow(b, e int64) int64 {
 	if e < 0 {
 		switch b {
 		case 1:
@@ -263,33 +263,30 @@ func refIPow(b, e int64) int64 {
 	return int64(r)
 }
 
-// f32 is an attribute or constant as the device sees it.
-func f32(x float64) float64 { return float64(float32(x)) }
-
 // refEval computes node i from the values of earlier nodes.
-func (c *Chain) refEval(i int, types []ElemType, vals []refVal) (refVal, error) {
+func (c *Chain) refEval(i int, types []ElemType, vals []ewVal) (ewVal, error) {
 	n := &c.Nodes[i]
 	t := types[i]
 	fl := t.IsFloat()
-	arg := func(k int) refVal { return vals[n.Args[k]] }
+	arg := func(k int) ewVal { return vals[n.Args[k]] }
 	at := func(k int) ElemType { return types[n.Args[k]] }
-	var a, b refVal
+	var a, b ewVal
 	if len(n.Args) > 0 {
 		a = arg(0)
 	}
 	if len(n.Args) > 1 && n.Args[1] >= 0 {
 		b = arg(1)
 	}
-	F := func(x float64) (refVal, error) { return refVal{f: r32(x)}, nil }
-	I := func(x int64) (refVal, error) { return refVal{i: wrapRef(t, x)}, nil }
-	B := func(x bool) (refVal, error) { return refVal{i: b2i(x)}, nil }
+	F := func(x float64) (ewVal, error) { return ewVal{f: ewF32(x)}, nil }
+	I := func(x int64) (ewVal, error) { return ewVal{i: ewWrap(t, x)}, nil }
+	B := func(x bool) (ewVal, error) { return ewVal{i: ewB2I(x)}, nil }
 	switch n.Op {
 	case ElemConst:
 		switch {
 		case t == EF16:
-			return refVal{f: float64(roundHalf(float32(n.Value)))}, nil
+			return ewVal{f: float64(ewRoundHalf(float32(n.Value)))}, nil
 		case fl:
-			return refVal{f: f32(n.Value)}, nil
+			return ewVal{f: ewF32(n.Value)}, nil
 		}
 		return I(n.IntValue)
 	case ElemIdentity:
@@ -313,15 +310,15 @@ func (c *Chain) refEval(i int, types []ElemType, vals []refVal) (refVal, error) 
 		if fl {
 			return F(a.f / b.f)
 		}
-		return I(refIDiv(a.i, b.i))
+		return I(ewRefIDiv(a.i, b.i))
 	case ElemMod:
 		switch {
 		case fl:
 			return F(math.Mod(a.f, b.f))
 		case n.Fmod == 1:
-			return I(refIRem(a.i, b.i))
+			return I(ewRefIRem(a.i, b.i))
 		}
-		return I(refIMod(a.i, b.i))
+		return I(ewRefIMod(a.i, b.i))
 	case ElemPow:
 		switch {
 		case fl && at(1).IsFloat():
@@ -329,9 +326,9 @@ func (c *Chain) refEval(i int, types []ElemType, vals []refVal) (refVal, error) 
 		case fl:
 			return F(math.Pow(a.f, float64(float32(b.i))))
 		case at(1).IsFloat():
-			return I(satTrunc(r32(math.Pow(float64(float32(a.i)), b.f))))
+			return I(ewSatTrunc(ewF32(math.Pow(float64(float32(a.i)), b.f))))
 		}
-		return I(refIPow(a.i, b.i))
+		return I(ewRefIPow(a.i, b.i))
 	case ElemMax, ElemMin:
 		acc := a
 		for k := 1; k < len(n.Args); k++ {
@@ -356,13 +353,13 @@ func (c *Chain) refEval(i int, types []ElemType, vals []refVal) (refVal, error) 
 		acc := a
 		for k := 1; k < len(n.Args); k++ {
 			if fl {
-				acc.f = r32(acc.f + arg(k).f)
+				acc.f = ewF32(acc.f + arg(k).f)
 			} else {
-				acc.i = wrapRef(t, int64(uint64(acc.i)+uint64(arg(k).i)))
+				acc.i = ewWrap(t, int64(uint64(acc.i)+uint64(arg(k).i)))
 			}
 		}
 		if n.Op == ElemMean {
-			acc.f = r32(acc.f / float64(len(n.Args)))
+			acc.f = ewF32(acc.f / float64(len(n.Args)))
 		}
 		return acc, nil
 	case ElemEqual, ElemLess, ElemGreater, ElemLessOrEqual, ElemGreaterOrEqual:
@@ -411,7 +408,7 @@ func (c *Chain) refEval(i int, types []ElemType, vals []refVal) (refVal, error) 
 		}
 		return arg(2), nil
 	case ElemCast:
-		return refCast(at(0), t, a), nil
+		return ewRefCast(at(0), t, a), nil
 	case ElemClip:
 		x := a
 		if len(n.Args) > 1 && n.Args[1] >= 0 {
@@ -429,22 +426,22 @@ func (c *Chain) refEval(i int, types []ElemType, vals []refVal) (refVal, error) 
 	case ElemRelu:
 		if fl {
 			if a.f < 0 {
-				return refVal{}, nil
+				return ewVal{}, nil
 			}
 			return a, nil
 		}
 		if a.i < 0 {
-			return refVal{}, nil
+			return ewVal{}, nil
 		}
 		return a, nil
 	case ElemNeg:
 		if fl {
-			return refVal{f: -a.f}, nil
+			return ewVal{f: -a.f}, nil
 		}
 		return I(int64(-uint64(a.i)))
 	case ElemAbs:
 		if fl {
-			return refVal{f: math.Abs(a.f)}, nil
+			return ewVal{f: math.Abs(a.f)}, nil
 		}
 		if a.i < 0 {
 			return I(int64(-uint64(a.i)))
@@ -454,13 +451,13 @@ func (c *Chain) refEval(i int, types []ElemType, vals []refVal) (refVal, error) 
 		if fl {
 			switch {
 			case a.f > 0:
-				return refVal{f: 1}, nil
+				return ewVal{f: 1}, nil
 			case a.f < 0:
-				return refVal{f: -1}, nil
+				return ewVal{f: -1}, nil
 			}
 			return a, nil
 		}
-		return refVal{i: b2i(a.i > 0) - b2i(a.i < 0)}, nil
+		return ewVal{i: ewB2I(a.i > 0) - ewB2I(a.i < 0)}, nil
 	case ElemPRelu:
 		if fl {
 			if a.f < 0 {
@@ -482,21 +479,21 @@ func (c *Chain) refEval(i int, types []ElemType, vals []refVal) (refVal, error) 
 	case ElemHardSwish, ElemGelu, ElemQuickGelu, ElemMish:
 		if math.IsInf(x, -1) {
 			// The limit of x*gate(x), where the formula gives NaN.
-			return refVal{f: math.Copysign(0, -1)}, nil
+			return ewVal{f: math.Copysign(0, -1)}, nil
 		}
 	}
 	switch n.Op {
 	case ElemLeakyRelu:
 		if x < 0 {
-			return F(f32(n.Alpha) * x)
+			return F(ewF32(n.Alpha) * x)
 		}
 		return a, nil
 	case ElemSigmoid:
-		return F(refSigmoid(x))
+		return F(ewRefSigmoid(x))
 	case ElemHardSigmoid:
-		return F(refHardSigmoid(x, f32(n.Alpha), f32(n.Beta)))
+		return F(ewRefHardSigmoid(x, ewF32(n.Alpha), ewF32(n.Beta)))
 	case ElemHardSwish:
-		return F(x * refHardSigmoid(x, f32(1.0/6), 0.5))
+		return F(x * ewRefHardSigmoid(x, ewF32(1.0/6), 0.5))
 	case ElemTanh:
 		return F(math.Tanh(x))
 	case ElemErf:
@@ -508,9 +505,9 @@ func (c *Chain) refEval(i int, types []ElemType, vals []refVal) (refVal, error) 
 		case "tanh":
 			return F(x / (1 + math.Exp(-2*math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x))))
 		}
-		return refVal{}, fmt.Errorf("Gelu approximate=%q, want none or tanh", n.Approximate)
+		return ewVal{}, fmt.Errorf("Gelu approximate=%q, want none or tanh", n.Approximate)
 	case ElemQuickGelu:
-		return F(x * refSigmoid(f32(n.Alpha)*x))
+		return F(x * ewRefSigmoid(ewF32(n.Alpha)*x))
 	case ElemExp:
 		return F(math.Exp(x))
 	case ElemLog:
@@ -530,19 +527,19 @@ func (c *Chain) refEval(i int, types []ElemType, vals []refVal) (refVal, error) 
 	case ElemCos:
 		return F(math.Cos(x))
 	case ElemSoftplus:
-		return F(refSoftplus(x))
+		return F(ewRefSoftplus(x))
 	case ElemElu:
 		if x < 0 {
-			return F(f32(n.Alpha) * math.Expm1(x))
+			return F(ewF32(n.Alpha) * math.Expm1(x))
 		}
 		return a, nil
 	case ElemSelu:
 		if x > 0 {
-			return F(f32(n.Gamma) * x)
+			return F(ewF32(n.Gamma) * x)
 		}
 		return F(float64(float32(n.Gamma)*float32(n.Alpha)) * math.Expm1(x))
 	case ElemMish:
-		return F(x * math.Tanh(refSoftplus(x)))
+		return F(x * math.Tanh(ewRefSoftplus(x)))
 	}
-	return refVal{}, fmt.Errorf("no reference implementation")
+	return ewVal{}, fmt.Errorf("no reference implementation")
 }

@@ -181,7 +181,7 @@ func ewFloats(seed int64, typ ElemType, n int, lo, hi float64) HostTensor {
 	for i := range h.F {
 		x := float32(lo + (hi-lo)*r.Float64())
 		if typ == EF16 {
-			x = roundHalf(x)
+			x = ewRoundHalf(x)
 		}
 		h.F[i] = x
 	}
@@ -198,7 +198,7 @@ func ewInts(seed int64, typ ElemType, n int, lo, hi int64, specials ...int64) Ho
 		if i < len(specials) {
 			v = specials[i]
 		}
-		h.I[i] = wrapRef(typ, v)
+		h.I[i] = ewWrap(typ, v)
 	}
 	return h
 }
@@ -266,7 +266,7 @@ func TestChainRefHandValues(t *testing.T) {
 		}
 		return out[0].I[0]
 	}
-	cast := func(from, to ElemType, x float64) refVal {
+	cast := func(from, to ElemType, x float64) ewVal {
 		t.Helper()
 		in := HostTensor{Type: from}
 		if from.IsFloat() {
@@ -281,9 +281,9 @@ func TestChainRefHandValues(t *testing.T) {
 			t.Fatal(err)
 		}
 		if to.IsFloat() {
-			return refVal{f: float64(out[0].F[0])}
+			return ewVal{f: float64(out[0].F[0])}
 		}
-		return refVal{i: out[0].I[0]}
+		return ewVal{i: out[0].I[0]}
 	}
 	near := func(what string, got float32, want float64) {
 		t.Helper()
@@ -331,14 +331,14 @@ func TestChainRefHandValues(t *testing.T) {
 		{"Pow(-2,3)", ibin(ElemPow, -2, 3, 0), -8},
 		{"Pow(2,-1)", ibin(ElemPow, 2, -1, 0), 0},
 		{"Max(-3,2)", ibin(ElemMax, -3, 2, 0), 2},
-		{"Cast(-2.7 f32->i64)", cast(EF32, EI64, -2.7).i, -2},
-		{"Cast(2.7 f32->i64)", cast(EF32, EI64, 2.7).i, 2},
-		{"Cast(300 f32->u8)", cast(EF32, EU8, 300).i, 44},
-		{"Cast(-1 f32->u8)", cast(EF32, EU8, -1).i, 255},
-		{"Cast(NaN f32->i32)", cast(EF32, EI32, math.NaN()).i, 0},
-		{"Cast(1e20 f32->i64)", cast(EF32, EI64, 1e20).i, math.MaxInt64},
-		{"Cast(0.1 f32->bool)", cast(EF32, EBool, 0.1).i, 1},
-		{"Cast(NaN f32->bool)", cast(EF32, EBool, math.NaN()).i, 1},
+		{"Cast(-2.7 ewF32->i64)", cast(EF32, EI64, -2.7).i, -2},
+		{"Cast(2.7 ewF32->i64)", cast(EF32, EI64, 2.7).i, 2},
+		{"Cast(300 ewF32->u8)", cast(EF32, EU8, 300).i, 44},
+		{"Cast(-1 ewF32->u8)", cast(EF32, EU8, -1).i, 255},
+		{"Cast(NaN ewF32->i32)", cast(EF32, EI32, math.NaN()).i, 0},
+		{"Cast(1e20 ewF32->i64)", cast(EF32, EI64, 1e20).i, math.MaxInt64},
+		{"Cast(0.1 ewF32->bool)", cast(EF32, EBool, 0.1).i, 1},
+		{"Cast(NaN ewF32->bool)", cast(EF32, EBool, math.NaN()).i, 1},
 		{"Cast(256 i64->u8)", cast(EI64, EU8, 256).i, 0},
 		{"Cast(200 i64->i8)", cast(EI64, EI8, 200).i, -56},
 		{"Cast(-1 i8->u8)", cast(EI8, EU8, -1).i, 255},
@@ -352,13 +352,13 @@ func TestChainRefHandValues(t *testing.T) {
 		what      string
 		got, want float64
 	}{
-		{"Cast(70000 f32->f16)", cast(EF32, EF16, 70000).f, math.Inf(1)},
-		{"Cast(65519 f32->f16)", cast(EF32, EF16, 65519).f, 65504},
-		{"Cast(1+2^-11 f32->f16)", cast(EF32, EF16, 1+0x1p-11).f, 1},
-		{"Cast(1+3*2^-11 f32->f16)", cast(EF32, EF16, 1+3*0x1p-11).f, 1 + 0x1p-9},
+		{"Cast(70000 ewF32->f16)", cast(EF32, EF16, 70000).f, math.Inf(1)},
+		{"Cast(65519 ewF32->f16)", cast(EF32, EF16, 65519).f, 65504},
+		{"Cast(1+2^-11 ewF32->f16)", cast(EF32, EF16, 1+0x1p-11).f, 1},
+		{"Cast(1+3*2^-11 ewF32->f16)", cast(EF32, EF16, 1+3*0x1p-11).f, 1 + 0x1p-9},
 		{"Cast(2049 i64->f16)", cast(EI64, EF16, 2049).f, 2048},
-		{"Cast(1 bool->f32)", cast(EBool, EF32, 1).f, 1},
-		{"Cast(-3 i8->f32)", cast(EI8, EF32, -3).f, -3},
+		{"Cast(1 bool->ewF32)", cast(EBool, EF32, 1).f, 1},
+		{"Cast(-3 i8->ewF32)", cast(EI8, EF32, -3).f, -3},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
@@ -489,7 +489,7 @@ func TestChainUnaryOps(t *testing.T) {
 		for i, s := range ewSpecials {
 			xs.F[i] = s
 			if st == EF16 {
-				xs.F[i] = roundHalf(s)
+				xs.F[i] = ewRoundHalf(s)
 			}
 		}
 		ps := ewFloats(int64(13+si), st, 200, 0.01, 5)
@@ -564,7 +564,7 @@ func TestChainBinaryFloat(t *testing.T) {
 		bs := ewMixedFloats(int64(23+si), st, 400)
 		for i, s := range ewSpecials {
 			if st == EF16 {
-				s = roundHalf(s)
+				s = ewRoundHalf(s)
 			}
 			as.F[i] = s
 			bs.F[len(ewSpecials)+i] = s // specials on the right too
@@ -613,7 +613,7 @@ func TestChainInt(t *testing.T) {
 		}
 		add("Clip(a,-3,5)", c.Op(ElemClip, a, c.ConstInt(it, -3), c.ConstInt(it, 5)))
 		add("Where(a<b,a,b)", c.Op(ElemWhere, c.Op(ElemLess, a, b), a, b))
-		add("Cast(f32)", c.Cast(c.Op(ElemMul, a, b), EF32))
+		add("Cast(ewF32)", c.Cast(c.Op(ElemMul, a, b), EF32))
 		add("Mul(a,7)", c.Op(ElemMul, a, c.ConstInt(it, 7)))
 		seed := int64(31 + 3*ti)
 		data = append(data,
@@ -651,6 +651,8 @@ func TestChainBool(t *testing.T) {
 	add("Where(b,y,3)", c.Op(ElemWhere, b, y, c.ConstInt(EI64, 3)))
 	add("Where(a,b,true)", c.Op(ElemWhere, a, b, c.ConstInt(EBool, 1)))
 	add("Cast(a,i32)", c.Cast(a, EI32))
+	add("Const(7)", c.ConstInt(EI64, 7)) // an output no input feeds: a fill
+	add("Identity(y)", y)                // an input stored as it is: a copy
 	as := ewInts(41, EBool, 105, 0, 1)
 	bs := ewInts(42, EBool, 105, 0, 1)
 	// Bools are stored as a byte and any non-zero byte reads as true: the
@@ -686,6 +688,9 @@ func TestChainCastMatrix(t *testing.T) {
 		for _, to := range all {
 			c.Output(c.Cast(x, to))
 		}
+		// Rounding to f16 inside the chain (the Cast feeds another node)
+		// rather than by the store.
+		c.Output(c.Cast(c.Cast(x, EF16), EF32))
 		var in HostTensor
 		switch {
 		case from.IsFloat():
@@ -693,7 +698,7 @@ func TestChainCastMatrix(t *testing.T) {
 			copy(in.F[len(floats):], ewFloats(int64(61+fi), from, 100, -3, 3).F)
 			for i, v := range floats {
 				if from == EF16 {
-					v = roundHalf(v)
+					v = ewRoundHalf(v)
 				}
 				in.F[i] = v
 			}
@@ -703,16 +708,19 @@ func TestChainCastMatrix(t *testing.T) {
 		ins = append(ins, ewShaped(in, 300))
 	}
 	got, want := ewRun(t, c, []int{300}, ins)
+	per := len(all) + 1
 	for fi, from := range all {
 		for ti, to := range all {
-			k := fi*len(all) + ti
+			k := fi*per + ti
 			ewCompare(t, fmt.Sprintf("Cast %v -> %v", from, to), got[k], want[k], ewExact)
 		}
+		k := fi*per + len(all)
+		ewCompare(t, fmt.Sprintf("Cast %v -> f16 -> ewF32", from), got[k], want[k], ewExact)
 	}
 }
 
 // ewFusedChain is the test's fused chain: 10 operations over an f16 input
-// and f32 bias and scale, 3 outputs of three different types.
+// and ewF32 bias and scale, 3 outputs of three different types.
 func ewFusedChain() *Chain {
 	c := &Chain{}
 	x, bias, s := c.Input(EF16), c.Input(EF32), c.Input(EF32)
@@ -825,6 +833,11 @@ func TestChainErrors(t *testing.T) {
 		{"unknown op", UnaryChain("Frobnicate", EF32), "unsupported"},
 		{"forward reference", &Chain{Inputs: []ElemType{EF32}, Nodes: []ChainNode{{Op: ElemNeg, Args: []int{1}}, {Op: ElemInput}}, Outputs: []int{0}}, "earlier node"},
 		{"no outputs", &Chain{Inputs: []ElemType{EF32}, Nodes: []ChainNode{{Op: ElemInput}}}, "no outputs"},
+		{"int constant as Value", func() *Chain {
+			c := &Chain{}
+			c.Output(c.Const(EI64, 2.5))
+			return c
+		}(), "IntValue"},
 		{"Where branches", func() *Chain {
 			c := &Chain{}
 			c.Output(c.Op(ElemWhere, c.Input(EBool), c.Input(EF32), c.Input(EI64)))
@@ -889,8 +902,11 @@ func TestChainElemTypeOf(t *testing.T) {
 	if _, err := ElemTypeOf(dtype.Float64); err == nil {
 		t.Error("ElemTypeOf(float64): no error")
 	}
-	if len(ElemOps()) != len(opClasses) {
+	if len(ElemOps()) != len(elemOpClasses) {
 		t.Error("ElemOps does not list every operation")
+	}
+	if !IsElemOp("Gelu") || !IsElemOp("Where") || IsElemOp("Input") || IsElemOp("MatMul") {
+		t.Error("IsElemOp: want Gelu and Where in, Input and MatMul out")
 	}
 }
 
@@ -924,7 +940,7 @@ func benchChain(b *testing.B, c *Chain, outShape []int, ins []HostTensor, bytes 
 	}
 }
 
-// BenchmarkChainAdd: contiguous f32 a+b over 1M elements (flat kernel);
+// BenchmarkChainAdd: contiguous ewF32 a+b over 1M elements (flat kernel);
 // bytes are those read and written.
 func BenchmarkChainAdd(b *testing.B) {
 	const n = 1 << 20
@@ -941,7 +957,7 @@ func BenchmarkChainBroadcast(b *testing.B) {
 	benchChain(b, BinaryChain(ElemAdd, EF32, EF32), []int{r, cols}, []HostTensor{x, y}, 2*4*r*cols+4*cols)
 }
 
-// BenchmarkChainFusedF16: the fused test chain (f16 in, f16/bool/f32 out)
+// BenchmarkChainFusedF16: the fused test chain (f16 in, f16/bool/ewF32 out)
 // over [1024,1024] with a row-broadcast bias.
 func BenchmarkChainFusedF16(b *testing.B) {
 	const r, cols = 1024, 1024

@@ -1,0 +1,269 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sort"
+	"testing"
+
+	"github.com/owulveryck/onnx-go/backend/testbackend"
+	_ "github.com/owulveryck/onnx-go/backend/testbackend/onnx" // registers the ONNX node-test corpus
+	"gorgonia.org/tensor"
+)
+
+// The ONNX node-test corpus (inputs and outputs computed by ONNX's numpy
+// reference) is an oracle for RunChainRef that tlite did not write.
+// Device-against-reference is covered by the other chain tests; running
+// every corpus case on the device would cost a program build each.
+
+// ewPBAttr is an ONNX AttributeProto reduced to what element-wise ops use.
+type ewPBAttr struct {
+	f float32
+	i int64
+	s string
+}
+
+// ewPBWalk calls fn for each field of the protobuf message b.
+func ewPBWalk(b []byte, fn func(field int, v uint64, data []byte)) error {
+	for len(b) > 0 {
+		key, n := binary.Uvarint(b)
+		if n <= 0 {
+			return fmt.Errorf("bad field key")
+		}
+		b = b[n:]
+		field, wire := int(key>>3), key&7
+		switch wire {
+		case 0:
+			v, n := binary.Uvarint(b)
+			if n <= 0 {
+				return fmt.Errorf("field %d: bad varint", field)
+			}
+			fn(field, v, nil)
+			b = b[n:]
+		case 1:
+			if len(b) < 8 {
+				return fmt.Errorf("field %d: short fixed64", field)
+			}
+			fn(field, binary.LittleEndian.Uint64(b), nil)
+			b = b[8:]
+		case 2:
+			l, n := binary.Uvarint(b)
+			if n <= 0 || uint64(len(b)-n) < l {
+				return fmt.Errorf("field %d: bad length", field)
+			}
+			fn(field, 0, b[n:n+int(l)])
+			b = b[n+int(l):]
+		case 5:
+			if len(b) < 4 {
+				return fmt.Errorf("field %d: short fixed32", field)
+			}
+			fn(field, uint64(binary.LittleEndian.Uint32(b)), nil)
+			b = b[4:]
+		default:
+			return fmt.Errorf("field %d: wire type %d", field, wire)
+		}
+	}
+	return nil
+}
+
+// ewCorpusNode decodes the single node of a corpus model: its op type, input
+// count and attributes (ModelProto.graph=7, GraphProto.node=1,
+// NodeProto.input=1/op_type=4/attribute=5, AttributeProto.name=1/f=2/i=3/s=4).
+func ewCorpusNode(model []byte) (op string, inputs int, attrs map[string]ewPBAttr, err error) {
+	attrs = map[string]ewPBAttr{}
+	var graph, node []byte
+	nodes := 0
+	if err = ewPBWalk(model, func(f int, _ uint64, d []byte) {
+		if f == 7 {
+			graph = d
+		}
+	}); err != nil {
+		return
+	}
+	if err = ewPBWalk(graph, func(f int, _ uint64, d []byte) {
+		if f == 1 {
+			node = d
+			nodes++
+		}
+	}); err != nil {
+		return
+	}
+	if nodes != 1 {
+		return "", 0, nil, fmt.Errorf("%d nodes", nodes)
+	}
+	var attrMsgs [][]byte
+	if err = ewPBWalk(node, func(f int, _ uint64, d []byte) {
+		switch f {
+		case 1:
+			inputs++
+		case 4:
+			op = string(d)
+		case 5:
+			attrMsgs = append(attrMsgs, d)
+		}
+	}); err != nil {
+		return
+	}
+	for _, m := range attrMsgs {
+		var name string
+		var a ewPBAttr
+		if err = ewPBWalk(m, func(f int, v uint64, d []byte) {
+			switch f {
+			case 1:
+				name = string(d)
+			case 2:
+				a.f = math.Float32frombits(uint32(v))
+			case 3:
+				a.i = int64(v)
+			case 4:
+				a.s = string(d)
+			}
+		}); err != nil {
+			return
+		}
+		attrs[name] = a
+	}
+	return
+}
+
+// ewCorpusTensor converts a corpus tensor, or says why it cannot.
+func ewCorpusTensor(x tensor.Tensor) (HostTensor, error) {
+	h := HostTensor{Shape: append([]int{}, x.Shape()...)}
+	if x.IsScalar() {
+		h.Shape = nil
+	}
+	switch d := x.Data().(type) {
+	case []float32:
+		h.Type, h.F = EF32, d
+	case float32:
+		h.Type, h.F = EF32, []float32{d}
+	case []int64:
+		h.Type, h.I = EI64, d
+	case []int32:
+		h.Type, h.I = EI32, make([]int64, len(d))
+		for i, v := range d {
+			h.I[i] = int64(v)
+		}
+	default:
+		return h, fmt.Errorf("element type %T", x.Data())
+	}
+	return h, nil
+}
+
+func ewCorpusBroadcast(ins []HostTensor) []int {
+	var out []int
+	for _, in := range ins {
+		for len(out) < len(in.Shape) {
+			out = append([]int{1}, out...)
+		}
+		for j, d := range in.Shape {
+			o := &out[j+len(out)-len(in.Shape)]
+			if *o == 1 {
+				*o = d
+			}
+		}
+	}
+	return out
+}
+
+func TestChainRefONNXCorpus(t *testing.T) {
+	ran := map[string]int{}
+	var skipped []string
+	for _, mk := range testbackend.GetAllRegisteredTests() {
+		tc := mk()
+		if !IsElemOp(tc.OpType) {
+			continue
+		}
+		op, nin, attrs, err := ewCorpusNode(tc.ModelB)
+		if err != nil {
+			t.Fatalf("%s: decoding the model: %v", tc.Title, err)
+		}
+		var ins []HostTensor
+		for _, x := range tc.Input {
+			h, err := ewCorpusTensor(x)
+			if err != nil {
+				skipped = append(skipped, tc.Title+" ("+err.Error()+")")
+				ins = nil
+				break
+			}
+			ins = append(ins, h)
+		}
+		if ins == nil || len(tc.ExpectedOutput) != 1 || nin != len(ins) {
+			if ins != nil {
+				skipped = append(skipped, tc.Title)
+			}
+			continue
+		}
+		for k := 1; k < len(ins); k++ {
+			// onnx-go's generator wrote TestModBroadcast's one-element int32
+			// divisor as float32; give integral ones back their type.
+			h := &ins[k]
+			if ins[0].Type.IsInt() && h.Type == EF32 && h.Len() == 1 && h.F[0] == float32(math.Trunc(float64(h.F[0]))) {
+				*h = HostTensor{Type: ins[0].Type, Shape: h.Shape, I: []int64{int64(h.F[0])}}
+			}
+		}
+		want, err := ewCorpusTensor(tc.ExpectedOutput[0])
+		if err != nil {
+			skipped = append(skipped, tc.Title+" (output "+err.Error()+")")
+			continue
+		}
+		c := &Chain{}
+		args := make([]int, len(ins))
+		for k, h := range ins {
+			args[k] = c.Input(h.Type)
+		}
+		n := ElemNode(ElemOp(op), args...)
+		for name, a := range attrs {
+			switch name {
+			case "alpha":
+				n.Alpha = float64(a.f)
+			case "beta":
+				n.Beta = float64(a.f)
+			case "gamma":
+				n.Gamma = float64(a.f)
+			case "fmod":
+				n.Fmod = int(a.i)
+			case "min", "max":
+				// Clip-6 bounds are attributes; chains take them as inputs.
+			default:
+				t.Fatalf("%s: attribute %q not mapped", tc.Title, name)
+			}
+		}
+		if op == "Clip" {
+			lo, hi := -1, -1
+			if a, ok := attrs["min"]; ok {
+				lo = c.Const(EF32, float64(a.f))
+			}
+			if a, ok := attrs["max"]; ok {
+				hi = c.Const(EF32, float64(a.f))
+			}
+			n.Args = append(n.Args, lo, hi)
+		}
+		c.Output(c.Node(n))
+		outShape := ewCorpusBroadcast(ins)
+		got, err := RunChainRef(c, outShape, ins)
+		if err != nil {
+			t.Errorf("%s: %v", tc.Title, err)
+			continue
+		}
+		if fmt.Sprint(got[0].Shape) != fmt.Sprint(want.Shape) && want.Len() != got[0].Len() {
+			t.Errorf("%s: shape %v, want %v", tc.Title, got[0].Shape, want.Shape)
+			continue
+		}
+		if got[0].Type.IsFloat() {
+			want.Type = got[0].Type
+		}
+		ewCompare(t, tc.Title, got[0], want, ewTol{1e-6, 2e-6})
+		ran[op]++
+	}
+	ops := make([]string, 0, len(ran))
+	for op := range ran {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	t.Logf("checked %d ops against the corpus: %v; skipped %v", len(ops), ops, skipped)
+	if len(ops) < 30 {
+		t.Errorf("only %d element-wise ops found in the corpus, want at least 30", len(ops))
+	}
+}
