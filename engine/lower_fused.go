@@ -1,0 +1,356 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/tlite/tlite/engine/fuse"
+	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/kernels"
+)
+
+// The fusion passes run by default, and the nodes they make lower here:
+// norms with a residual add, products with a bias epilogue and fused
+// attention. FusedElementwise nodes lower through lower_elementwise.go.
+func init() {
+	for _, p := range fuse.Passes(fuse.Options{Elementwise: fusableElementwise}) {
+		DefaultRewrites = append(DefaultRewrites, Rewrite(p))
+	}
+	registerLowering(lowerFusedNorm, "tlite.RMSNorm", "tlite.AddRMSNorm", "tlite.AddLayerNorm")
+	registerLowering(lowerMatMulBias, "tlite.MatMulBias")
+	registerLowering(lowerAttention, "tlite.Attention")
+}
+
+// fusableElementwise reports whether n can join a FusedElementwise body:
+// an op the element-wise lowering accepts, on element types a chain
+// computes. Clip stays out: a body is lowered with the opset of the tlite
+// domain, and Clip reads its bounds from attributes or inputs by opset.
+func fusableElementwise(n *graph.Node) bool {
+	key := opKey(n.Domain, n.OpType)
+	if !isElementwise(key) || key == "Clip" {
+		return false
+	}
+	for _, vs := range [][]*graph.Value{n.Inputs, n.Outputs} {
+		for _, v := range vs {
+			if v == nil {
+				continue
+			}
+			if et, _, err := storeFor(v.Type, kernels.F32); err != nil || et < 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// fusedBackend is what the fused steps need beyond backend: the norms with
+// a residual input and the attention kernel. Both backends implement it
+// (below), so steps assert it at run time.
+type fusedBackend interface {
+	fusedNorm(p kernels.NormParams, rms bool, x tref, res, sum, scale, bias *tref, out tref) error
+	fusedAttention(s kernels.Storage, q, k, v, o tref, mask *tref, p kernels.AttentionParams) error
+}
+
+func (b *clBackend) fusedNorm(p kernels.NormParams, rms bool, x tref, res, sum, scale, bias *tref, out tref) error {
+	if rms {
+		return b.lib.AddRMSNorm(p, kb(x), kbOpt(res), kbOpt(sum), kbOpt(scale), kb(out))
+	}
+	return b.lib.AddLayerNorm(p, kb(x), kbOpt(res), kbOpt(sum), kbOpt(scale), kbOpt(bias), kb(out))
+}
+
+func (b *clBackend) fusedAttention(s kernels.Storage, q, k, v, o tref, mask *tref, p kernels.AttentionParams) error {
+	p.Mask = kbOpt(mask)
+	return b.lib.Attention(s, kb(q), kb(k), kb(v), kb(o), p)
+}
+
+func (g *goBackend) fusedNorm(p kernels.NormParams, rms bool, x tref, res, sum, scale, bias *tref, out tref) error {
+	if err := g.f32only(p.Storage); err != nil {
+		return err
+	}
+	if rms {
+		kernels.AddRMSNormRef(p, f32At(x), f32Opt(res), f32Opt(sum), f32Opt(scale), f32At(out))
+		return nil
+	}
+	kernels.AddLayerNormRef(p, f32At(x), f32Opt(res), f32Opt(sum), f32Opt(scale), f32Opt(bias), f32At(out))
+	return nil
+}
+
+func (g *goBackend) fusedAttention(s kernels.Storage, q, k, v, o tref, mask *tref, p kernels.AttentionParams) error {
+	if err := g.f32only(s); err != nil {
+		return err
+	}
+	return kernels.AttentionRef(f32At(q), f32At(k), f32At(v), f32Opt(mask), f32At(o), p)
+}
+
+// fused returns the backend's fused kernels.
+func (x *exec) fused() (fusedBackend, error) {
+	fb, ok := x.be.(fusedBackend)
+	if !ok {
+		return nil, fmt.Errorf("the %s backend has no fused norm and attention kernels", x.be.name())
+	}
+	return fb, nil
+}
+
+func optRef(ex *exec, v *vinfo) *tref {
+	if v == nil {
+		return nil
+	}
+	r := ex.ref(v)
+	return &r
+}
+
+// lowerFusedNorm lowers RMSNorm(x, scale?), AddRMSNorm(a, b, scale?) and
+// AddLayerNorm(a, b, scale, bias?): the Add variants write the sum (output
+// 0, when read) and the normalised sum (output 1).
+func lowerFusedNorm(lc *lowerCtx) (*stepDef, error) {
+	n := lc.n
+	rms := n.OpType != "AddLayerNorm"
+	add := n.OpType != "RMSNorm"
+	x := lc.in(0)
+	var res, sum *vinfo
+	k := 1
+	if add {
+		res, k = lc.in(1), 2
+		if res == nil {
+			return nil, lc.unsupported("needs two addends")
+		}
+	}
+	scale, bias := lc.in(k), lc.in(k+1)
+	if rms && bias != nil {
+		return nil, lc.unsupported("RMS norms take no bias")
+	}
+	if !rms && scale == nil {
+		return nil, lc.unsupported("needs a scale")
+	}
+	y := lc.out(len(n.Outputs) - 1)
+	if y == nil || add && len(n.Outputs) != 2 {
+		return nil, lc.unsupported("want outputs (sum, normalised) for the Add forms, (normalised) otherwise")
+	}
+	if add && lc.used(0) {
+		sum = lc.out(0)
+	}
+	s, err := lc.floatStorage(x)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range []*vinfo{res, scale, bias} {
+		if v == nil {
+			continue
+		}
+		if _, err := lc.floatStorage(v); err != nil {
+			return nil, err
+		}
+	}
+	if res != nil && !shapeEqual(res.shape, x.shape) {
+		return nil, lc.unsupported("addends %s %s and %s %s differ in shape", x.name, ShapeString(x.shape), res.name, ShapeString(res.shape))
+	}
+	axis, err := normAxis(n.AttrInt("axis", -1), len(x.shape))
+	if err != nil {
+		return nil, lc.unsupported("%v", err)
+	}
+	cols := numelExpr(x.shape[axis:])
+	for _, w := range []*vinfo{scale, bias} {
+		if w != nil && !numelExpr(w.shape).Equal(cols) {
+			return nil, lc.unsupported("%s has shape %s; want %s elements", w.name, ShapeString(w.shape), cols)
+		}
+	}
+	eps := n.AttrFloat("epsilon", 1e-5)
+	return &stepDef{kernel: "norm", inPlace: [][2]int{{len(n.Outputs) - 1, 0}}, run: func(ex *exec) error {
+		fb, err := ex.fused()
+		if err != nil {
+			return err
+		}
+		xs := ex.shape(x)
+		p := kernels.NormParams{Storage: s, Weights: s, Rows: prod(xs, 0, axis), Cols: prod(xs, axis, len(xs)), Eps: eps}
+		return fb.fusedNorm(p, rms, ex.ref(x), optRef(ex, res), optRef(ex, sum), optRef(ex, scale), optRef(ex, bias), ex.ref(y))
+	}}, nil
+}
+
+// lowerMatMulBias lowers MatMulBias(a, b, bias?): alpha*(a@b) + beta*bias
+// with numpy matmul broadcasting and the bias per output column (or one
+// number).
+func lowerMatMulBias(lc *lowerCtx) (*stepDef, error) {
+	a, b, bias, y := lc.in(0), lc.in(1), lc.in(2), lc.out(0)
+	if a == nil || b == nil {
+		return nil, lc.unsupported("needs two factors")
+	}
+	s, err := lc.floatStorage(a)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range []*vinfo{b, bias} {
+		if v == nil {
+			continue
+		}
+		if _, err := lc.floatStorage(v); err != nil {
+			return nil, err
+		}
+	}
+	alpha, beta := lc.n.AttrFloat("alpha", 1), lc.n.AttrFloat("beta", 1)
+	return &stepDef{kernel: "matmul", run: func(x *exec) error {
+		plan, err := kernels.MatMulBatchPlan(x.shape(a), x.shape(b))
+		if err != nil {
+			return err
+		}
+		p := plan.Params()
+		p.Weight = s
+		if alpha != 1 || beta != 1 {
+			p.Scaled, p.Alpha, p.Beta = true, alpha, beta
+		}
+		var bref *tref
+		if bias != nil {
+			switch nb := numel(x.shape(bias)); nb {
+			case 1:
+			case plan.N:
+				p.BiasColStride = 1
+			default:
+				return fmt.Errorf("bias %s has %d elements for %d output columns", bias.name, nb, plan.N)
+			}
+			bref = optRef(x, bias)
+		}
+		return x.be.matmul(s, x.ref(a), x.ref(b), x.ref(y), bref, p)
+	}}, nil
+}
+
+// attnPerm reads a permutation attribute of Attention (identity when
+// absent) and checks that head_dim is the last, contiguous axis.
+func attnPerm(lc *lowerCtx, name string) ([4]int, error) {
+	p := [4]int{0, 1, 2, 3}
+	v, ok := lc.n.AttrInts(name)
+	if !ok {
+		return p, nil
+	}
+	if len(v) != 4 {
+		return p, lc.unsupported("%s %v; want 4 axes", name, v)
+	}
+	seen := [4]bool{}
+	for i, a := range v {
+		if a < 0 || a > 3 || seen[a] {
+			return p, lc.unsupported("%s %v is not a permutation of 0..3", name, v)
+		}
+		seen[a] = true
+		p[i] = int(a)
+	}
+	if p[3] != 3 {
+		return p, lc.unsupported("%s %v: head_dim must be the last axis", name, v)
+	}
+	return p, nil
+}
+
+// attnLayout is the kernel layout of a contiguous tensor of concrete shape
+// dims read through perm; an axis of size 1 where the full size is larger
+// broadcasts (stride 0).
+func attnLayout(dims []int, perm [4]int, full [4]int) kernels.AttnLayout {
+	st := make([]int, len(dims))
+	acc := 1
+	for i := len(dims) - 1; i >= 0; i-- {
+		st[i] = acc
+		acc *= dims[i]
+	}
+	stride := func(l int) int {
+		if dims[perm[l]] == 1 && full[l] > 1 {
+			return 0
+		}
+		return st[perm[l]]
+	}
+	return kernels.AttnLayout{Batch: stride(0), Head: stride(1), Seq: stride(2)}
+}
+
+// lowerAttention lowers Attention(q, k, v, mask?) (see package fuse) to the
+// fused attention kernel.
+func lowerAttention(lc *lowerCtx) (*stepDef, error) {
+	n := lc.n
+	q, k, v, mask, o := lc.in(0), lc.in(1), lc.in(2), lc.in(3), lc.out(0)
+	if q == nil || k == nil || v == nil || o == nil {
+		return nil, lc.unsupported("needs q, k, v and an output")
+	}
+	s, err := lc.floatStorage(q)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range []*vinfo{k, v, mask} {
+		if t == nil {
+			continue
+		}
+		if _, err := lc.floatStorage(t); err != nil {
+			return nil, err
+		}
+	}
+	for _, t := range []*vinfo{q, k, v, o} {
+		if len(t.shape) != 4 {
+			return nil, lc.unsupported("%s has rank %d; want 4", t.name, len(t.shape))
+		}
+	}
+	if mask != nil && len(mask.shape) > 4 {
+		return nil, lc.unsupported("mask %s has rank %d", mask.name, len(mask.shape))
+	}
+	var perms [4][4]int
+	for i, name := range []string{"q_perm", "k_perm", "v_perm", "o_perm"} {
+		if perms[i], err = attnPerm(lc, name); err != nil {
+			return nil, err
+		}
+	}
+	scale := n.AttrFloat("scale", 0)
+	if scale == 0 {
+		return nil, lc.unsupported("scale 0")
+	}
+	causal := n.AttrInt("causal", 0) != 0
+	kvHeads := n.AttrInt("kv_heads", 0)
+	return &stepDef{kernel: "attention", run: func(ex *exec) error {
+		fb, err := ex.fused()
+		if err != nil {
+			return err
+		}
+		qs, ks, vs, os := ex.shape(q), ex.shape(k), ex.shape(v), ex.shape(o)
+		dim := func(d []int, t, l int) int { return d[perms[t][l]] }
+		B, H, Sq, D := dim(qs, 0, 0), dim(qs, 0, 1), dim(qs, 0, 2), dim(qs, 0, 3)
+		KVH, Skv := dim(ks, 1, 1), dim(ks, 1, 2)
+		full := [4]int{B, H, Sq, D}
+		kfull := [4]int{B, KVH, Skv, D}
+		for t, d := range [][]int{ks, vs} {
+			if b := dim(d, t+1, 0); b != B && b != 1 {
+				return fmt.Errorf("batch %d of %s does not broadcast to %d", b, []string{k.name, v.name}[t], B)
+			}
+		}
+		if dim(ks, 1, 3) != D || dim(vs, 2, 3) != D || dim(vs, 2, 1) != KVH || dim(vs, 2, 2) != Skv {
+			return fmt.Errorf("q %v, k %v and v %v (read through %v, %v, %v) do not form attention", qs, ks, vs, perms[0], perms[1], perms[2])
+		}
+		if kvHeads > 0 && int64(KVH) != kvHeads {
+			return fmt.Errorf("k has %d heads, the graph said %d", KVH, kvHeads)
+		}
+		ofull := [4]int{B, H, Sq, D}
+		for l := 0; l < 4; l++ {
+			if dim(os, 3, l) != ofull[l] {
+				return fmt.Errorf("output %s has shape %v; want %v through %v", o.name, os, ofull, perms[3])
+			}
+		}
+		p := kernels.AttentionParams{Batch: B, Heads: H, KVHeads: KVH, SeqQ: Sq, SeqKV: Skv, HeadDim: D,
+			Scale: scale, Causal: causal, Past: Skv - Sq,
+			Q: attnLayout(qs, perms[0], full), K: attnLayout(ks, perms[1], kfull),
+			V: attnLayout(vs, perms[2], kfull), O: attnLayout(os, perms[3], ofull)}
+		if causal && p.Past < 0 {
+			return fmt.Errorf("causal attention with %d queries over %d keys", Sq, Skv)
+		}
+		var mref *tref
+		if mask != nil {
+			ms := ex.shape(mask)
+			want := [4]int{B, H, Sq, Skv}
+			md := [4]int{1, 1, 1, 1}
+			copy(md[4-len(ms):], ms)
+			acc := 1
+			for i := 3; i >= 0; i-- {
+				if md[i] != 1 && md[i] != want[i] {
+					return fmt.Errorf("mask %s of shape %v does not broadcast to %v", mask.name, ms, want)
+				}
+				if md[i] != 1 {
+					p.MaskStrides[i] = acc
+				}
+				acc *= md[i]
+			}
+			mref = optRef(ex, mask)
+		}
+		if ex.err != nil {
+			return ex.err
+		}
+		return fb.fusedAttention(s, ex.ref(q), ex.ref(k), ex.ref(v), ex.ref(o), mref, p)
+	}}, nil
+}
