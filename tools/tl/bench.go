@@ -36,6 +36,9 @@ type benchResult struct {
 }
 
 func runBench(args []string) error {
+	if isLLMBench(args) {
+		return runLLMBench(args) // --model: the language-model mode (llmbench.go)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var shapes multiFlag
 	fs.Var(&shapes, "shape", "an input shape as name=1x3x224x224 (repeat; inputs with static shapes need none)")
@@ -44,7 +47,7 @@ func runBench(args []string) error {
 	asJSON := fs.Bool("json", false, "write the result as JSON")
 	sf := addSessionFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tl bench model.onnx --shape name=1x3x224x224 ... [-r 10] [-w 2] [--device d] [--precision fp32|fp16] [--profile] [--json]")
+		fmt.Fprintln(fs.Output(), "usage: tl bench model.onnx --shape name=1x3x224x224 ... [-r 10] [-w 2] [--device d] [--precision fp32|fp16] [--profile] [--json]\n       tl bench --model llm.onnx -p 128,1024 -n 64 [-r 5] [--json]   (language models, llama-bench style)")
 		fs.PrintDefaults()
 	}
 	valued := map[string]bool{"shape": true, "r": true, "w": true}

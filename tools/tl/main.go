@@ -4,6 +4,11 @@
 //	tl inspect model.onnx [--json]
 //	tl run model.onnx --input name=file.npy ... [--out dir] [--device d] [--precision fp32|fp16] [--profile]
 //	tl bench model.onnx --shape name=1x3x224x224 ... [-r 10] [--json]
+//	tl bench --model llm.onnx -p 128,1024 -n 64 [-r 5] [--json]
+//	tl generate --model llm.onnx [--tokenizer tokenizer.json] --prompt "..." [-n 64]
+//	tl perplexity --model llm.onnx --text heldout.txt
+//	tl quantize in.onnx out.onnx --format e0m4|int4|fp16
+//	tl conformance
 //	tl devices
 package main
 

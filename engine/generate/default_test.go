@@ -1,0 +1,265 @@
+package generate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/engine/npy"
+	"github.com/tlite/tlite/models/tokenizer"
+)
+
+// defaultDir holds the shipped default model and what PyTorch computed
+// with it (models/train/export_default.py).
+const defaultDir = "../../testdata/default"
+
+type defaultConfig struct {
+	MaxContext int `json:"max_context"`
+	BOS        int `json:"bos_token_id"`
+	EOS        int `json:"eos_token_id"`
+}
+
+type defaultReference struct {
+	Prompt     string `json:"prompt"`
+	PromptIDs  []int  `json:"prompt_ids"`
+	AddBOS     bool   `json:"add_bos"`
+	GreedyIDs  []int  `json:"greedy_ids"`
+	GreedyText string `json:"greedy_text"`
+}
+
+type defaultPerplexity struct {
+	Predicted   int     `json:"predicted_tokens"`
+	Loss        float64 `json:"loss"`
+	Perplexity  float64 `json:"perplexity"`
+	PerDocument []struct {
+		Tokens int     `json:"tokens"`
+		NLL    float64 `json:"nll_sum"`
+	} `json:"per_document"`
+}
+
+func readJSON(t testing.TB, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(defaultDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// openDefault opens the default model (fp32 on OpenCL, or as opts says)
+// with the plan sized for its trained context.
+func openDefault(t testing.TB, opts engine.Options, cfg Config) (*Explicit, *tokenizer.Tokenizer, defaultConfig) {
+	t.Helper()
+	var dc defaultConfig
+	readJSON(t, "config.json", &dc)
+	if opts.Kernels == nil && opts.Device == "" {
+		opts.Kernels = testLib
+	}
+	st, err := OpenExplicit(filepath.Join(defaultDir, "model.onnx"), opts, dc.MaxContext, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	tok, err := tokenizer.Load(filepath.Join(defaultDir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := tok.Special(); sp.BOS != dc.BOS || sp.EOS != dc.EOS {
+		t.Fatalf("tokenizer BOS/EOS %d/%d, config.json says %d/%d", sp.BOS, sp.EOS, dc.BOS, dc.EOS)
+	}
+	return st, tok, dc
+}
+
+// TestDefaultGreedyMatchesPyTorch: 64 greedy tokens of the shipped model
+// equal PyTorch's, token for token, and the streamed text is the
+// tokenizer's decoding of them.
+func TestDefaultGreedyMatchesPyTorch(t *testing.T) {
+	st, tok, _ := openDefault(t, engine.Options{}, Config{LastOnly: true})
+	var ref defaultReference
+	readJSON(t, "reference.json", &ref)
+	g := New(st, tok)
+	req := Request{Prompt: ref.Prompt, NoBOS: !ref.AddBOS, MaxNewTokens: len(ref.GreedyIDs), IgnoreEOS: true, Special: true}
+	prompt, err := g.Prompt(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(prompt) != fmt.Sprint(ref.PromptIDs) {
+		t.Fatalf("prompt ids %v, PyTorch's %v", prompt, ref.PromptIDs)
+	}
+	var sb strings.Builder
+	res, err := g.Generate(context.Background(), req, func(s string) error { sb.WriteString(s); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tokens) != len(ref.GreedyIDs) {
+		t.Fatalf("generated %d tokens, want %d", len(res.Tokens), len(ref.GreedyIDs))
+	}
+	for i := range ref.GreedyIDs {
+		if res.Tokens[i] != ref.GreedyIDs[i] {
+			t.Fatalf("token %d is %d, PyTorch's is %d\n tlite:   %v\n PyTorch: %v", i, res.Tokens[i], ref.GreedyIDs[i], res.Tokens, ref.GreedyIDs)
+		}
+	}
+	if dec := tok.Decode(res.Tokens); sb.String() != dec || res.Text != dec {
+		t.Errorf("streamed %q, Decode gives %q", sb.String(), dec)
+	}
+	if res.Text != ref.GreedyText {
+		t.Errorf("text %q, PyTorch's tokenizer decoded %q", res.Text, ref.GreedyText)
+	}
+	t.Logf("prefill %d tokens %.1f tok/s, decode %d steps %.1f tok/s, first token %v",
+		res.PromptTokens, res.PrefillTokPerSec, res.DecodeSteps, res.DecodeTokPerSec, res.FirstTokenTime)
+}
+
+// TestDefaultPromptLogits: the prefill logits of every prompt position
+// equal PyTorch's.
+func TestDefaultPromptLogits(t *testing.T) {
+	st, _, _ := openDefault(t, engine.Options{}, Config{})
+	var ref defaultReference
+	readJSON(t, "reference.json", &ref)
+	want, err := npy.ReadFile(filepath.Join(defaultDir, "prompt_logits.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Step(ref.PromptIDs, count(0, len(ref.PromptIDs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := want.Data().([]float32)
+	if len(got) != len(w) {
+		t.Fatalf("%d logits, PyTorch has %d (%v)", len(got), len(w), want.Shape())
+	}
+	if e := maxRelErr(got, w); !(e <= 1e-4) {
+		t.Errorf("prompt logits differ from PyTorch by %.3g of their scale", e)
+	}
+}
+
+// TestDefaultPerplexity reproduces perplexity.json's protocol: each
+// held-out document alone as [BOS] + tokens + [EOS], scored from a single
+// forward pass.
+func TestDefaultPerplexity(t *testing.T) {
+	st, tok, dc := openDefault(t, engine.Options{}, Config{})
+	var ref defaultPerplexity
+	readJSON(t, "perplexity.json", &ref)
+	text, err := os.ReadFile(filepath.Join(defaultDir, "heldout.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(text), "\n%\n")
+	if len(docs) != len(ref.PerDocument) {
+		t.Fatalf("%d documents, perplexity.json has %d", len(docs), len(ref.PerDocument))
+	}
+	var total Eval
+	worst := 0.0
+	for i, d := range docs {
+		ids, err := tok.Encode(d, tokenizer.EncodeOptions{AddBOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, dc.EOS)
+		ev, err := Perplexity(st, ids, 0)
+		if err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		if ev.Predicted+1 != ref.PerDocument[i].Tokens { // PyTorch counts the tokens, BOS and EOS included
+			t.Errorf("document %d: %d tokens, PyTorch %d", i, ev.Predicted+1, ref.PerDocument[i].Tokens)
+		}
+		worst = math.Max(worst, math.Abs(ev.NLL-ref.PerDocument[i].NLL)/ref.PerDocument[i].NLL)
+		total = total.Add(ev)
+	}
+	rel := math.Abs(total.Perplexity()-ref.Perplexity) / ref.Perplexity
+	t.Logf("perplexity %.4f over %d tokens, PyTorch %.4f (relative difference %.2g; worst document NLL %.2g)",
+		total.Perplexity(), total.Predicted, ref.Perplexity, rel, worst)
+	if total.Predicted != ref.Predicted || !(rel <= 0.01) {
+		t.Errorf("perplexity %.4f over %d tokens, PyTorch %.4f over %d", total.Perplexity(), total.Predicted, ref.Perplexity, ref.Predicted)
+	}
+}
+
+// TestPerplexityWindows: scoring in windows predicts every token but the
+// first of each window, and a window holding the whole text equals one
+// pass.
+func TestPerplexityWindows(t *testing.T) {
+	st, tok, _ := openDefault(t, engine.Options{}, Config{})
+	ids, err := tok.Encode("Any sufficiently advanced technology is indistinguishable from magic.", tokenizer.EncodeOptions{AddBOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := Perplexity(st, ids, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reference: per-token log-probabilities from stepping one token
+	// at a time through the cache.
+	if err := st.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	var nll float64
+	for i := 0; i+1 < len(ids); i++ {
+		logits, err := st.Step(ids[i:i+1], []int{i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nll -= logSoftmaxAt(logits, ids[i+1])
+	}
+	if whole.Predicted != len(ids)-1 || math.Abs(whole.NLL-nll) > 1e-3*nll {
+		t.Errorf("one window: NLL %.5f over %d, stepwise %.5f over %d", whole.NLL, whole.Predicted, nll, len(ids)-1)
+	}
+	win, err := Perplexity(st, ids, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every window predicts all its tokens but its first.
+	wantPred := len(ids) - (len(ids)+3)/4
+	if win.Predicted != wantPred {
+		t.Errorf("windows of 4 over %d tokens predicted %d, want %d", len(ids), win.Predicted, wantPred)
+	}
+	if _, err := Perplexity(st, ids, 1); err == nil {
+		t.Error("a window of 1 accepted")
+	}
+	last, _, _ := openDefault(t, engine.Options{}, Config{LastOnly: true})
+	if _, err := Perplexity(last, ids, 0); err == nil {
+		t.Error("a LastOnly stepper accepted")
+	}
+}
+
+// BenchmarkDefaultPrefill is one prefill of 64 tokens of the default model
+// (fp32, OpenCL).
+func BenchmarkDefaultPrefill(b *testing.B) {
+	st, _, _ := openDefault(b, engine.Options{}, Config{LastOnly: true})
+	ids := make([]int, 64)
+	for i := range ids {
+		ids[i] = (i*37 + 11) % st.Vocab()
+	}
+	for b.Loop() {
+		st.Reset()
+		if _, err := st.Step(ids, count(0, len(ids))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(ids))/b.Elapsed().Seconds(), "tok/s")
+}
+
+// BenchmarkDefaultDecode is one decode step of the default model after 64
+// tokens of context.
+func BenchmarkDefaultDecode(b *testing.B) {
+	st, _, _ := openDefault(b, engine.Options{}, Config{LastOnly: true})
+	ids := count(100, 64)
+	for b.Loop() {
+		b.StopTimer()
+		st.Reset()
+		if _, err := st.Step(ids, count(0, len(ids))); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if _, err := st.Step([]int{7}, []int{len(ids)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+}

@@ -1,0 +1,88 @@
+package generate
+
+import (
+	"fmt"
+	"math"
+)
+
+// Eval is a language-modelling score: the summed negative log-likelihood
+// (natural log) of predicted tokens.
+type Eval struct {
+	NLL       float64
+	Predicted int
+}
+
+// Add combines two scores (e.g. of several documents).
+func (e Eval) Add(o Eval) Eval { return Eval{NLL: e.NLL + o.NLL, Predicted: e.Predicted + o.Predicted} }
+
+// Loss is the mean negative log-likelihood per predicted token.
+func (e Eval) Loss() float64 {
+	if e.Predicted == 0 {
+		return math.NaN()
+	}
+	return e.NLL / float64(e.Predicted)
+}
+
+// Perplexity is exp(Loss).
+func (e Eval) Perplexity() float64 { return math.Exp(e.Loss()) }
+
+// Perplexity scores tokens with the model behind st: the text is cut into
+// consecutive windows of at most window tokens (0: the stepper's
+// MaxContext), each run from an empty context in one step, and every token
+// of a window but its first is predicted from the ones before it. So a text
+// that fits in one window is scored exactly as a single forward pass
+// would; longer texts lose the context across window boundaries. The
+// stepper must return every row of logits.
+func Perplexity(st Stepper, tokens []int, window int) (Eval, error) {
+	var ev Eval
+	if window <= 0 || window > st.MaxContext() {
+		window = st.MaxContext()
+	}
+	if window < 2 {
+		return ev, fmt.Errorf("generate: perplexity window %d: want at least 2 tokens", window)
+	}
+	vocab := st.Vocab()
+	for start := 0; start < len(tokens)-1; start += window {
+		w := tokens[start:min(start+window, len(tokens))]
+		if len(w) < 2 {
+			break
+		}
+		if err := st.Reset(); err != nil {
+			return ev, fmt.Errorf("generate: perplexity: %w", err)
+		}
+		pos := make([]int, len(w))
+		for i := range pos {
+			pos[i] = i
+		}
+		logits, err := st.Step(w, pos)
+		if err != nil {
+			return ev, fmt.Errorf("generate: perplexity window at token %d: %w", start, err)
+		}
+		if len(logits) != len(w)*vocab {
+			return ev, fmt.Errorf("generate: perplexity needs every row of logits: got %d values for %d tokens of vocabulary %d (a LastOnly stepper?)", len(logits), len(w), vocab)
+		}
+		for i := 0; i+1 < len(w); i++ {
+			next := w[i+1]
+			if next < 0 || next >= vocab {
+				return ev, fmt.Errorf("generate: perplexity: token %d at index %d is outside the vocabulary [0, %d)", next, start+i+1, vocab)
+			}
+			ev.NLL += -logSoftmaxAt(logits[i*vocab:(i+1)*vocab], next)
+			ev.Predicted++
+		}
+	}
+	return ev, nil
+}
+
+// logSoftmaxAt is log(softmax(row)[k]), computed in float64 with the
+// maximum subtracted.
+func logSoftmaxAt(row []float32, k int) float64 {
+	m := math.Inf(-1)
+	for _, v := range row {
+		m = math.Max(m, float64(v))
+	}
+	var sum float64
+	for _, v := range row {
+		sum += math.Exp(float64(v) - m)
+	}
+	return float64(row[k]) - m - math.Log(sum)
+}

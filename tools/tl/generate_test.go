@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const defaultModelDir = "../../testdata/default"
+
+// capture runs a command with stdout and the statistics writer redirected.
+func capture(t *testing.T, run func([]string) error, args ...string) (out, stats string, err error) {
+	t.Helper()
+	var o, s bytes.Buffer
+	oldOut, oldStats := stdout, statsOut
+	stdout, statsOut = &o, &s
+	defer func() { stdout, statsOut = oldOut, oldStats }()
+	err = run(args)
+	return o.String(), s.String(), err
+}
+
+func readDefaultJSON(t *testing.T, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(defaultModelDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// TestGenerateCommandGreedy: tl generate prints PyTorch's greedy
+// continuation of the reference prompt, then the timings on the other
+// stream.
+func TestGenerateCommandGreedy(t *testing.T) {
+	var ref struct {
+		Prompt     string `json:"prompt"`
+		GreedyIDs  []int  `json:"greedy_ids"`
+		GreedyText string `json:"greedy_text"`
+	}
+	readDefaultJSON(t, "reference.json", &ref)
+	out, stats, err := capture(t, runGenerate, "--model", filepath.Join(defaultModelDir, "model.onnx"),
+		"--prompt", ref.Prompt, "-n", strconv.Itoa(len(ref.GreedyIDs)), "--ignore-eos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != ref.GreedyText+"\n" {
+		t.Errorf("tl generate printed\n%q\nPyTorch's greedy text is\n%q", out, ref.GreedyText)
+	}
+	for _, want := range []string{"prompt 7 tokens", "tok/s", "time to first token", "generated 64 tokens (length)", "63 steps"} {
+		if !strings.Contains(stats, want) {
+			t.Errorf("statistics %q lack %q", stats, want)
+		}
+	}
+	t.Log(strings.TrimSpace(stats))
+}
+
+func TestGenerateCommandErrors(t *testing.T) {
+	model := filepath.Join(defaultModelDir, "model.onnx")
+	for _, args := range [][]string{
+		{"--prompt", "x"},                                                  // no model
+		{model, "--model", model, "--prompt", "x"},                         // two models
+		{model, "--tokenizer", "/nonexistent/tokenizer.json"},              // no tokenizer
+		{model, "--prompt", "x", "--top-p", "3"},                           // bad sampling
+		{model, "--prompt", "x", "--ctx", "4", "--ignore-eos", "-n", "99"}, // fine: stops when the context is full
+	} {
+		_, stats, err := capture(t, runGenerate, args...)
+		last := args[len(args)-1] == "99"
+		if last {
+			if err != nil || !strings.Contains(stats, "context full") {
+				t.Errorf("%q: err %v, stats %q; want a generation ended by the context", args, err, stats)
+			}
+		} else if err == nil {
+			t.Errorf("%q succeeded", args)
+		}
+	}
+}
+
+// TestPerplexityCommand reproduces perplexity.json's protocol from the
+// command line.
+func TestPerplexityCommand(t *testing.T) {
+	var ref struct {
+		Predicted  int     `json:"predicted_tokens"`
+		Perplexity float64 `json:"perplexity"`
+	}
+	readDefaultJSON(t, "perplexity.json", &ref)
+	out, _, err := capture(t, runPerplexity, "--model", filepath.Join(defaultModelDir, "model.onnx"),
+		"--text", filepath.Join(defaultModelDir, "heldout.txt"), "--sep", `\n%\n`, "--eos", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got perplexityResult
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %q", err, out)
+	}
+	if got.Predicted != ref.Predicted || math.Abs(got.Perplexity-ref.Perplexity) > 0.01*ref.Perplexity {
+		t.Errorf("perplexity %.4f over %d tokens, PyTorch %.4f over %d", got.Perplexity, got.Predicted, ref.Perplexity, ref.Predicted)
+	}
+	// Without the separator the file is one document, scored in windows.
+	out, _, err = capture(t, runPerplexity, filepath.Join(defaultModelDir, "model.onnx"),
+		"--text", filepath.Join(defaultModelDir, "heldout.txt"), "--window", "64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "1 documents") || !strings.Contains(out, "window 64") {
+		t.Errorf("one-document output %q", out)
+	}
+}
