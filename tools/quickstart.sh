@@ -8,6 +8,8 @@ bash tools/setup.sh
 mkdir -p bin
 go build -o bin/tl ./tools/tl
 model=testdata/default/model.onnx
-[ -f "$model" ] || model=testdata/models/llama/model.onnx
-echo "== tl inspect $model"
-bin/tl inspect "$model"
+echo "== tl inspect $model (symbolic shapes, folded shape ops)"
+bin/tl inspect "$model" --top 3
+echo
+echo "== tl generate: the shipped default model (a 1.25M-parameter LLaMA-style model trained on fortunes)"
+bin/tl generate --model "$model" --prompt "The secret of life is" -n 48 --temperature 0.8 --top-p 0.95 --seed 1
