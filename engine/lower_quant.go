@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/models/quant"
+)
+
+// tlite.MatMulQ, the 4-bit weight product `tl quantize` writes (see
+// models/quant): Y = A * W (+ bias) with W packed in one uint8 initializer.
+//
+// The packed initializer is an ordinary constant to the compiler, so the
+// session uploads it once at Open like every other weight, straight from
+// its bytes: from a model written with external data those bytes are a view
+// of the memory-mapped data file, so the host copies nothing on the way to
+// the device. The kernels address the codes and parameters inside that one
+// buffer at the offsets the header gives (both 64-byte aligned). On devices
+// that share host memory the upload itself could go too: the mapped bytes
+// could back the buffer directly (opencl.Device.AllocHost,
+// CL_MEM_USE_HOST_PTR), which needs the session's constant upload to
+// offer that path; the kernels would not change.
+
+func init() {
+	registerLowering(lowerMatMulQ, opKey(quant.OpDomain, quant.OpMatMulQ))
+}
+
+// lowerMatMulQ checks the packed weight's header against the node's
+// attributes once, at Open, and returns a step that runs the OpenCL kernel
+// or, on the pure-Go backend, the kernels' reference.
+func lowerMatMulQ(lc *lowerCtx) (*stepDef, error) {
+	a, w, bias, y := lc.in(0), lc.in(1), lc.in(2), lc.out(0)
+	if a == nil || w == nil || y == nil {
+		return nil, lc.unsupported("needs A, the packed weight and an output")
+	}
+	s, err := lc.floatStorage(a)
+	if err != nil {
+		return nil, err
+	}
+	r := w.root
+	if w.dt != dtype.Uint8 || r.kind != vkConst || r.konst == nil {
+		return nil, lc.unsupported("input 1 (%s) must be a uint8 initializer holding a packed weight", w.name)
+	}
+	h, err := quant.ParseHeader(r.konst.data, int64(len(r.konst.data)))
+	if err != nil {
+		return nil, fmt.Errorf("engine: node %q (%s.%s): packed weight %s: %w", lc.n.Name, lc.n.Domain, lc.n.OpType, w.name, err)
+	}
+	if err := checkQAttrs(lc, h); err != nil {
+		return nil, fmt.Errorf("engine: node %q (%s.%s): packed weight %s: %w", lc.n.Name, lc.n.Domain, lc.n.OpType, w.name, err)
+	}
+	if bias != nil {
+		if _, err := lc.floatStorage(bias); err != nil {
+			return nil, err
+		}
+		if bs, ok := constShape(bias.shape); !ok || len(bs) != 1 || bs[0] != h.N {
+			return nil, lc.unsupported("bias %s has shape %s; want [%d]", bias.name, ShapeString(bias.shape), h.N)
+		}
+	}
+	if len(a.shape) == 0 {
+		return nil, lc.unsupported("A (%s) is a scalar", a.name)
+	}
+	// The pure-Go path reads the packed arrays in place; the view is made on
+	// first use (the buffer exists only once the session has uploaded it)
+	// and kept while the buffer stays the same.
+	var view *quant.Packed
+	var viewOf *byte
+	return &stepDef{kernel: "matmulq", run: func(x *exec) error {
+		as := x.shape(a)
+		k := as[len(as)-1]
+		if k != h.K {
+			return fmt.Errorf("A %v: last dimension %d, the weight has K = %d", as, k, h.K)
+		}
+		p := kernels.QMatMulParams{M: prod(as, 0, len(as)-1), N: h.N, K: h.K}
+		wr := x.ref(w)
+		var bref *tref
+		if bias != nil {
+			br := x.ref(bias)
+			bref = &br
+		}
+		switch be := x.be.(type) {
+		case *clBackend:
+			q, err := qbufAt(wr, h)
+			if err != nil {
+				return err
+			}
+			p.Bias, p.BiasStorage = kbOpt(bref), s
+			return be.lib.MatMulQ(s, kb(x.ref(a)), q, kb(x.ref(y)), p)
+		case *goBackend:
+			if s != kernels.F32 {
+				return fmt.Errorf("the pure-Go backend stores floats as float32 only")
+			}
+			raw := bytesAt(wr, 1)
+			if len(raw) < int(h.Size) {
+				return fmt.Errorf("packed weight buffer holds %d bytes, the header says %d", len(raw), h.Size)
+			}
+			if view == nil || viewOf != &raw[0] {
+				v, err := packedView(raw, h)
+				if err != nil {
+					return err
+				}
+				view, viewOf = v, &raw[0]
+			}
+			return kernels.MatMulQRef(f32At(x.ref(a)), view, f32Opt(bref), f32At(x.ref(y)), p)
+		}
+		return fmt.Errorf("no MatMulQ for the %s backend", x.be.name())
+	}}, nil
+}
+
+// checkQAttrs verifies that the node's attributes describe the weight its
+// header does: the graph's shapes were derived from the attributes.
+func checkQAttrs(lc *lowerCtx, h quant.Header) error {
+	n := lc.n
+	f, err := quant.ParseFormat(n.AttrString("format", ""))
+	if err != nil {
+		return fmt.Errorf("attribute format: %w", err)
+	}
+	got := [4]int64{int64(f), n.AttrInt("group", 0), n.AttrInt("K", 0), n.AttrInt("N", 0)}
+	want := [4]int64{int64(h.Format), int64(h.Group), int64(h.K), int64(h.N)}
+	if got != want {
+		return fmt.Errorf("attributes say format %v, group %d, K %d, N %d; the header says %v, group %d, K %d, N %d",
+			f, got[1], got[2], got[3], h.Format, h.Group, h.K, h.N)
+	}
+	return nil
+}
+
+// qbufAt addresses the codes and parameters inside the uploaded packed
+// weight (a byte tensor at wr).
+func qbufAt(wr tref, h quant.Header) (kernels.QBuf, error) {
+	wo, po := wr.off+int(h.WordsOffset), wr.off+int(h.ParamsOffset)
+	if wo%4 != 0 || po%4 != 0 {
+		return kernels.QBuf{}, fmt.Errorf("packed weight at byte %d: its arrays are not 4-byte aligned", wr.off)
+	}
+	return kernels.QBuf{Format: h.Format, Group: h.Group, K: h.K, N: h.N,
+		Q: kernels.Buf{Mem: wr.b.cl, Off: wo / 4}, P: kernels.Buf{Mem: wr.b.cl, Off: po / 4}}, nil
+}
+
+// littleEndian reports whether this machine stores words as the packed
+// format does, so that its arrays can be read in place.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// packedView returns the packed weight encoded in raw (whose header is h)
+// with Words and Params reading raw in place, or decoded copies where the
+// bytes cannot be viewed (misaligned, or a big-endian host).
+func packedView(raw []byte, h quant.Header) (*quant.Packed, error) {
+	nw, np := h.N*h.K/8, h.N*2*(h.K/h.Group)
+	wp, pp := unsafe.Pointer(&raw[h.WordsOffset]), unsafe.Pointer(&raw[h.ParamsOffset])
+	if !littleEndian || uintptr(wp)%4 != 0 || uintptr(pp)%4 != 0 {
+		p, err := quant.UnmarshalPacked(raw[:h.Size])
+		if err != nil {
+			return nil, fmt.Errorf("packed weight: %w", err)
+		}
+		return p, nil
+	}
+	return &quant.Packed{Format: h.Format, Group: h.Group, K: h.K, N: h.N,
+		Words: unsafe.Slice((*uint32)(wp), nw), Params: unsafe.Slice((*float32)(pp), np)}, nil
+}
