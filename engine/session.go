@@ -95,6 +95,10 @@ type Options struct {
 	// Known gives the contents of graph inputs fixed ahead of time: they
 	// become constants and are not inputs of Run.
 	Known map[string]*graph.Tensor
+	// KVCache, when set, gives an exported decoder an in-place KV cache
+	// owned by the session (see lower_kv.go and package engine/kv): its
+	// past inputs and present outputs are rewritten away after Rewrites.
+	KVCache *KVConfig
 }
 
 // OpTime is one row of a profile: a node's kernel launches.
@@ -205,6 +209,11 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 	for i, r := range rw {
 		if err := r(m.Graph); err != nil {
 			return fmt.Errorf("engine: rewrite %d: %w", i, err)
+		}
+	}
+	if opts.KVCache != nil {
+		if err := s.applyKVCache(m.Graph, res, &opts); err != nil {
+			return err
 		}
 	}
 	c := newCompiler(s, m, res, fs)
