@@ -15,6 +15,8 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/generate"
+	"github.com/tlite/tlite/engine/kv"
+	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/models/tokenizer"
 )
 
@@ -32,6 +34,7 @@ func init() {
 type llmFlags struct {
 	model, tokenizer *string
 	ctx              *int
+	kv               *string
 	sf               *sessionFlags
 }
 
@@ -40,13 +43,19 @@ func addLLMFlags(fs *flag.FlagSet) *llmFlags {
 		model:     fs.String("model", "", "the decoder's ONNX file (or give it as the first argument)"),
 		tokenizer: fs.String("tokenizer", "", "tokenizer.json (default: the one next to the model)"),
 		ctx:       fs.Int("ctx", 0, "context length the memory plan is sized for (default: config.json's max_context next to the model, else 1024)"),
+		kv:        kvFlag(fs),
 		sf:        addSessionFlags(fs),
 	}
 }
 
+// kvFlag is the choice of KV cache shared by the language-model commands.
+func kvFlag(fs *flag.FlagSet) *string {
+	return fs.String("kv", "inplace", `KV cache: "inplace" (session-owned cache, new K/V written in place, no copies) or "explicit" (past inputs fed from present outputs, as exported)`)
+}
+
 // llmValued lists the flags of addLLMFlags that take a value.
 func llmValued(more ...string) map[string]bool {
-	v := map[string]bool{"model": true, "tokenizer": true, "ctx": true}
+	v := map[string]bool{"model": true, "tokenizer": true, "ctx": true, "kv": true}
 	for k := range sessionValued {
 		v[k] = true
 	}
@@ -95,7 +104,7 @@ func contextFor(model string, flagCtx int) int {
 }
 
 // open loads the tokenizer and opens the model as a stepper.
-func (f *llmFlags) open(model string, cfg generate.Config) (*generate.Explicit, *tokenizer.Tokenizer, error) {
+func (f *llmFlags) open(model string, cfg generate.Config) (llmStepper, *tokenizer.Tokenizer, error) {
 	tp := *f.tokenizer
 	if tp == "" {
 		tp = filepath.Join(filepath.Dir(model), "tokenizer.json")
@@ -116,7 +125,7 @@ func (f *llmFlags) open(model string, cfg generate.Config) (*generate.Explicit, 
 
 // openStepper opens the model with the plan sized for the context (and at
 // most maxSeq tokens per step when maxSeq > 0).
-func (f *llmFlags) openStepper(model string, maxSeq int, cfg generate.Config) (*generate.Explicit, error) {
+func (f *llmFlags) openStepper(model string, maxSeq int, cfg generate.Config) (llmStepper, error) {
 	opts, err := f.sf.options()
 	if err != nil {
 		return nil, err
@@ -130,7 +139,57 @@ func (f *llmFlags) openStepper(model string, maxSeq int, cfg generate.Config) (*
 			opts.Max["seq"] = int64(maxSeq)
 		}
 	}
-	return generate.OpenExplicit(model, opts, ctx, cfg)
+	return openLLM(model, opts, ctx, *f.kv, cfg)
+}
+
+// llmStepper is a decoder stepper with its session, whichever KV mode.
+type llmStepper interface {
+	generate.Stepper
+	Session() *engine.Session
+	Close() error
+}
+
+// inPlace is engine/kv's stepper with the session it owns.
+type inPlace struct {
+	*kv.Stepper
+	s *engine.Session
+}
+
+func (p inPlace) Session() *engine.Session { return p.s }
+func (p inPlace) Close() error             { return p.s.Close() }
+
+// openLLM opens a decoder with the plan sized for ctx tokens of context and
+// the KV cache mode asked for.
+func openLLM(model string, opts engine.Options, ctx int, mode string, cfg generate.Config) (llmStepper, error) {
+	switch mode {
+	case "explicit":
+		return generate.OpenExplicit(model, opts, ctx, cfg)
+	case "inplace", "":
+	default:
+		return nil, fmt.Errorf("--kv %q: want inplace or explicit", mode)
+	}
+	m, err := graph.Load(model)
+	if err != nil {
+		return nil, err
+	}
+	maxima, err := generate.ContextMaxima(m, ctx, opts.Max)
+	m.Close()
+	if err != nil {
+		return nil, err
+	}
+	opts.Max = maxima
+	opts.KVCache = &engine.KVConfig{MaxContext: ctx}
+	s, err := engine.Open(model, opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := kv.NewStepper(s)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%w (use --kv explicit for this model)", err)
+	}
+	p.LastOnly = cfg.LastOnly
+	return inPlace{p, s}, nil
 }
 
 func runGenerate(args []string) error {

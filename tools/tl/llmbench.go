@@ -101,12 +101,13 @@ func runLLMBench(args []string) error {
 	ctxFlag := fs.Int("ctx", 0, "context the plan is sized for (default: the longest prompt plus -n)")
 	seed := fs.Int64("seed", 1, "seed of the synthetic tokens")
 	asJSON := fs.Bool("json", false, "write the result as JSON")
+	kvMode := kvFlag(fs)
 	sf := addSessionFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tl bench --model m.onnx [-p 128,512] [-n 64] [-r 5] [-w 1] [--ctx N] [--device d] [--precision fp32|fp16] [--max sym=N] [--profile] [--json]")
+		fmt.Fprintln(fs.Output(), "usage: tl bench --model m.onnx [-p 128,512] [-n 64] [-r 5] [-w 1] [--ctx N] [--kv inplace|explicit] [--device d] [--precision fp32|fp16] [--max sym=N] [--profile] [--json]")
 		fs.PrintDefaults()
 	}
-	valued := map[string]bool{"model": true, "p": true, "n": true, "r": true, "w": true, "ctx": true, "seed": true}
+	valued := map[string]bool{"model": true, "p": true, "n": true, "r": true, "w": true, "ctx": true, "seed": true, "kv": true}
 	for k := range sessionValued {
 		valued[k] = true
 	}
@@ -156,7 +157,7 @@ func runLLMBench(args []string) error {
 		return err
 	}
 	t0 := time.Now()
-	st, err := generate.OpenExplicit(*model, opts, ctx, generate.Config{LastOnly: true})
+	st, err := openLLM(*model, opts, ctx, *kvMode, generate.Config{LastOnly: true})
 	if err != nil {
 		return err
 	}
@@ -228,7 +229,7 @@ func runLLMBench(args []string) error {
 
 // llmRun is one repetition: a prefill of ids, the first token (argmax),
 // then gen decode steps each feeding back the argmax.
-func llmRun(st *generate.Explicit, ids []int, gen int) (prefill, firstToken, decode time.Duration, err error) {
+func llmRun(st llmStepper, ids []int, gen int) (prefill, firstToken, decode time.Duration, err error) {
 	if err = st.Reset(); err != nil {
 		return
 	}
