@@ -13,16 +13,37 @@
 // set. A query row that sees no key at all (everything masked to -inf)
 // produces zeros.
 //
-// The head size is a build option (-DHD=...): it fixes the loop trip counts
-// and the private accumulators' size. -DATT_GPU builds attn_wg, otherwise
-// attn_row is built.
+// A mask value at or below MASKED_AT (a build option: -1e30 in fp32
+// storage, -65504 in fp16) replaces the score instead of being added to it.
+// Models mask with the most negative float (-3.4e38), which
+// fp16 storage saturates to -65504: added, that would leave the scores'
+// differences intact and a row whose keys are all masked would not be the
+// uniform average the fp32 model computes (-3.4e38 swallows any score).
+// Replacing makes both storages agree; partially masked rows are unchanged
+// because exp(-65504 - max) is 0 either way.
 //
-//   attn_row  one work-item per query row, q and the accumulator in float
-//             vectors: the CPU variant (no local memory, no barriers).
-//   attn_wg   a work-group of ATT_WG work-items per query row: keys are
-//             scored ATT_WG at a time (one per work-item), and each
-//             work-item accumulates a strided slice of the head dimensions,
-//             so V is read coalesced. The GPU variant.
+// The head size is a build option (-DHD=...): it fixes the loop trip counts
+// and the private arrays' sizes. -DATT_GPU builds attn_wg, otherwise
+// attn_lanes and attn_row are built.
+//
+//   attn_lanes  one work-item per RW query rows of one kv head (the rows of
+//               every query head in the group, so GQA reads K and V once per
+//               group): each row is a lane of a float16, so scores need no
+//               horizontal sums and every K/V element loaded feeds RW rows.
+//               Keys go TJ at a time with one vector exp per key. The CPU
+//               prefill variant.
+//   attn_row    one work-item per query row, q and the accumulator in float
+//               vectors over the head dimension, keys scored RT at a time so
+//               their exps are one vector exp: the CPU decode variant, where
+//               a work-item's rows would leave most lanes of attn_lanes idle.
+//   attn_wg     a work-group of ATT_WG work-items per query row: keys are
+//               scored ATT_WG at a time (one per work-item), and each
+//               work-item accumulates a strided slice of the head dimensions,
+//               so V is read coalesced. The GPU variant.
+
+#ifndef MASKED_AT
+#error "attention.cl needs -DMASKED_AT=<threshold> (MaskedF32 or MaskedF16)"
+#endif
 
 #ifndef HD
 #error "attention.cl needs -DHD=<head size>"
@@ -100,41 +121,276 @@ static inline float vsum(vt v) { return v; }
 	const int jn = causal ? clamp(past + (i) + 1, 0, Skv) : Skv;
 
 #ifndef ATT_GPU
+#define RT 16 // keys per tile in attn_row: one float16 of scores
+
+static inline float hmax16(float16 v) {
+	float8 a = fmax(v.lo, v.hi);
+	float4 b = fmax(a.lo, a.hi);
+	return fmax(fmax(b.x, b.y), fmax(b.z, b.w));
+}
+
+static inline float hsum16(float16 v) {
+	float8 a = v.lo + v.hi;
+	float4 b = a.lo + a.hi;
+	return (b.x + b.y) + (b.z + b.w);
+}
+
+// attn_row: global (Sq, H, B), local (1, 1, 1).
 __kernel void attn_row(ATT_PARAMS) {
 	const int i = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
 	if (i >= Sq) return;
 	ATT_SETUP(i, h, b)
-	vt q[NV], acc[NV];
+	// Loops over NV and RT are unrolled so that q and the accumulators stay
+	// in registers (rolled, PoCL keeps acc on the stack and every key's
+	// update waits on the previous one's store). Two accumulator sets, for
+	// even and odd keys, halve the fma chains' length.
+	vt q[NV], acc[NV], acc1[NV];
+	#pragma unroll
 	for (int c = 0; c < NV; c++) {
 		q[c] = VL(Q, c * VW) * scale;
 		acc[c] = (vt)(0.0f);
+		acc1[c] = (vt)(0.0f);
 	}
 	float m = -INFINITY, l = 0.0f;
-	for (int j = 0; j < jn; j++) {
-		__global const store_t *kp = K + j * ks;
-		vt t = q[0] * VL(kp, 0);
-		for (int c = 1; c < NV; c++) t = fma(q[c], VL(kp, c * VW), t);
-		float s = vsum(t);
-		if (hasMask) s += LOAD(Mask, j * mk);
-		if (s == -INFINITY) continue; // masked out: weight exactly 0
-		if (s > m) {
-			// New maximum: rescale what was accumulated under the old one
-			// (exp(-inf) = 0 on the first key).
-			const float corr = exp(m - s);
-			l *= corr;
-			for (int c = 0; c < NV; c++) acc[c] *= corr;
-			m = s;
+	// The tile before this one: its first key and its weights (relative to
+	// m), whose V rows are accumulated while this tile's K rows are scored,
+	// so that K and V stream together (a tile of K, then a tile of V ran
+	// ~10% slower on BenchmarkAttentionDecode's 32 MiB fp32 cache).
+	int jp = 0;
+	float p[RT];
+	for (int j0 = 0; j0 < jn; j0 += RT) {
+		// Score a whole tile first: the dot products are independent (no
+		// chain through the running maximum), and the tile's exps are one
+		// vector exp. Keys past jn read row jn-1 and are masked.
+		float sc[RT];
+		#pragma unroll
+		for (int u = 0; u < RT; u++) {
+			const int j = min(j0 + u, jn - 1);
+			__global const store_t *kp = K + j * ks;
+			vt t = q[0] * VL(kp, 0);
+			#pragma unroll
+			for (int c = 1; c < NV; c++) t = fma(q[c], VL(kp, c * VW), t);
+			float s = vsum(t);
+			if (hasMask) {
+				const float mv = LOAD(Mask, j * mk);
+				s = mv <= MASKED_AT ? mv : s + mv;
+			}
+			sc[u] = j0 + u < jn ? s : -INFINITY;
+			if (j0 > 0) { // the previous tile is whole
+				__global const store_t *vp = V + (jp + u) * vs;
+				#pragma unroll
+				for (int c = 0; c < NV; c++) {
+					if (u % 2 == 0)
+						acc[c] = fma((vt)(p[u]), VL(vp, c * VW), acc[c]);
+					else
+						acc1[c] = fma((vt)(p[u]), VL(vp, c * VW), acc1[c]);
+				}
+			}
 		}
-		const float p = exp(s - m);
-		l += p;
-		__global const store_t *vp = V + j * vs;
-		for (int c = 0; c < NV; c++) acc[c] = fma((vt)(p), VL(vp, c * VW), acc[c]);
+		const float16 st = vload16(0, sc);
+		const float mn = fmax(m, hmax16(st));
+		// While every key so far is masked to -inf, subtract 0 instead of
+		// mn: the weights are exp(-inf) = 0, not NaN. On the first visible
+		// tile exp(-inf - mn) = 0 rescales nothing.
+		const float ms = mn == -INFINITY ? 0.0f : mn;
+		const float corr = exp(m - ms);
+		const float16 pt = exp(st - ms);
+		l = fma(l, corr, hsum16(pt));
+		m = mn;
+		vstore16(pt, 0, p);
+		#pragma unroll
+		for (int c = 0; c < NV; c++) {
+			acc[c] *= corr;
+			acc1[c] *= corr;
+		}
+		jp = j0;
+	}
+	const int un = min(RT, jn - jp);
+	for (int u = 0; u < un; u++) {
+		__global const store_t *vp = V + (jp + u) * vs;
+		#pragma unroll
+		for (int c = 0; c < NV; c++) acc[c] = fma((vt)(p[u]), VL(vp, c * VW), acc[c]);
 	}
 	const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+	#pragma unroll
 	for (int c = 0; c < NV; c++) {
 		float t[VW];
-		VSTORE(acc[c] * inv, t, 0);
+		VSTORE((acc[c] + acc1[c]) * inv, t, 0);
 		for (int e = 0; e < VW; e++) STORE(O, c * VW + e, t[e]);
+	}
+}
+
+#define RW 16 // query rows (lanes) per work-item in attn_lanes
+#define TJ 8 // keys per tile in attn_lanes
+typedef float16 lt;
+typedef int16 lti;
+
+// A lane-major [HD][RW] array: whole vectors are read and written through
+// v (one aligned access each; vstore16 to private memory compiles to four
+// pieces on PoCL), single lanes through f.
+typedef union {
+	lt v[HD];
+	float f[HD * RW];
+} lanes_t;
+
+#ifdef STORAGE_F16
+// half_bits_rte returns the fp16 bit patterns of f rounded to nearest even,
+// as vstore_half_rte stores them (NaN becomes the quiet NaN 0x7e00).
+// Normal results round by adding 0xfff plus the lowest kept bit before
+// truncating 13 mantissa bits; results below fp16's smallest normal are
+// rounded by the fp32 adder itself, aligning the value against 0.5 so that
+// the kept bits land at the bottom of the mantissa.
+static inline ushort16 half_bits_rte(float16 f) {
+	const uint16 x = as_uint16(f);
+	const uint16 sign = (x >> 16) & 0x8000u;
+	const uint16 a = x & 0x7fffffffu;
+	const uint16 big = select((uint16)(0x7c00u), (uint16)(0x7e00u), a > 0x7f800000u);
+	const uint16 sub = as_uint16(as_float16(a) + 0.5f) - 0x3f000000u;
+	const uint16 nrm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+	uint16 h = select(nrm, sub, a < 0x38800000u);
+	h = select(h, big, a >= 0x47800000u);
+	return convert_ushort16(h | sign);
+}
+
+// attn_half_bits: H[i] = half_bits_rte(X[i]), 16 per work-item, for a
+// bit-exact test of the rounding.
+__kernel void attn_half_bits(__global const float *X, int offX, __global ushort *H, int offH) {
+	const int i = get_global_id(0) * 16;
+	float x[16];
+	union {
+		ushort16 v;
+		ushort s[16];
+	} h;
+	for (int k = 0; k < 16; k++) x[k] = X[offX + i + k];
+	h.v = half_bits_rte(vload16(0, x));
+	for (int k = 0; k < 16; k++) H[offH + i + k] = h.s[k];
+}
+#endif
+
+// attn_lanes: global (ceil(G*Sq / RW), Hkv, B), local (1, 1, 1), with
+// G = H / Hkv. Work-item w takes the query rows v = w*RW + r of the
+// kv head g's G*Sq rows, row v being query head g*G + v/Sq, position v%Sq.
+__kernel void attn_lanes(ATT_PARAMS) {
+	const int w = get_global_id(0), g = get_global_id(1), b = get_global_id(2);
+	const int G = H / Hkv, rows = G * Sq, v0 = w * RW;
+	if (v0 >= rows) return;
+	K += offK + b * kb + g * kh;
+	V += offV + b * vb + g * vh;
+	// Q transposed and scaled, and the accumulator likewise. Lanes past the
+	// last row repeat it and are never stored.
+	lanes_t qT, acc;
+	int mo[RW], lim[RW];
+	int jmax = 0;
+	for (int r = 0; r < RW; r++) {
+		const int v = min(v0 + r, rows - 1);
+		const int h = g * G + v / Sq, i = v % Sq;
+		__global const store_t *q = Q + offQ + b * qb + h * qh + i * qs;
+		for (int d = 0; d < HD; d++) qT.f[d * RW + r] = LOAD(q, d) * scale;
+		mo[r] = offM + b * mb + h * mh + i * mq;
+		lim[r] = causal ? clamp(past + i + 1, 0, Skv) : Skv;
+		jmax = max(jmax, lim[r]);
+	}
+	for (int d = 0; d < HD; d++) acc.v[d] = (lt)(0.0f);
+	const lti limv = vload16(0, lim);
+	lt m = (lt)(-INFINITY), l = (lt)(0.0f);
+#ifdef STORAGE_F16
+	// The tile's K and V rows converted to fp32 once, not once per use.
+	union {
+		vt v[TJ * NV];
+		float f[TJ * HD];
+	} kt, vt_;
+#define KEL(u, d) kt.f[(u) * HD + (d)]
+#define VEL(u, d) vt_.f[(u) * HD + (d)]
+#else
+	__global const store_t *kt[TJ], *vt_[TJ];
+#define KEL(u, d) kt[u][d]
+#define VEL(u, d) vt_[u][d]
+#endif
+	for (int j0 = 0; j0 < jmax; j0 += TJ) {
+		#pragma unroll
+		for (int u = 0; u < TJ; u++) {
+			// Keys past jmax read row jmax-1 and are masked below.
+			const int j = min(j0 + u, jmax - 1);
+#ifdef STORAGE_F16
+			for (int c = 0; c < NV; c++) {
+				kt.v[u * NV + c] = VL(K + j * ks, c * VW);
+				vt_.v[u * NV + c] = VL(V + j * vs, c * VW);
+			}
+#else
+			kt[u] = K + j * ks;
+			vt_[u] = V + j * vs;
+#endif
+		}
+		// Every K element is broadcast to all lanes: no horizontal sums.
+		lt s[TJ];
+		#pragma unroll
+		for (int u = 0; u < TJ; u++) s[u] = (lt)(0.0f);
+		for (int d = 0; d < HD; d++) {
+			const lt qd = qT.v[d];
+			#pragma unroll
+			for (int u = 0; u < TJ; u++) s[u] = fma(qd, (lt)(KEL(u, d)), s[u]);
+		}
+		lt bm = (lt)(-INFINITY);
+		#pragma unroll
+		for (int u = 0; u < TJ; u++) {
+			const int j = j0 + u;
+			lt x = s[u];
+			if (hasMask) {
+				float mv[RW];
+				const int jm = min(j, jmax - 1) * mk;
+				#pragma unroll
+				for (int r = 0; r < RW; r++) mv[r] = LOAD(Mask, mo[r] + jm);
+				const lt mvv = vload16(0, mv);
+				x = select(x + mvv, mvv, mvv <= (lt)(MASKED_AT));
+			}
+			x = select(x, (lt)(-INFINITY), (lti)(j) >= limv);
+			s[u] = x;
+			bm = fmax(bm, x);
+		}
+		const lt mn = fmax(m, bm);
+		// A lane that has seen only -inf keeps zero weights: subtract 0
+		// there instead of -inf (exp(-inf - -inf) would be NaN).
+		const lt ms = select(mn, (lt)(0.0f), mn == (lt)(-INFINITY));
+		const lt corr = exp(m - ms);
+		lt ps = (lt)(0.0f);
+		#pragma unroll
+		for (int u = 0; u < TJ; u++) {
+			s[u] = exp(s[u] - ms);
+			ps += s[u];
+		}
+		l = fma(l, corr, ps);
+		m = mn;
+		for (int d = 0; d < HD; d++) {
+			lt a = acc.v[d] * corr;
+			#pragma unroll
+			for (int u = 0; u < TJ; u++) a = fma(s[u], (lt)(VEL(u, d)), a);
+			acc.v[d] = a;
+		}
+	}
+#undef KEL
+#undef VEL
+	const lt inv = select((lt)(1.0f) / l, (lt)(0.0f), l <= (lt)(0.0f));
+	const int rn = min(RW, rows - v0);
+#ifdef STORAGE_F16
+	// Rounded to fp16 a vector at a time: PoCL's vstore_half_rte is
+	// emulated element by element, which cost as much as the attention.
+	union {
+		ushort16 v[HD];
+		ushort s[HD * RW];
+	} oT;
+	for (int d = 0; d < HD; d++) oT.v[d] = half_bits_rte(acc.v[d] * inv);
+#else
+	for (int d = 0; d < HD; d++) acc.v[d] *= inv;
+#endif
+	for (int r = 0; r < rn; r++) {
+		const int v = v0 + r, h = g * G + v / Sq, i = v % Sq;
+		__global store_t *o = O + offO + b * ob + h * oh + i * os;
+#ifdef STORAGE_F16
+		__global ushort *ou = (__global ushort *)o;
+		for (int d = 0; d < HD; d++) ou[d] = oT.s[d * RW + r];
+#else
+		for (int d = 0; d < HD; d++) o[d] = acc.f[d * RW + r];
+#endif
 	}
 }
 
@@ -165,7 +421,10 @@ attn_wg(ATT_PARAMS) {
 			__global const store_t *kp = K + (j0 + t) * ks;
 			s = 0.0f;
 			for (int d = 0; d < HD; d++) s = fma(qv[d], LOAD(kp, d), s);
-			if (hasMask) s += LOAD(Mask, (j0 + t) * mk);
+			if (hasMask) {
+				const float mv = LOAD(Mask, (j0 + t) * mk);
+				s = mv <= MASKED_AT ? mv : s + mv;
+			}
 		}
 		sc[t] = s;
 		barrier(CLK_LOCAL_MEM_FENCE);

@@ -41,10 +41,25 @@ type AttentionParams struct {
 	// Mask, when Mask.Mem is set, is an additive mask in the activation
 	// storage, element (b, h, i, j) at b*MaskStrides[0] + h*MaskStrides[1] +
 	// i*MaskStrides[2] + j*MaskStrides[3]; a stride of 0 broadcasts (a
-	// [1, 1, Sq, Skv] mask is strides (0, 0, Skv, 1)).
+	// [1, 1, Sq, Skv] mask is strides (0, 0, Skv, 1)). A mask value at or
+	// below MaskedF32 (fp32 storage) or MaskedF16 (fp16 storage) replaces
+	// the score instead of being added, so that a row whose keys are all
+	// masked with the most negative float averages V uniformly, as PyTorch
+	// computes it, in both storages; -inf still gives a key weight 0.
 	Mask        Buf
 	MaskStrides [4]int
 }
+
+// Mask values at or below these replace the score (see
+// AttentionParams.Mask). MaskedF16 is fp16's lowest finite value, which is
+// what the most negative float (-3.4e38, PyTorch's usual mask) saturates to
+// in fp16 storage: added to a score it would not swallow it as -3.4e38
+// does, and a fully masked row would be a softmax of its scores instead of
+// a uniform average.
+const (
+	MaskedF32 = -1e30
+	MaskedF16 = -65504
+)
 
 // norm fills defaults and validates.
 func (p AttentionParams) norm() (AttentionParams, error) {
@@ -103,6 +118,27 @@ func (p AttentionParams) operands(s Storage, q, k, v, o Buf, hasMask bool) []buf
 	return ops
 }
 
+// attnLanes is attn_lanes' query rows per work-item (RW in attention.cl).
+const attnLanes = 16
+
+// attnVariant picks the kernel for device type devType. On CPUs attn_lanes
+// costs the same per work-item whether its 16 lanes hold 16 query rows or
+// one, while attn_row pays per row a horizontal sum per key on top of the
+// same multiply-adds. Measured on PoCL (2 cores, head sizes 64 and 128,
+// 512-1024 keys) the two break even at about 4 rows per kv head (query
+// heads in a group times Sq) and attn_lanes is ahead from 8 up, 1.7-3x at
+// CLIP's 50-77; a decode step of plain multi-head attention (1 row) is 4-5x
+// faster in attn_row.
+func attnVariant(devType string, p AttentionParams) string {
+	if devType == "GPU" {
+		return "attn_wg"
+	}
+	if p.Heads/p.KVHeads*p.SeqQ >= 8 {
+		return "attn_lanes"
+	}
+	return "attn_row"
+}
+
 // attnForce, when set by a test, selects the attention variant regardless of
 // the device.
 var attnForce string
@@ -129,14 +165,15 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	if p.empty() {
 		return nil
 	}
-	name := "attn_row"
-	if l.dev.Info().Type == "GPU" {
-		name = "attn_wg"
-	}
+	name := attnVariant(l.dev.Info().Type, p)
 	if attnForce != "" {
 		name = attnForce
 	}
-	opts := fmt.Sprintf("%s -DHD=%d", s.define(), p.HeadDim)
+	masked := MaskedF32
+	if s == F16 {
+		masked = MaskedF16
+	}
+	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef", s.define(), p.HeadDim, float32(masked))
 	if name == "attn_wg" {
 		opts += " -DATT_GPU"
 	}
@@ -146,9 +183,15 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	}
 	// One work-item per work-group on CPUs, so that even a decode step's
 	// handful of rows spreads over every core.
-	global, local := []int{p.SeqQ, p.Heads, p.Batch}, []int{1, 1, 1}
-	if name == "attn_wg" {
+	var global, local []int
+	switch name {
+	case "attn_wg":
 		global, local = []int{p.SeqQ * 64, p.Heads, p.Batch}, []int{64, 1, 1}
+	case "attn_lanes":
+		rows := p.Heads / p.KVHeads * p.SeqQ
+		global, local = []int{(rows + attnLanes - 1) / attnLanes, p.KVHeads, p.Batch}, []int{1, 1, 1}
+	default:
+		global, local = []int{p.SeqQ, p.Heads, p.Batch}, []int{1, 1, 1}
 	}
 	mask, hm := p.Mask, int32(1)
 	if !hasMask {
@@ -171,6 +214,8 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 
 // AttentionRef is the pure-Go reference for Attention on host tensors (mask
 // nil for none; p.Mask is ignored), with a plain two-pass softmax in float64.
+// The tensors are fp32, so mask values at or below MaskedF32 replace the
+// score.
 func AttentionRef(q, k, v, mask, o []float32, p AttentionParams) error {
 	p, err := p.norm()
 	if err != nil {
@@ -205,7 +250,12 @@ func AttentionRef(q, k, v, mask, o []float32, p AttentionParams) error {
 						s = dot * float64(p.Scale)
 						if mask != nil {
 							ms := p.MaskStrides
-							s += float64(mask[b*ms[0]+h*ms[1]+i*ms[2]+j*ms[3]])
+							m := float64(mask[b*ms[0]+h*ms[1]+i*ms[2]+j*ms[3]])
+							if m <= MaskedF32 {
+								s = m
+							} else {
+								s += m
+							}
 						}
 					}
 					scores[j] = s

@@ -1,9 +1,13 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand"
 	"testing"
+
+	"github.com/tlite/tlite/graph/dtype"
 )
 
 func TestAttentionRefByHand(t *testing.T) {
@@ -105,11 +109,14 @@ var attnCases = map[string]attnCase{
 	"mask full + bshd": {p: AttentionParams{Batch: 2, Heads: 2, KVHeads: 1, SeqQ: 4, SeqKV: 70, HeadDim: 3, Scale: 0.3}, maskShape: []int{2, 2, 4, 70}, bshd: true},
 	"mask per batch":   {p: AttentionParams{Batch: 2, Heads: 2, KVHeads: 2, SeqQ: 1, SeqKV: 130, HeadDim: 64, Causal: true, Past: 129}, maskShape: []int{2, 1, 1, 130}, capacity: 131},
 	"bshd decode":      {p: AttentionParams{Batch: 1, Heads: 4, KVHeads: 1, SeqQ: 1, SeqKV: 65, HeadDim: 64}, bshd: true},
+	// 74 rows per kv head: attn_lanes spreads them over five work-items,
+	// the last one partial, each with its own causal limit and mask rows.
+	"long chunk gqa mask": {p: AttentionParams{Batch: 1, Heads: 4, KVHeads: 2, SeqQ: 37, SeqKV: 45, HeadDim: 64, Causal: true, Past: 8}, maskShape: []int{1, 4, 37, 45}, capacity: 50, bshd: true},
 }
 
 func TestAttention(t *testing.T) {
 	defer func() { attnForce = "" }()
-	for _, variant := range []string{"attn_row", "attn_wg"} {
+	for _, variant := range []string{"attn_row", "attn_lanes", "attn_wg"} {
 		attnForce = variant
 		for name, c := range attnCases {
 			for _, s := range storages {
@@ -139,7 +146,7 @@ func TestAttentionMaskedRow(t *testing.T) {
 	if err := AttentionRef(q, k, v, mask, want, p); err != nil {
 		t.Fatal(err)
 	}
-	for _, variant := range []string{"attn_row", "attn_wg"} {
+	for _, variant := range []string{"attn_row", "attn_lanes", "attn_wg"} {
 		attnForce = variant
 		p.Mask = upload(t, F32, mask)
 		ob := upload(t, F32, []float32{9, 9, 9, 9, 9, 9})
@@ -168,6 +175,112 @@ func TestAttentionEmptyAndErrors(t *testing.T) {
 	} {
 		if err := testLib.Attention(F32, q, q, q, q, p); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// TestAttentionSaturatedMask: PyTorch masks with the most negative float,
+// -3.4e38, which fp16 storage saturates to -65504. A query row whose keys
+// are all masked must still be the uniform average of V that the fp32 model
+// computes (not a softmax of the scores shifted by -65504), and partially
+// masked rows must match the fp32 reference, in both storages and every
+// variant.
+func TestAttentionSaturatedMask(t *testing.T) {
+	defer func() { attnForce = "" }()
+	const lowest = -math.MaxFloat32
+	// Rows: all masked; two keys masked; none masked (small additive terms).
+	p := AttentionParams{Batch: 1, Heads: 2, KVHeads: 1, SeqQ: 3, SeqKV: 5, HeadDim: 3, MaskStrides: [4]int{0, 0, 5, 1}}
+	mask := []float32{
+		lowest, lowest, lowest, lowest, lowest,
+		0, lowest, 0.5, lowest, -1,
+		0.25, 0, -0.5, 1, 0,
+	}
+	for _, s := range storages {
+		q, k, v := laRand(41, 18, s), laRand(42, 15, s), laRand(43, 15, s)
+		for i := range q {
+			q[i] = roundTrip(s, 4*q[i]) // scores far from uniform
+		}
+		want := make([]float32, 18)
+		if err := AttentionRef(q, k, v, mask, want, p); err != nil {
+			t.Fatal(err)
+		}
+		// The fully masked row, by hand: the mean of V's rows.
+		var mean [3]float32
+		for j := 0; j < 5; j++ {
+			for d := range mean {
+				mean[d] += v[j*3+d] / 5
+			}
+		}
+		for h := 0; h < 2; h++ {
+			assertClose(t, fmt.Sprintf("%s reference head %d masked row", s, h), want[h*9:h*9+3], mean[:], 1e-6, 0)
+		}
+		// What the storage holds: -65504 in fp16 (as the engine's constant
+		// conversion saturates it), the exact value in fp32.
+		stored := append([]float32(nil), mask...)
+		for i, m := range stored {
+			if s == F16 && m < MaskedF16 {
+				stored[i] = MaskedF16
+			}
+		}
+		for _, variant := range []string{"attn_row", "attn_lanes", "attn_wg"} {
+			attnForce = variant
+			p.Mask = upload(t, s, stored)
+			ob := alloc(t, s, 18)
+			if err := testLib.Attention(s, upload(t, s, q), upload(t, s, k), upload(t, s, v), ob, p); err != nil {
+				t.Fatal(err)
+			}
+			laClose(t, fmt.Sprintf("%s/%s", variant, s), s, download(t, s, ob, 18), want)
+		}
+	}
+}
+
+// TestAttentionHalfRounding: attn_lanes rounds its fp16 output with its own
+// vector conversion; it must give dtype.Float32ToHalf's bits for ties,
+// subnormals, overflow, infinities and arbitrary values.
+func TestAttentionHalfRounding(t *testing.T) {
+	xs := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 65504, 65519.99, 65520, -65520, 65536, 1e30,
+		float32(math.Inf(1)), float32(math.Inf(-1)), 1e-8, 2.9e-8, 3e-8, -5.96e-8, 6e-5, 6.1e-5, 6.104e-5,
+		1.4e-45, 1e-40, 3.0e-5}
+	// Exact ties between neighbouring fp16 values, odd and even below.
+	for _, h := range []uint16{0x0001, 0x0002, 0x03ff, 0x0400, 0x3c00, 0x3c01, 0x7bfe, 0x8401, 0xfbfe} {
+		lo := dtype.HalfToFloat32(h)
+		hi := dtype.HalfToFloat32(h + 1)
+		xs = append(xs, (lo+hi)/2)
+	}
+	r := rand.New(rand.NewSource(7))
+	for len(xs)%16 != 0 || len(xs) < 4096 {
+		xs = append(xs, math.Float32frombits(r.Uint32()))
+	}
+	xs = append(xs, float32(math.NaN()))
+	for len(xs)%16 != 0 {
+		xs = append(xs, 0)
+	}
+	opts := fmt.Sprintf("%s -DHD=16 -DMASKED_AT=%ef", F16.define(), float32(MaskedF16))
+	kern, err := testLib.kernel("attention", attentionSrc, opts, "attn_half_bits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := make([]byte, 4*len(xs))
+	for i, x := range xs {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
+	}
+	in := uploadBytes(t, 4, raw)
+	out := allocBytes(t, 2, len(xs))
+	if err := testLib.Device().Launch(kern, []int{len(xs) / 16}, nil, in.Mem, int32(in.Off), out.Mem, int32(out.Off)); err != nil {
+		t.Fatal(err)
+	}
+	got := downloadBytes(t, 2, out, len(xs))
+	for i, x := range xs {
+		g := binary.LittleEndian.Uint16(got[2*i:])
+		w := dtype.Float32ToHalf(x)
+		if x != x {
+			if g&0x7c00 != 0x7c00 || g&0x3ff == 0 {
+				t.Errorf("NaN -> %#04x, want a NaN", g)
+			}
+			continue
+		}
+		if g != w {
+			t.Errorf("%g (%#08x) -> %#04x, want %#04x", x, math.Float32bits(x), g, w)
 		}
 	}
 }
