@@ -186,6 +186,7 @@ func lowerMatMulBias(lc *lowerCtx) (*stepDef, error) {
 		}
 	}
 	alpha, beta := lc.n.AttrFloat("alpha", 1), lc.n.AttrFloat("beta", 1)
+	w := lc.productWeight(b, false)
 	return &stepDef{kernel: "matmul", run: func(x *exec) error {
 		plan, err := kernels.MatMulBatchPlan(x.shape(a), x.shape(b))
 		if err != nil {
@@ -193,6 +194,7 @@ func lowerMatMulBias(lc *lowerCtx) (*stepDef, error) {
 		}
 		p := plan.Params()
 		p.Weight = s
+		w.apply(&p)
 		if alpha != 1 || beta != 1 {
 			p.Scaled, p.Alpha, p.Beta = true, alpha, beta
 		}

@@ -1,11 +1,16 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 
+	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/symshape"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 func init() {
@@ -30,6 +35,7 @@ func lowerMatMul(lc *lowerCtx) (*stepDef, error) {
 	if _, err := lc.floatStorage(b); err != nil {
 		return nil, err
 	}
+	w := lc.productWeight(b, false)
 	return &stepDef{kernel: "matmul", run: func(x *exec) error {
 		plan, err := kernels.MatMulBatchPlan(x.shape(a), x.shape(b))
 		if err != nil {
@@ -37,8 +43,128 @@ func lowerMatMul(lc *lowerCtx) (*stepDef, error) {
 		}
 		p := plan.Params()
 		p.Weight = s
+		w.apply(&p)
 		return x.be.matmul(s, x.ref(a), x.ref(b), x.ref(y), nil, p)
 	}}, nil
+}
+
+// weightLayout is how a product's B operand is stored: flipped when the
+// session laid a constant weight out transposed at Open (see
+// productWeight), so the product reads it with TransB inverted.
+type weightLayout struct {
+	flipped bool
+}
+
+// apply adjusts a product's parameters to the stored layout of B. A flipped
+// weight is stored packed ([N, K] for [K, N]), so LDB stays 0; an elastic
+// sub-model that shrinks N and K still reads the top-left corner through
+// the stored row length.
+func (w weightLayout) apply(p *kernels.MatMulParams) {
+	if w.flipped {
+		p.TransB = !p.TransB
+	}
+}
+
+// productWeight decides, at Open, how the B operand b of the product being
+// lowered (MatMul, Gemm, tlite.MatMulBias; read as [K, N], or as [N, K]
+// when transB) is stored. A constant matrix is transposed once, here, when
+// the device's kernels prefer the other layout (kernels.Lib.PrefersTransB:
+// [N, K] on CPUs and GPUs alike; a weight exported from nn.Linear into a
+// MatMul is [K, N]), provided that every node reading it is a product
+// computed on the device that reads it as B in the same layout: the
+// transposed copy then replaces the original, which is never uploaded. The
+// first of those products to be lowered makes the copy; the others find it.
+func (lc *lowerCtx) productWeight(b *vinfo, transB bool) weightLayout {
+	cb, ok := lc.c.s.be.(*clBackend)
+	if lc.host || !ok || b == nil || b.v == nil || len(b.shape) != 2 || cb.lib.PrefersTransB() == transB {
+		return weightLayout{}
+	}
+	name := b.name + "/transposed"
+	if r := b.root; r != b {
+		// An alias: of a copy this function made for another reader, or of
+		// some other value, whose layout it leaves alone.
+		return weightLayout{flipped: r.v == nil && r.kind == vkConst && r.name == name}
+	}
+	dims, ok := constShape(b.shape)
+	if b.kind != vkConst || b.konst == nil || !ok || !b.isFloat() || hostSize(b.dt) != 4 || len(b.konst.data) != 4*numel(dims) {
+		return weightLayout{}
+	}
+	for _, o := range lc.c.g.Outputs {
+		if o == b.v {
+			return weightLayout{}
+		}
+	}
+	for _, n := range b.v.Consumers {
+		if !readsAsWeight(lc.c, n, b.v, transB) {
+			return weightLayout{}
+		}
+	}
+	rows, cols := dims[0], dims[1]
+	t := lc.newConst(name, &hostTensor{dt: b.dt, shape: []int{cols, rows}, data: transpose32(b.konst.data, rows, cols)})
+	// b becomes an alias of the copy, so uploads, buffers and lifetimes all
+	// go to the copy. Unlike a view's alias it does not share b's layout:
+	// that is safe only because every reader is one of the products checked
+	// above, each of which flips TransB.
+	b.root = t
+	return weightLayout{flipped: true}
+}
+
+// readsAsWeight reports whether node n is a product computed on the device
+// that reads v only as its B operand, in the layout transB says.
+func readsAsWeight(c *compiler, n *graph.Node, v *graph.Value, transB bool) bool {
+	if cls, ok := c.res.Class[n]; ok && cls != infer.Device {
+		return false // computed on the host, from the original contents
+	}
+	var nodeTransB bool
+	switch opKey(n.Domain, n.OpType) {
+	case "MatMul", "tlite.MatMulBias":
+	case "Gemm":
+		nodeTransB = n.AttrInt("transB", 0) != 0
+	default:
+		return false
+	}
+	if nodeTransB != transB || len(n.Inputs) < 2 || n.Inputs[1] != v {
+		return false
+	}
+	for i, in := range n.Inputs {
+		if in == v && i != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// transpose32 returns the [cols, rows] transpose of a row-major [rows, cols]
+// matrix of 4-byte elements. It works in square tiles, so that both sides
+// stay in cache, split across the cores: a ViT-B's 85 M weights take a
+// fraction of a second.
+func transpose32(src []byte, rows, cols int) []byte {
+	const tile = 32
+	le := binary.LittleEndian
+	dst := make([]byte, len(src))
+	tiles := (rows + tile - 1) / tile
+	workers := max(1, min(runtime.GOMAXPROCS(0), tiles))
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for tr := w; tr < tiles; tr += workers {
+				r0 := tr * tile
+				r1 := min(r0+tile, rows)
+				for c0 := 0; c0 < cols; c0 += tile {
+					c1 := min(c0+tile, cols)
+					for r := r0; r < r1; r++ {
+						for c := c0; c < c1; c++ {
+							le.PutUint32(dst[4*(c*rows+r):], le.Uint32(src[4*(r*cols+c):]))
+						}
+					}
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	return dst
 }
 
 // lowerGemm is C = alpha*op(A)*op(B) + beta*C with C broadcast to [M, N].
@@ -68,6 +194,7 @@ func lowerGemm(lc *lowerCtx) (*stepDef, error) {
 	}
 	transA, transB := n.AttrInt("transA", 0) != 0, n.AttrInt("transB", 0) != 0
 	alpha, beta := n.AttrFloat("alpha", 1), n.AttrFloat("beta", 1)
+	w := lc.productWeight(b, transB)
 	return &stepDef{kernel: "matmul", run: func(x *exec) error {
 		as, bs := x.shape(a), x.shape(b)
 		m, k := as[0], as[1]
@@ -83,6 +210,7 @@ func lowerGemm(lc *lowerCtx) (*stepDef, error) {
 		}
 		p := kernels.MatMulParams{M: m, N: nn, K: k, TransA: transA, TransB: transB,
 			Scaled: true, Alpha: alpha, Beta: beta, Weight: s}
+		w.apply(&p)
 		var bref *tref
 		if bias != nil {
 			cs := x.shape(bias)

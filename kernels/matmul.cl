@@ -21,11 +21,14 @@
 // the GPU set, otherwise the CPU set, so neither device compiles kernels it
 // never runs):
 //   mm_dot_RxC   K contiguous in A and B (ak == bk == 1): RB rows x CB columns
-//                per work-item, K loop in float16 vectors (1x8 for one row,
-//                4x4 otherwise). The CPU path for Linear weights.
+//                at a time over a chunk of rows per work-item, K loop in
+//                float16 vectors (1x8 for one row, 2x8 while 8 rows of B
+//                fit 32 KiB, 4x4 beyond). The CPU path for weights, which
+//                sessions store [N, K] (Linear's layout; PrefersTransB).
 //   mm_axpy_RxV  B contiguous along N (bn == 1): RB rows x VB*16 columns
-//                per work-item, VB B vectors per k (1x16 for one row, 4x4
-//                otherwise). The CPU path for MatMul weights stored [K, N].
+//                at a time over a chunk of rows, VB B vectors per k (1x16
+//                for one row, 4x4 otherwise). The CPU path for a B that is
+//                an activation stored [K, N].
 //   mm_gemv_wg   GPU, K contiguous, few rows: a work-group per output column
 //                strides over K and reduces in local memory.
 //   mm_tiled     GPU: 64x64 output tiles staged through local memory in
@@ -111,88 +114,160 @@ static inline float hsum16(float16 v) {
 	return c.x + c.y;
 }
 
+// hsum16x4 returns the sums of a, b, c and d's lanes. Folding the four
+// vectors into each other level by level takes ~15 instructions where four
+// hsum16 take ~32; mm_dot reduces RB*CB accumulators per K/16 rounds of
+// RB*CB FMAs, so at K = 512 this is a tenth of its work.
+static inline float4 hsum16x4(float16 a, float16 b, float16 c, float16 d) {
+	const float16 ab = (float16)(a.lo, b.lo) + (float16)(a.hi, b.hi);
+	const float16 cd = (float16)(c.lo, d.lo) + (float16)(c.hi, d.hi);
+	const float16 q = (float16)(ab.s0123, ab.s89ab, cd.s0123, cd.s89ab) +
+	                  (float16)(ab.s4567, ab.scdef, cd.s4567, cd.scdef);
+	const float8 h = q.even + q.odd;
+	return h.even + h.odd;
+}
+
 #ifndef MM_GPU
-// mm_dot computes RB x CB outputs (RB <= 4, CB <= 8). always_inline makes RB
-// and CB constants before the loops are unrolled, and the unroll pragmas
-// make sure they are: otherwise PoCL kept the accumulator arrays on the
-// stack and ran 4x slower. Rows and columns past the edge are clamped for
-// loading, which keeps the loop free of branches, and skipped when storing.
+// The CPU kernels give each work-item a block of columns and a chunk of rows
+// (global (column blocks, row chunks, batch)) and loop over the chunk RB rows
+// at a time. The work-item's slice of B is then read from memory once and
+// reused from cache for every row of the chunk. With one row block per
+// work-item, a weight too big for the last-level cache comes from memory
+// once per row block: a 50-token ViT layer ran at a fifth of its speed with
+// the weight in cache. The launcher picks the number of chunks (global size
+// 1): few, for reuse, but enough work-groups for every core.
+#define MM_ROW_CHUNK(RB)                                                       \
+	const int nblk_ = (M + (RB)-1) / (RB);                                     \
+	const int per_ =                                                           \
+	    (nblk_ + (int)get_global_size(1) - 1) / (int)get_global_size(1);       \
+	const int blk0_ = (int)get_global_id(1) * per_;                            \
+	const int blk1_ = min(blk0_ + per_, nblk_);
+
+// mm_dot computes RB x CB outputs at a time (RB <= 4, CB <= 8), each as a
+// float16 of partial sums over K reduced once at the end. Per 16 k the
+// inner loop loads RB vectors of A, which stream from L2, and CB of B, from
+// a slice of CB weight rows that stays in L1 across the row chunk. 2x8
+// halves the A traffic of 4x4 and ran 10-25% faster where the slice fits L1
+// (K <= 1024 in fp32); 4x4 wins beyond (K = 3072: 97 vs 74 GFLOP/s on one
+// core). 3x8 and 4x6 spill AVX-512's 32 registers and ran at 60%.
+// always_inline makes RB and CB constants before the loops are unrolled,
+// and the unroll pragmas make sure they are: otherwise PoCL kept the
+// accumulator arrays on the stack and ran 4x slower. Rows and columns past
+// the edge are clamped for loading, which keeps the loop free of branches,
+// and skipped when storing.
 __attribute__((always_inline)) static inline void
 mm_dot(const int RB, const int CB, MM_PARAMS) {
-	const int n0 = get_global_id(0) * CB, m0 = get_global_id(1) * RB;
-	if (n0 >= N || m0 >= M) return;
+	const int n0 = get_global_id(0) * CB;
+	if (n0 >= N) return;
+	MM_ROW_CHUNK(RB)
 	MM_BATCH(get_global_id(2))
-	__global const a_t *ap[4];
 	__global const b_t *bp[8];
 	#pragma unroll
-	for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
-	#pragma unroll
 	for (int c = 0; c < CB; c++) bp[c] = B + min(n0 + c, N - 1) * bn;
-	float16 acc[4][8];
-	#pragma unroll
-	for (int r = 0; r < RB; r++)
+	for (int blk = blk0_; blk < blk1_; blk++) {
+		const int m0 = blk * RB;
+		__global const a_t *ap[4];
 		#pragma unroll
-		for (int c = 0; c < CB; c++) acc[r][c] = (float16)(0.0f);
-	int k = 0;
-	for (; k + 16 <= K; k += 16) {
-		float16 av[4], bv[8];
-		#pragma unroll
-		for (int r = 0; r < RB; r++) av[r] = ALOAD16(ap[r], k);
-		#pragma unroll
-		for (int c = 0; c < CB; c++) bv[c] = BLOAD16(bp[c], k);
+		for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
+		float16 acc[4][8];
 		#pragma unroll
 		for (int r = 0; r < RB; r++)
 			#pragma unroll
-			for (int c = 0; c < CB; c++) acc[r][c] = fma(av[r], bv[c], acc[r][c]);
-	}
-	float s[4][8];
-	#pragma unroll
-	for (int r = 0; r < RB; r++)
-		#pragma unroll
-		for (int c = 0; c < CB; c++) s[r][c] = hsum16(acc[r][c]);
-	for (; k < K; k++) {
-		float av[4], bv[8];
-		#pragma unroll
-		for (int r = 0; r < RB; r++) av[r] = ALOAD(ap[r], k);
-		#pragma unroll
-		for (int c = 0; c < CB; c++) bv[c] = BLOAD(bp[c], k);
-		#pragma unroll
-		for (int r = 0; r < RB; r++)
+			for (int c = 0; c < CB; c++) acc[r][c] = (float16)(0.0f);
+		int k = 0;
+		for (; k + 16 <= K; k += 16) {
+			float16 av[4], bv[8];
 			#pragma unroll
-			for (int c = 0; c < CB; c++) s[r][c] = fma(av[r], bv[c], s[r][c]);
-	}
-	#pragma unroll
-	for (int r = 0; r < RB; r++) {
-		const int m = m0 + r;
-		if (m >= M) break;
+			for (int r = 0; r < RB; r++) av[r] = ALOAD16(ap[r], k);
+			#pragma unroll
+			for (int c = 0; c < CB; c++) bv[c] = BLOAD16(bp[c], k);
+			#pragma unroll
+			for (int r = 0; r < RB; r++)
+				#pragma unroll
+				for (int c = 0; c < CB; c++) acc[r][c] = fma(av[r], bv[c], acc[r][c]);
+		}
+		float s[4][8];
 		#pragma unroll
-		for (int c = 0; c < CB; c++) {
-			const int n = n0 + c;
-			if (n >= N) break;
-			mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, s[r][c], alpha,
-			       beta);
+		for (int r = 0; r < RB; r++) {
+			if (CB % 4 == 0) {
+				#pragma unroll
+				for (int c = 0; c < CB; c += 4) {
+					const float4 h = hsum16x4(acc[r][c], acc[r][c + 1], acc[r][c + 2], acc[r][c + 3]);
+					s[r][c] = h.x, s[r][c + 1] = h.y, s[r][c + 2] = h.z, s[r][c + 3] = h.w;
+				}
+			} else {
+				#pragma unroll
+				for (int c = 0; c < CB; c++) s[r][c] = hsum16(acc[r][c]);
+			}
+		}
+		for (; k < K; k++) {
+			float av[4], bv[8];
+			#pragma unroll
+			for (int r = 0; r < RB; r++) av[r] = ALOAD(ap[r], k);
+			#pragma unroll
+			for (int c = 0; c < CB; c++) bv[c] = BLOAD(bp[c], k);
+			#pragma unroll
+			for (int r = 0; r < RB; r++)
+				#pragma unroll
+				for (int c = 0; c < CB; c++) s[r][c] = fma(av[r], bv[c], s[r][c]);
+		}
+		#pragma unroll
+		for (int r = 0; r < RB; r++) {
+			const int m = m0 + r;
+			if (m >= M) break;
+			#pragma unroll
+			for (int c = 0; c < CB; c++) {
+				const int n = n0 + c;
+				if (n >= N) break;
+				mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, s[r][c],
+				       alpha, beta);
+			}
 		}
 	}
 }
 
 __kernel void mm_dot_4x4(MM_PARAMS) { mm_dot(4, 4, MM_ARGS); }
+__kernel void mm_dot_2x8(MM_PARAMS) { mm_dot(2, 8, MM_ARGS); }
 __kernel void mm_dot_1x8(MM_PARAMS) { mm_dot(1, 8, MM_ARGS); }
 
-// mm_axpy computes RB rows x VB*16 columns (RB*VB <= 16): per k, VB vectors
-// of one B row times a broadcast element of each A row. Wide column blocks
-// make each B row a contiguous run of VB*64 bytes, which is what keeps the
-// CPU's prefetchers streaming when B is read row by row. Vectors reaching
-// past N are shifted left to end at N (their overlap with the previous
-// vector is not stored twice); only N < 16 takes a scalar path.
+// mm_axpy computes RB rows x VB*16 columns at a time (RB*VB <= 16): per k,
+// VB vectors of one B row times a broadcast element of each A row. Wide
+// column blocks make each B row a contiguous run of VB*64 bytes, which is
+// what keeps the CPU's prefetchers streaming when B is read row by row.
+// Vectors reaching past N are shifted left to end at N (their overlap with
+// the previous vector is not stored twice); only N < 16 takes a scalar path.
 __attribute__((always_inline)) static inline void
 mm_axpy(const int RB, const int VB, MM_PARAMS) {
-	const int n0 = get_global_id(0) * VB * 16, m0 = get_global_id(1) * RB;
-	if (n0 >= N || m0 >= M) return;
+	const int n0 = get_global_id(0) * VB * 16;
+	if (n0 >= N) return;
+	MM_ROW_CHUNK(RB)
 	MM_BATCH(get_global_id(2))
-	__global const a_t *ap[16];
-	#pragma unroll
-	for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
-	if (N >= 16) {
+	for (int blk = blk0_; blk < blk1_; blk++) {
+		const int m0 = blk * RB;
+		__global const a_t *ap[16];
+		#pragma unroll
+		for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
+		if (N < 16) {
+			for (int n = n0; n < N; n++) {
+				float acc[16];
+				#pragma unroll
+				for (int r = 0; r < RB; r++) acc[r] = 0.0f;
+				for (int k = 0; k < K; k++) {
+					const float bv = BLOAD(B, k * bk + n);
+					#pragma unroll
+					for (int r = 0; r < RB; r++)
+						acc[r] = fma(ALOAD(ap[r], k * ak), bv, acc[r]);
+				}
+				#pragma unroll
+				for (int r = 0; r < RB; r++) {
+					const int m = m0 + r;
+					if (m >= M) break;
+					mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, acc[r],
+					       alpha, beta);
+				}
+			}
+			continue;
+		}
 		int nv[16];
 		#pragma unroll
 		for (int v = 0; v < VB; v++) nv[v] = min(n0 + 16 * v, N - 16);
@@ -227,24 +302,6 @@ mm_axpy(const int RB, const int VB, MM_PARAMS) {
 						       alpha, beta);
 				}
 			}
-		}
-		return;
-	}
-	for (int n = n0; n < N; n++) {
-		float acc[16];
-		#pragma unroll
-		for (int r = 0; r < RB; r++) acc[r] = 0.0f;
-		for (int k = 0; k < K; k++) {
-			const float bv = BLOAD(B, k * bk + n);
-			#pragma unroll
-			for (int r = 0; r < RB; r++) acc[r] = fma(ALOAD(ap[r], k * ak), bv, acc[r]);
-		}
-		#pragma unroll
-		for (int r = 0; r < RB; r++) {
-			const int m = m0 + r;
-			if (m >= M) break;
-			mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, acc[r], alpha,
-			       beta);
 		}
 	}
 }

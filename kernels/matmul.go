@@ -419,7 +419,7 @@ func (l *Lib) MatMul(s Storage, a, b, c Buf, p MatMulParams) error {
 // pick chooses the kernel for g, possibly as its transpose. On CPUs the
 // register-blocked kernels without local memory win; on GPUs the
 // local-memory ones (see matmul.cl).
-func (l *Lib) pick(g gemm) (gemm, string) {
+func (l *Lib) pick(g gemm, gpu bool) (gemm, string) {
 	if mmForce != "" {
 		if strings.HasPrefix(mmForce, "mm_axpy") && g.bn != 1 {
 			g = g.transposed()
@@ -428,7 +428,7 @@ func (l *Lib) pick(g gemm) (gemm, string) {
 	}
 	dot := func(g gemm) bool { return g.ak == 1 && g.bk == 1 }
 	axpy := func(g gemm) bool { return g.bn == 1 }
-	if l.dev.Info().Type == "GPU" {
+	if gpu {
 		switch {
 		case g.m > 4:
 			return g, "mm_tiled"
@@ -442,8 +442,11 @@ func (l *Lib) pick(g gemm) (gemm, string) {
 		return g, "mm_naive"
 	}
 	if dot(g) {
-		if g.m == 1 {
+		switch {
+		case g.m == 1:
 			return g, "mm_dot_1x8"
+		case 8*g.k*g.bt.Size() <= mmDotL1:
+			return g, "mm_dot_2x8"
 		}
 		return g, "mm_dot_4x4"
 	}
@@ -457,6 +460,52 @@ func (l *Lib) pick(g gemm) (gemm, string) {
 		return g, "mm_axpy_4x4"
 	}
 	return g, "mm_naive"
+}
+
+// PrefersTransB reports whether constant weights should be stored [N, K]
+// (MatMulParams.TransB, the Linear layout) rather than [K, N] on this
+// device, for products whose B is a weight the caller may lay out once
+// ahead of time (an engine session at Open).
+//
+// CPUs: yes. [N, K] feeds mm_dot, whose work-items keep CB whole weight
+// rows in L1. Measured on PoCL (one thread, weights read from memory as in
+// a model: BenchmarkMatMulViT), [N, K] ran decode (M = 1, 768 and 3072
+// wide) at 13.5-17 GFLOP/s against 11.5-13.7 for [K, N] (mm_axpy), and
+// prefill (M = 50-512, ten shapes) 3-31% faster on eight, 6% and 11%
+// slower on 50x768x768 and 77x2048x512 (single runs; the machine was
+// shared, so differences under ~10% are noise).
+//
+// GPUs: yes as well. mm_tiled stages either layout through local memory
+// with coalesced reads, so prefill does not care, and decode then takes
+// mm_gemv_wg (a work-group per output, coalesced along K) instead of
+// mm_naive. This is by construction, not measured: no GPU was at hand.
+func (l *Lib) PrefersTransB() bool {
+	return true
+}
+
+// mmDotL1 is the most bytes of B (CB rows of K) that mm_dot_2x8 keeps
+// in L1 for a whole row chunk; wider products take mm_dot_4x4, whose
+// slice is half as tall (see matmul.cl).
+const mmDotL1 = 32 << 10
+
+// mmChunkRows is how many rows of A one CPU work-item covers at most: its
+// slice of B is read from memory once and reused from cache for all of
+// them. 64 rows of A at K = 768 are 192 KiB, which stay in a 1 MiB L2 next
+// to the slice; BenchmarkMatMulViT at M = 512 ran alike for 32 to 128.
+const mmChunkRows = 64
+
+// rowChunks returns the number of row chunks (global size 1) of a CPU
+// launch whose rb-row blocks cover m rows, with cols work-items across and
+// batch products: chunks of up to mmChunkRows rows, split further while
+// there are fewer than 4 work-groups per compute unit to share out.
+func rowChunks(m, rb, cols, batch, units int) int {
+	blocks := (m + rb - 1) / rb
+	chunks := (m + mmChunkRows - 1) / mmChunkRows
+	groups := func(ch int) int { return (cols + cpuGroup - 1) / cpuGroup * ch * batch }
+	for chunks < blocks && groups(chunks) < 4*units {
+		chunks *= 2
+	}
+	return min(chunks, blocks)
 }
 
 // options is the build for g's storages; gpu selects the GPU kernel set.
@@ -492,8 +541,9 @@ func (l *Lib) gemm(g gemm) error {
 	if g.empty() {
 		return nil
 	}
-	g, name := l.pick(g)
-	gpu := name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_naive" && l.dev.Info().Type == "GPU"
+	info := l.dev.Info()
+	g, name := l.pick(g, info.Type == "GPU")
+	gpu := name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_naive" && info.Type == "GPU"
 	k, err := l.kernel("matmul", matmulSrc, g.options(gpu), name)
 	if err != nil {
 		return err
@@ -509,10 +559,12 @@ func (l *Lib) gemm(g gemm) error {
 		global = []int{g.n, g.m, batch}
 	case strings.HasPrefix(name, "mm_axpy_"):
 		rb, vb := mmBlocking(name)
-		global = []int{(g.n + 16*vb - 1) / (16 * vb), (g.m + rb - 1) / rb, batch}
+		cols := (g.n + 16*vb - 1) / (16 * vb)
+		global = []int{cols, rowChunks(g.m, rb, cols, batch, info.ComputeUnits), batch}
 	default: // mm_dot_RxC
 		rb, cb := mmBlocking(name)
-		global = []int{(g.n + cb - 1) / cb, (g.m + rb - 1) / rb, batch}
+		cols := (g.n + cb - 1) / cb
+		global = []int{cols, rowChunks(g.m, rb, cols, batch, info.ComputeUnits), batch}
 	}
 	if local == nil {
 		global, local = l.cpuGroups(global)

@@ -1,31 +1,70 @@
 package kernels
 
 import (
+	"flag"
 	"fmt"
+	"syscall"
 	"testing"
+	"time"
 )
 
+// mmVariant forces one kernel variant in BenchmarkMatMulViT, for comparing
+// them: go test -bench ViT -mmvariant mm_dot_4x4.
+var mmVariant = flag.String("mmvariant", "", "force this matmul kernel variant in BenchmarkMatMulViT")
+
+// mmLayout limits BenchmarkMatMulViT to one weight layout: "nk" (transB) or
+// "kn"; the mm_dot variants take only "nk".
+var mmLayout = flag.String("mmlayout", "both", "weight layout in BenchmarkMatMulViT: both, nk (transB) or kn")
+
 // mmBench times p on random operands: launches are queued back to back and
-// finished once, as a session's step does.
+// finished once, as a session's step does. The weight stays in cache from one
+// launch to the next; mmBenchCold is the model's situation.
 func mmBench(b *testing.B, s Storage, p MatMulParams, aLen, bLen int) {
-	a := upload(b, s, laRand(1, aLen, s))
-	w := upload(b, p.Weight, laRand(2, bLen, p.Weight))
-	c := alloc(b, s, p.M*p.N)
-	if err := testLib.MatMul(s, a, w, c, p); err != nil { // compile outside the timing
+	mmBenchCopies(b, s, p, aLen, bLen, 1)
+}
+
+// mmBenchCold is mmBench with the launches rotating over enough copies of
+// the weight (128 MiB in all, beyond the last-level cache) that each launch
+// reads its weight from memory, as a model's layers do: a run reads each
+// weight once.
+func mmBenchCold(b *testing.B, s Storage, p MatMulParams, aLen, bLen int) {
+	mmBenchCopies(b, s, p, aLen, bLen, min(64, (128<<20)/(bLen*p.Weight.Size())+1))
+}
+
+func mmBenchCopies(b *testing.B, s Storage, p MatMulParams, aLen, bLen, copies int) {
+	a := uploadAligned(b, s, laRand(1, aLen, s))
+	ws := make([]Buf, copies)
+	for i := range ws {
+		ws[i] = uploadAligned(b, p.Weight, laRand(int64(2+i), bLen, p.Weight))
+	}
+	c := uploadAligned(b, s, make([]float32, p.M*p.N))
+	if err := testLib.MatMul(s, a, ws[0], c, p); err != nil { // compile outside the timing
 		b.Fatal(err)
 	}
 	if err := testLib.Device().Finish(); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
-		if err := testLib.MatMul(s, a, w, c, p); err != nil {
+		if err := testLib.MatMul(s, a, ws[i%copies], c, p); err != nil {
 			b.Fatal(err)
 		}
 	}
 	if err := testLib.Device().Finish(); err != nil {
 		b.Fatal(err)
 	}
+	// On a shared machine wall time counts other processes' time slices;
+	// GFLOP per second of this process's CPU time (all its threads) mostly
+	// does not, and shows how many cores the launches kept busy.
+	b.ReportMetric(2*float64(p.M*p.N*p.K)*float64(b.N)/(cpuTime()-cpu0).Seconds()/1e9, "GFLOP/cpu-s")
+}
+
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkMatMulDecode: one token through a 4096x4096 Linear, bandwidth
@@ -51,4 +90,53 @@ func BenchmarkMatMulPrefill(b *testing.B) {
 			b.ReportMetric(2*M*N*K*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
 	}
+}
+
+// BenchmarkMatMulViT: the Linear layers of a ViT-B/32 image encoder (50
+// tokens; q/k/v/out 768x768, MLP 768x3072 and back; names are MxNxK) and
+// of a CLIP text encoder (77 tokens, 512 wide), at decode (M = 1) and a
+// long prefill (M = 512), with weights read from memory, in both weight
+// layouts: [K, N] (MatMul) and [N, K] (transB, a Linear weight). One core:
+// POCL_MAX_PTHREAD_COUNT=1 POCL_CPU_MAX_CU_COUNT=1.
+func BenchmarkMatMulViT(b *testing.B) {
+	for _, sh := range [][3]int{
+		{50, 768, 768}, {50, 3072, 768}, {50, 768, 3072}, {50, 2304, 768},
+		{77, 512, 512}, {77, 2048, 512}, {77, 512, 2048},
+		{1, 768, 768}, {1, 3072, 768}, {1, 768, 3072},
+		{512, 768, 768}, {512, 3072, 768}, {512, 768, 3072},
+	} {
+		m, n, k := sh[0], sh[1], sh[2]
+		for _, transB := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%dx%dx%d/transB=%v", m, n, k, transB), func(b *testing.B) {
+				if *mmLayout == "nk" && !transB || *mmLayout == "kn" && transB {
+					b.Skip()
+				}
+				mmForce = *mmVariant
+				defer func() { mmForce = "" }()
+				mmBenchCold(b, F32, MatMulParams{M: m, N: n, K: k, TransB: transB}, m*k, k*n)
+				b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+// uploadAligned is upload with the tensor at the start of its buffer, as a
+// session's weights and memory-plan slots are (64-byte aligned): upload's
+// odd offset would make every vector load in the timing straddle two cache
+// lines.
+func uploadAligned(b *testing.B, s Storage, xs []float32) Buf {
+	b.Helper()
+	raw := make([]byte, len(xs)*s.Size())
+	for i, x := range xs {
+		putElem(raw, s, i, x)
+	}
+	mem, err := testLib.Device().Alloc(max(len(raw), 64))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(mem.Release)
+	if err := testLib.Device().Write(mem, 0, raw); err != nil {
+		b.Fatal(err)
+	}
+	return Buf{Mem: mem}
 }

@@ -121,7 +121,7 @@ func TestMatMulVariants(t *testing.T) {
 	defer func() { mmForce = "" }()
 	shapes := [][3]int{{1, 17, 33}, {3, 65, 17}, {4, 33, 130}, {5, 130, 65}, {70, 67, 20}}
 	variants := map[string][][2]bool{ // name -> (transA, transB) layouts
-		"mm_dot_1x8": {{false, true}}, "mm_dot_4x4": {{false, true}},
+		"mm_dot_1x8": {{false, true}}, "mm_dot_2x8": {{false, true}}, "mm_dot_4x4": {{false, true}},
 		"mm_axpy_1x16": {{false, false}, {true, false}}, "mm_axpy_4x4": {{false, false}, {true, false}},
 		"mm_naive":   {{false, false}, {true, true}},
 		"mm_gemv_wg": {{false, true}},
@@ -169,7 +169,7 @@ func TestMatMulElasticPrefix(t *testing.T) {
 	for _, transB := range []bool{true, false} {
 		for _, st := range mmStorages {
 			s, ws := st[0], st[1]
-			for _, m := range []int{1, M, 40} {
+			for _, m := range []int{1, M, 40, 130} {
 				big := laRand(5, N*K, ws)
 				small := make([]float32, n2*k2)
 				for n := 0; n < n2; n++ {
@@ -199,6 +199,60 @@ func TestMatMulElasticPrefix(t *testing.T) {
 				}
 				what := fmt.Sprintf("transB=%v/%s/w%s/M=%d", transB, s, ws, m)
 				assertClose(t, what, download(t, s, c1, m*n2), download(t, s, c2, m*n2), 0, 0)
+			}
+		}
+	}
+}
+
+// TestMatMulRowChunks covers the CPU kernels' row loop: work-items that
+// take several row blocks, a last chunk that ends early or holds nothing,
+// chunks split for parallelism when the columns are few, and batches.
+func TestMatMulRowChunks(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k, batch int
+	}{
+		{130, 40, 50, 1},  // 3 chunks of 11 blocks of 4 rows, the last short
+		{200, 5, 33, 1},   // 2 column blocks: chunks split to 8; N < 16 for mm_axpy
+		{70, 37, 19, 3},   // batched
+		{257, 130, 17, 1}, // 5 chunks, one row past a block boundary
+	} {
+		for _, st := range [][2]Storage{{F32, F32}, {F16, F16}, {F32, F16}} {
+			for _, transB := range []bool{true, false} {
+				p := MatMulParams{M: c.m, N: c.n, K: c.k, TransB: transB, Weight: st[1],
+					Scaled: true, Alpha: 0.5, Beta: 2, BiasColStride: 1}
+				if c.batch > 1 {
+					p.Batch = MatMulBatch{Count: [2]int{1, c.batch}, A: [2]int{0, c.m * c.k},
+						B: [2]int{0, c.n * c.k}, C: [2]int{0, c.m * c.n}, Bias: [2]int{0, c.n}}
+				}
+				got, want := mmRun(t, st[0], p, true)
+				laClose(t, fmt.Sprintf("%v/%s/w%s/transB=%v", c, st[0], st[1], transB), st[0], got, want)
+			}
+		}
+	}
+	// The split itself: every block in exactly one chunk, as MM_ROW_CHUNK
+	// assigns them, and enough work-groups unless every chunk is one block.
+	for _, m := range []int{1, 3, 4, 5, 50, 64, 65, 130, 512, 1000} {
+		for _, cols := range []int{1, 3, 8, 96, 768} {
+			for _, rb := range []int{1, 2, 4} {
+				blocks := (m + rb - 1) / rb
+				ch := rowChunks(m, rb, cols, 1, 2)
+				if ch < 1 || ch > blocks {
+					t.Fatalf("m %d rb %d cols %d: %d chunks for %d blocks", m, rb, cols, ch, blocks)
+				}
+				per := (blocks + ch - 1) / ch
+				covered := 0
+				for id := 0; id < ch; id++ {
+					covered += max(0, min(id*per+per, blocks)-id*per)
+				}
+				if covered != blocks {
+					t.Errorf("m %d rb %d cols %d: %d chunks cover %d of %d blocks", m, rb, cols, ch, covered, blocks)
+				}
+				if groups := (cols + cpuGroup - 1) / cpuGroup * ch; groups < 8 && ch < blocks {
+					t.Errorf("m %d rb %d cols %d: %d chunks make only %d work-groups", m, rb, cols, ch, groups)
+				}
+				if per*rb > mmChunkRows && ch < blocks && cols >= 8*cpuGroup {
+					t.Errorf("m %d rb %d cols %d: %d rows per chunk with %d columns blocks", m, rb, cols, per*rb, cols)
+				}
 			}
 		}
 	}
