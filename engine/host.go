@@ -7,6 +7,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/tlite/tlite/engine/npy"
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/kernels"
@@ -258,137 +259,23 @@ func hostFromDense(t *tensor.Dense) (*hostTensor, error) {
 	if n == 0 {
 		return h, nil
 	}
-	le := binary.LittleEndian
-	switch v := t.Data().(type) {
-	case []float32:
-		for i := 0; i < n; i++ {
-			le.PutUint32(h.data[4*i:], math.Float32bits(v[i]))
-		}
-	case float32:
-		le.PutUint32(h.data, math.Float32bits(v))
-	case []int64:
-		for i := 0; i < n; i++ {
-			le.PutUint64(h.data[8*i:], uint64(v[i]))
-		}
-	case int64:
-		le.PutUint64(h.data, uint64(v))
-	case []int32:
-		for i := 0; i < n; i++ {
-			le.PutUint32(h.data[4*i:], uint32(v[i]))
-		}
-	case int32:
-		le.PutUint32(h.data, uint32(v))
-	case []int16:
-		for i := 0; i < n; i++ {
-			le.PutUint16(h.data[2*i:], uint16(v[i]))
-		}
-	case []uint16:
-		for i := 0; i < n; i++ {
-			le.PutUint16(h.data[2*i:], v[i])
-		}
-	case []uint32:
-		for i := 0; i < n; i++ {
-			le.PutUint32(h.data[4*i:], v[i])
-		}
-	case []uint64:
-		for i := 0; i < n; i++ {
-			le.PutUint64(h.data[8*i:], v[i])
-		}
-	case []int8:
-		for i := 0; i < n; i++ {
-			h.data[i] = byte(v[i])
-		}
-	case []uint8:
-		copy(h.data, v[:n])
-	case uint8:
-		h.data[0] = v
-	case []bool:
-		for i := 0; i < n; i++ {
-			if v[i] {
-				h.data[i] = 1
-			}
-		}
-	case bool:
-		if v {
-			h.data[0] = 1
-		}
-	default:
-		return nil, fmt.Errorf("element type %v (%T) is not supported", t.Dtype(), t.Data())
+	_, raw, err := npy.ToBytes(t)
+	if err != nil {
+		return nil, fmt.Errorf("element type %v: %w", t.Dtype(), err)
 	}
+	if len(raw) < len(h.data) {
+		return nil, fmt.Errorf("tensor of shape %v holds %d bytes, want %d", shape, len(raw), len(h.data))
+	}
+	copy(h.data, raw)
 	return h, nil
 }
 
 // dense converts a canonical host tensor into a gorgonia tensor. Float16
 // values come back as float32, gorgonia having no half type.
 func (h *hostTensor) dense() (*tensor.Dense, error) {
-	n := numel(h.shape)
-	le := binary.LittleEndian
-	var backing any
-	switch h.dt {
-	case dtype.Float32, dtype.Float16:
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = math.Float32frombits(le.Uint32(h.data[4*i:]))
-		}
-		backing = v
-	case dtype.Int64:
-		v := make([]int64, n)
-		for i := range v {
-			v[i] = int64(le.Uint64(h.data[8*i:]))
-		}
-		backing = v
-	case dtype.Uint64:
-		v := make([]uint64, n)
-		for i := range v {
-			v[i] = le.Uint64(h.data[8*i:])
-		}
-		backing = v
-	case dtype.Int32:
-		v := make([]int32, n)
-		for i := range v {
-			v[i] = int32(le.Uint32(h.data[4*i:]))
-		}
-		backing = v
-	case dtype.Uint32:
-		v := make([]uint32, n)
-		for i := range v {
-			v[i] = le.Uint32(h.data[4*i:])
-		}
-		backing = v
-	case dtype.Int16:
-		v := make([]int16, n)
-		for i := range v {
-			v[i] = int16(le.Uint16(h.data[2*i:]))
-		}
-		backing = v
-	case dtype.Uint16:
-		v := make([]uint16, n)
-		for i := range v {
-			v[i] = le.Uint16(h.data[2*i:])
-		}
-		backing = v
-	case dtype.Int8:
-		v := make([]int8, n)
-		for i := range v {
-			v[i] = int8(h.data[i])
-		}
-		backing = v
-	case dtype.Uint8:
-		backing = append([]byte(nil), h.data[:n]...)
-	case dtype.Bool:
-		v := make([]bool, n)
-		for i := range v {
-			v[i] = h.data[i] != 0
-		}
-		backing = v
-	default:
-		return nil, fmt.Errorf("element type %v cannot be returned", h.dt)
+	dt := h.dt
+	if dt == dtype.Float16 {
+		dt = dtype.Float32 // the host layout keeps halves widened
 	}
-	opts := []tensor.ConsOpt{tensor.WithBacking(backing)}
-	if len(h.shape) > 0 {
-		opts = append(opts, tensor.WithShape(h.shape...))
-	} else {
-		opts = append(opts, tensor.WithShape())
-	}
-	return tensor.New(opts...), nil
+	return npy.FromBytes(dt, h.shape, h.data[:numel(h.shape)*hostSize(h.dt)])
 }

@@ -196,7 +196,7 @@ func Read(r io.Reader, size int64) (*tensor.Dense, error) {
 	if h.BigEndian {
 		swap(raw, h.Type.Size())
 	}
-	return fromBytes(h.Type, h.Shape, raw)
+	return FromBytes(h.Type, h.Shape, raw)
 }
 
 func swap(raw []byte, size int) {
@@ -207,8 +207,10 @@ func swap(raw []byte, size int) {
 	}
 }
 
-// fromBytes builds a dense tensor of type t over little-endian raw data.
-func fromBytes(t dtype.Type, shape []int, raw []byte) (*tensor.Dense, error) {
+// FromBytes builds a dense tensor of type t and the given shape over
+// little-endian raw data, the layout of a .npy file's data section. Float16
+// elements (2 bytes each) are widened to float32.
+func FromBytes(t dtype.Type, shape []int, raw []byte) (*tensor.Dense, error) {
 	le := binary.LittleEndian
 	var backing any
 	switch t {
@@ -273,7 +275,7 @@ func fromBytes(t dtype.Type, shape []int, raw []byte) (*tensor.Dense, error) {
 		}
 		backing = v
 	case dtype.Uint8:
-		backing = raw
+		backing = append([]byte(nil), raw...) // the tensor must not alias the caller's buffer
 	case dtype.Bool:
 		v := make([]bool, len(raw))
 		for i := range v {
@@ -303,10 +305,11 @@ func WriteFile(path string, t tensor.Tensor) error {
 
 // Write encodes t in .npy format (little-endian, C order).
 func Write(w io.Writer, t tensor.Tensor) error {
-	descr, raw, err := toBytes(t)
+	typ, raw, err := ToBytes(t)
 	if err != nil {
 		return err
 	}
+	descr := descrs[typ]
 	shape := t.Shape()
 	dims := make([]string, len(shape))
 	for i, d := range shape {
@@ -335,61 +338,91 @@ func Write(w io.Writer, t tensor.Tensor) error {
 	return err
 }
 
-func toBytes(t tensor.Tensor) (string, []byte, error) {
+// descrs names each type's .npy descriptor.
+var descrs = map[dtype.Type]string{
+	dtype.Float32: "<f4", dtype.Float64: "<f8", dtype.Int64: "<i8", dtype.Int32: "<i4",
+	dtype.Int16: "<i2", dtype.Int8: "|i1", dtype.Uint8: "|u1", dtype.Uint16: "<u2",
+	dtype.Uint32: "<u4", dtype.Uint64: "<u8", dtype.Bool: "|b1",
+}
+
+// ToBytes returns t's elements as little-endian raw data with their type,
+// the inverse of FromBytes. Scalars give one element.
+func ToBytes(t tensor.Tensor) (dtype.Type, []byte, error) {
 	le := binary.LittleEndian
+	data := t.Data()
+	switch v := data.(type) { // a scalar tensor's Data is the bare value
+	case float32:
+		data = []float32{v}
+	case float64:
+		data = []float64{v}
+	case int64:
+		data = []int64{v}
+	case int32:
+		data = []int32{v}
+	case int16:
+		data = []int16{v}
+	case int8:
+		data = []int8{v}
+	case uint8:
+		data = []uint8{v}
+	case uint16:
+		data = []uint16{v}
+	case uint32:
+		data = []uint32{v}
+	case uint64:
+		data = []uint64{v}
+	case bool:
+		data = []bool{v}
+	}
 	var raw []byte
-	switch v := t.Data().(type) {
+	switch v := data.(type) {
 	case []float32:
 		for _, x := range v {
 			raw = le.AppendUint32(raw, math.Float32bits(x))
 		}
-		return "<f4", raw, nil
-	case float32:
-		return "<f4", le.AppendUint32(raw, math.Float32bits(v)), nil
+		return dtype.Float32, raw, nil
 	case []float64:
 		for _, x := range v {
 			raw = le.AppendUint64(raw, math.Float64bits(x))
 		}
-		return "<f8", raw, nil
+		return dtype.Float64, raw, nil
 	case []int64:
 		for _, x := range v {
 			raw = le.AppendUint64(raw, uint64(x))
 		}
-		return "<i8", raw, nil
-	case int64:
-		return "<i8", le.AppendUint64(raw, uint64(v)), nil
+		return dtype.Int64, raw, nil
 	case []int32:
 		for _, x := range v {
 			raw = le.AppendUint32(raw, uint32(x))
 		}
-		return "<i4", raw, nil
+		return dtype.Int32, raw, nil
 	case []int16:
 		for _, x := range v {
 			raw = le.AppendUint16(raw, uint16(x))
 		}
-		return "<i2", raw, nil
+		return dtype.Int16, raw, nil
 	case []int8:
 		for _, x := range v {
 			raw = append(raw, byte(x))
 		}
-		return "|i1", raw, nil
+		return dtype.Int8, raw, nil
 	case []uint8:
-		return "|u1", append(raw, v...), nil
+		return dtype.Uint8, append(raw, v...), nil
 	case []uint16:
 		for _, x := range v {
 			raw = le.AppendUint16(raw, x)
 		}
-		return "<u2", raw, nil
+		return dtype.Uint16, raw, nil
 	case []uint32:
 		for _, x := range v {
 			raw = le.AppendUint32(raw, x)
 		}
-		return "<u4", raw, nil
+		return dtype.Uint32, raw, nil
 	case []uint64:
 		for _, x := range v {
 			raw = le.AppendUint64(raw, x)
 		}
-		return "<u8", raw, nil
+		return dtype.Uint64, raw, nil
 	case []bool:
 		for _, x := range v {
 			b := byte(0)
@@ -398,7 +431,7 @@ func toBytes(t tensor.Tensor) (string, []byte, error) {
 			}
 			raw = append(raw, b)
 		}
-		return "|b1", raw, nil
+		return dtype.Bool, raw, nil
 	}
-	return "", nil, fmt.Errorf("unsupported tensor data type %T", t.Data())
+	return dtype.Undefined, nil, fmt.Errorf("unsupported tensor data type %T", t.Data())
 }
