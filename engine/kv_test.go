@@ -676,11 +676,11 @@ func TestKVWriteLowering(t *testing.T) {
 			}
 			got := floats(t, out[y.Name])
 			if len(got) != length*heads*hd {
-				t.Fatalf("%s run %d: view of %d elements, want %d", s.be.name(), run, len(got), length*heads*hd)
+				t.Fatalf("%s run %d: view of %d elements, want %d", s.dev.Name(), run, len(got), length*heads*hd)
 			}
 			for i, g := range got {
 				if want := math.Float32frombits(binary.LittleEndian.Uint32(ref[4*i:])); g != want {
-					t.Fatalf("%s run %d: element %d is %v, want %v", s.be.name(), run, i, g, want)
+					t.Fatalf("%s run %d: element %d is %v, want %v", s.dev.Name(), run, i, g, want)
 				}
 			}
 		}

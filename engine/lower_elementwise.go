@@ -511,7 +511,7 @@ func chainStep(lc *lowerCtx, b *chainBuilder, outs []*vinfo) (*stepDef, error) {
 		if x.err != nil {
 			return x.err
 		}
-		return x.be.chain(ch, shape, ins, refs)
+		return runChain(x.dev, ch, shape, ins, refs)
 	}
 	return sd, nil
 }

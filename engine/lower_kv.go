@@ -712,10 +712,6 @@ func lowerKVWrite(lc *lowerCtx) (*stepDef, error) {
 	// [batch 1, heads, slot, head_dim] over the [slot, heads, head_dim] buffer.
 	cv := kernels.View{Shape: []int{1, heads, capacity, hd}, Strides: []int{capacity * heads * hd, hd, heads * hd, 1}}
 	return &stepDef{kernel: "kv", run: func(ex *exec) error {
-		kb, ok := ex.be.(kvBackend)
-		if !ok {
-			return fmt.Errorf("the %s backend cannot write a KV cache", ex.be.name())
-		}
 		sv, err := kernels.ContiguousView(ex.shape(src)).Permute(perm)
 		if err != nil {
 			return err
@@ -736,25 +732,8 @@ func lowerKVWrite(lc *lowerCtx) (*stepDef, error) {
 		if ns := numel(ex.shape(slots)); ns != sv.Shape[2] {
 			return fmt.Errorf("%d slots for %d new rows", ns, sv.Shape[2])
 		}
-		return kb.kvWrite(esz, ex.ref(cache), cv, ex.ref(src), sv, ex.ref(slots), slots.dt)
+		return ex.dev.KVWrite(esz, ex.ref(cache).buf(), cv, ex.ref(src).buf(), sv, ex.ref(slots).buf(), slots.dt, false)
 	}}, nil
-}
-
-// kvBackend is the cache write both backends implement (below).
-type kvBackend interface {
-	kvWrite(esize int, cache tref, cv kernels.View, src tref, sv kernels.View, slots tref, st dtype.Type) error
-}
-
-func (b *clBackend) kvWrite(esize int, cache tref, cv kernels.View, src tref, sv kernels.View, slots tref, st dtype.Type) error {
-	return b.lib.KVWrite(esize, kb(cache), cv, kb(src), sv, kb(slots), st, false)
-}
-
-func (g *goBackend) kvWrite(esize int, cache tref, cv kernels.View, src tref, sv kernels.View, slots tref, st dtype.Type) error {
-	pos, err := indices(slots, st, sv.Shape[2])
-	if err != nil {
-		return err
-	}
-	return kernels.KVWriteRef(esize, bytesAt(cache, esize), cv, bytesAt(src, esize), sv, pos, false)
 }
 
 // CopyStats counts what the copy steps (the data-movement family:

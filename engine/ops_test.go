@@ -34,7 +34,7 @@ func runBoth(t *testing.T, model []byte, in map[string]*tensor.Dense) []map[stri
 		}
 		out, err := s.Run(in)
 		if err != nil {
-			t.Fatalf("%s: %v", s.be.name(), err)
+			t.Fatalf("%s: %v", s.dev.Name(), err)
 		}
 		s.Close()
 		res = append(res, out)

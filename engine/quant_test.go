@@ -10,8 +10,8 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
-	"github.com/tlite/tlite/models/quant"
-	"github.com/tlite/tlite/models/quant/qonnx"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/quant/qonnx"
 	"github.com/tlite/tlite/symshape/infer"
 )
 
@@ -137,8 +137,8 @@ func maxRel(a, b [][]float32) float64 {
 func TestQuantLlama(t *testing.T) {
 	src := filepath.Join(modelsDir, "llama", "model.onnx")
 	cases := loadCases(t, "llama")
-	for _, f := range []qonnx.Format{qonnx.E0M4, qonnx.Int4} {
-		t.Run(string(f), func(t *testing.T) {
+	for _, f := range []quant.Format{quant.E0M4, quant.Int4} {
+		t.Run(f.String(), func(t *testing.T) {
 			path, res := quantizeModel(t, src, qonnx.Options{Format: f, Group: 32})
 			// q/o (64x64), k/v (64x32), gate/up (64x172) per layer and
 			// lm_head; down_proj has K = 172, not a multiple of 32.
@@ -217,8 +217,8 @@ func TestQuantDefault(t *testing.T) {
 		t.Skip("no default model at", src)
 	}
 	cases := loadCases(t, filepath.Join("..", "default"))
-	for _, f := range []qonnx.Format{qonnx.E0M4, qonnx.Int4} {
-		t.Run(string(f), func(t *testing.T) {
+	for _, f := range []quant.Format{quant.E0M4, quant.Int4} {
+		t.Run(f.String(), func(t *testing.T) {
 			path, res := quantizeModel(t, src, qonnx.Options{Format: f, MinSize: qonnx.DefaultMinSize})
 			if len(res.Weights) == 0 {
 				t.Fatal("nothing quantized")
@@ -240,7 +240,7 @@ func TestQuantDefault(t *testing.T) {
 func TestQuantFP16Weights(t *testing.T) {
 	src := filepath.Join(modelsDir, "llama", "model.onnx")
 	cases := loadCases(t, "llama")
-	path, res := quantizeModel(t, src, qonnx.Options{Format: qonnx.FP16, MinSize: qonnx.DefaultMinSize})
+	path, res := quantizeModel(t, src, qonnx.Options{Format: quant.FP16, MinSize: qonnx.DefaultMinSize})
 	// Everything but k_proj and v_proj (64x32 = 2048 < 4096).
 	if len(res.Weights) != 11 {
 		t.Fatalf("%d weights converted, want 11: %+v", len(res.Weights), res.Weights)
@@ -269,7 +269,7 @@ func TestQuantFP16Weights(t *testing.T) {
 // attributes), naming the node.
 func TestQuantMismatch(t *testing.T) {
 	src := filepath.Join(modelsDir, "llama", "model.onnx")
-	path, _ := quantizeModel(t, src, qonnx.Options{Format: qonnx.E0M4, Group: 32, MinSize: 8192})
+	path, _ := quantizeModel(t, src, qonnx.Options{Format: quant.E0M4, Group: 32, MinSize: 8192})
 	m, err := graph.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func TestQuantMatMulQBias(t *testing.T) {
 		bias[i] = float32(i) * 0.01
 	}
 	m := buildLinear(t, w, bias, k, n)
-	res, err := qonnx.Quantize(m, qonnx.Options{Format: qonnx.E0M4, Group: group})
+	res, err := qonnx.Quantize(m, qonnx.Options{Format: quant.E0M4, Group: group})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,10 +398,15 @@ func BenchmarkQuantDecode(b *testing.B) {
 	if decode == nil {
 		b.Fatal("no decode case")
 	}
-	for _, f := range []qonnx.Format{"fp32", qonnx.E0M4, qonnx.Int4} {
-		b.Run(string(f), func(b *testing.B) {
+	// Format 0 is no quantization: the float32 model as exported.
+	for _, f := range []quant.Format{0, quant.E0M4, quant.Int4} {
+		name := f.String()
+		if f == 0 {
+			name = "fp32"
+		}
+		b.Run(name, func(b *testing.B) {
 			path := src
-			if f != "fp32" {
+			if f != 0 {
 				m, err := graph.Load(src)
 				if err != nil {
 					b.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tlite/tlite/models/tokenizer"
+	"github.com/tlite/tlite/engine/tokenizer"
 )
 
 // Generator produces text from a prompt with a stepper and a tokenizer.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tlite/tlite/models/tokenizer"
+	"github.com/tlite/tlite/engine/tokenizer"
 )
 
 // scripted is a fake stepper whose logits make greedy decoding produce a

@@ -9,9 +9,9 @@ import (
 )
 
 // tlite.MatMulQ(A, Wq[, bias]) -> Y, the 4-bit weight product `tl quantize`
-// writes (models/quant documents it): A is [..., K], Wq a 1-D uint8 tensor
+// writes (graph/quant documents it): A is [..., K], Wq a 1-D uint8 tensor
 // holding a packed [K, N] weight, bias [N]; Y is [..., N] of A's type. The
-// domain and op are spelled out rather than imported from models/quant:
+// domain and op are spelled out rather than imported from graph/quant:
 // shape inference knows graphs, not the packages above it.
 
 func init() {

@@ -17,7 +17,7 @@ import (
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/kv"
 	"github.com/tlite/tlite/graph"
-	"github.com/tlite/tlite/models/tokenizer"
+	"github.com/tlite/tlite/engine/tokenizer"
 )
 
 // statsOut receives generation statistics, so that stdout is only the

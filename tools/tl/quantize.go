@@ -11,8 +11,8 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/memplan"
-	"github.com/tlite/tlite/models/quant"
-	"github.com/tlite/tlite/models/quant/qonnx"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/quant/qonnx"
 )
 
 func init() {
@@ -105,12 +105,11 @@ func runQuantize(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("want an input and an output model path, got %d arguments", len(pos))
 	}
-	f := qonnx.Format(*format)
-	switch f {
-	case qonnx.E0M4, qonnx.Int4, qonnx.FP16:
-	case "":
+	if *format == "" {
 		return fmt.Errorf("--format is required: e0m4, int4 or fp16")
-	default:
+	}
+	f, err := quant.ParseFormat(*format)
+	if err != nil {
 		return fmt.Errorf("--format %q: want e0m4, int4 or fp16", *format)
 	}
 	if *threshold <= 0 {
@@ -149,7 +148,7 @@ func runQuantize(args []string) error {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(out), dataFile)); err != nil {
 		dataFile = "" // everything fitted inline
 	}
-	rep := quantizeReport{Input: in, Output: out, DataFile: dataFile, Format: string(f), Group: res.Group, MinSize: res.MinSize,
+	rep := quantizeReport{Input: in, Output: out, DataFile: dataFile, Format: f.String(), Group: res.Group, MinSize: res.MinSize,
 		Weights: res.Weights, Skipped: res.Skipped, Activations: res.Activations, Embeddings: res.Embeddings,
 		BytesBefore: res.BytesBefore, BytesAfter: res.BytesAfter, Report: toMAEReport(res.Report),
 		Seconds: time.Since(t0).Seconds(), Opsets: m.Opsets}
@@ -178,7 +177,7 @@ func printQuantize(w io.Writer, rep quantizeReport, res *qonnx.Result) {
 		products += len(x.Nodes)
 	}
 	how := rep.Format
-	if rep.Format != string(qonnx.FP16) {
+	if rep.Format != quant.FP16.String() {
 		how = fmt.Sprintf("%s, group %d", rep.Format, rep.Group)
 	}
 	fmt.Fprintf(w, "%s -> %s (%s, min size %d)\n", rep.Input, rep.Output, how, rep.MinSize)

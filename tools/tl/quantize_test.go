@@ -12,7 +12,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
-	"github.com/tlite/tlite/models/quant"
+	"github.com/tlite/tlite/graph/quant"
 	"github.com/tlite/tlite/symshape/infer"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
-	"github.com/tlite/tlite/models/quant"
+	"github.com/tlite/tlite/graph/quant"
 )
 
 // A minimal ONNX writer for hand-built test models, so that they go through
@@ -190,7 +190,7 @@ func TestProducts(t *testing.T) {
 		mb.outs = append(mb.outs, vi(o))
 	}
 	m := mb.parse(t)
-	res, err := Quantize(m, Options{Format: E0M4, Group: 32, MinSize: 1024, Report: true})
+	res, err := Quantize(m, Options{Format: quant.E0M4, Group: 32, MinSize: 1024, Report: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestWriteMapsPacked(t *testing.T) {
 	w := weights(k, n, 0)
 	mb := &modelB{ins: []pb{vi("x", "batch", k)}, outs: []pb{vi("y")}}
 	m := mb.init("w", []int64{k, n}, w).node("MatMul", "mm", []string{"x", "w"}, []string{"y"}).parse(t)
-	if _, err := Quantize(m, Options{Format: Int4}); err != nil {
+	if _, err := Quantize(m, Options{Format: quant.Int4}); err != nil {
 		t.Fatal(err)
 	}
 	blob := append([]byte(nil), m.Graph.Nodes[0].Inputs[1].Const.Data...)
@@ -332,7 +332,7 @@ func TestFP16(t *testing.T) {
 		node("MatMul", "mm1", []string{"x", "w1"}, []string{"y1"}).
 		node("MatMul", "mm2", []string{"x", "w2"}, []string{"y2"}).
 		node("Mul", "mul", []string{"w2", "w2"}, []string{"y3"}).parse(t)
-	res, err := Quantize(m, Options{Format: FP16, MinSize: DefaultMinSize})
+	res, err := Quantize(m, Options{Format: quant.FP16, MinSize: DefaultMinSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestFP16(t *testing.T) {
 func TestOptionErrors(t *testing.T) {
 	m := (&modelB{ins: []pb{vi("x", 1, 64)}, outs: []pb{vi("y")}}).
 		init("w", []int64{64, 64}, weights(64, 64, 0)).node("MatMul", "mm", []string{"x", "w"}, []string{"y"}).parse(t)
-	for _, o := range []Options{{Format: "nf4"}, {Format: E0M4, Group: 48}, {Format: E0M4, MinSize: -1}} {
+	for _, o := range []Options{{Format: quant.Format(99)}, {Format: quant.E0M4, Group: 48}, {Format: quant.E0M4, MinSize: -1}} {
 		if _, err := Quantize(m, o); err == nil {
 			t.Errorf("Quantize with %+v: no error", o)
 		}

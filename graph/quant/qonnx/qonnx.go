@@ -47,17 +47,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
-	"github.com/tlite/tlite/models/quant"
-)
-
-// Format names a weight storage Quantize produces.
-type Format string
-
-// The formats Quantize knows.
-const (
-	E0M4 Format = "e0m4"
-	Int4 Format = "int4"
-	FP16 Format = "fp16"
+	"github.com/tlite/tlite/graph/quant"
 )
 
 // DefaultMinSize is the smallest K*N the command line quantizes by default:
@@ -67,7 +57,7 @@ const DefaultMinSize = 4096
 
 // Options select what Quantize does.
 type Options struct {
-	Format Format
+	Format quant.Format
 	// Group is the 4-bit group size along K (0 = quant.DefaultGroup).
 	Group int
 	// MinSize is the smallest K*N converted; smaller weights stay float32.
@@ -108,7 +98,7 @@ type Skipped struct {
 
 // Result describes what Quantize did.
 type Result struct {
-	Format  Format
+	Format  quant.Format
 	Group   int
 	MinSize int
 	// Weights are the converted weights, in graph order of first use.
@@ -151,9 +141,9 @@ func Quantize(m *graph.Model, o Options) (*Result, error) {
 		return nil, fmt.Errorf("qonnx: no model")
 	}
 	switch o.Format {
-	case E0M4, Int4, FP16:
+	case quant.E0M4, quant.Int4, quant.FP16:
 	default:
-		return nil, fmt.Errorf("qonnx: unknown format %q (want e0m4, int4 or fp16)", o.Format)
+		return nil, fmt.Errorf("qonnx: unknown format %v (want e0m4, int4 or fp16)", o.Format)
 	}
 	group := o.Group
 	if group == 0 {
@@ -182,7 +172,7 @@ func Quantize(m *graph.Model, o Options) (*Result, error) {
 			continue
 		}
 		fourBit := p.k%group == 0
-		if !fourBit && o.Format != FP16 {
+		if !fourBit && o.Format != quant.FP16 {
 			res.skip(p, fmt.Sprintf("K = %d is not a multiple of the group size %d", p.k, group))
 			continue
 		}
@@ -195,10 +185,10 @@ func Quantize(m *graph.Model, o Options) (*Result, error) {
 		todo = append(todo, p)
 	}
 	var err error
-	if o.Format == FP16 {
+	if o.Format == quant.FP16 {
 		err = res.toHalf(g, todo, o.Progress)
 	} else {
-		err = res.toFourBit(m, todo, quant.Options{Format: fourBitFormat(o.Format), Group: group}, o.Progress)
+		err = res.toFourBit(m, todo, quant.Options{Format: o.Format, Group: group}, o.Progress)
 	}
 	if err != nil {
 		return nil, err
@@ -206,13 +196,6 @@ func Quantize(m *graph.Model, o Options) (*Result, error) {
 	dropUnused(g, todo)
 	res.BytesAfter = initBytes(g)
 	return res, nil
-}
-
-func fourBitFormat(f Format) quant.Format {
-	if f == Int4 {
-		return quant.Int4
-	}
-	return quant.E0M4
 }
 
 // find lists the weight products of g in graph order; products of
