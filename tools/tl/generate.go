@@ -16,8 +16,8 @@ import (
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/kv"
-	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/engine/tokenizer"
+	"github.com/tlite/tlite/graph"
 )
 
 // statsOut receives generation statistics, so that stdout is only the

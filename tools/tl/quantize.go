@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/tlite/tlite/graph"
-	"github.com/tlite/tlite/memplan"
 	"github.com/tlite/tlite/graph/quant"
 	"github.com/tlite/tlite/graph/quant/qonnx"
+	"github.com/tlite/tlite/memplan"
 )
 
 func init() {
