@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/tlite/tlite/graph/tlite"
 	"math"
 
 	"github.com/tlite/tlite/graph"
@@ -17,7 +18,7 @@ import (
 // enclosing graph) and its outputs the external outputs (the body's graph
 // outputs, in order). Every output has the same shape; inputs broadcast to
 // it.
-const fusedOp = "tlite.FusedElementwise"
+const fusedOp = tlite.Domain + "." + tlite.FusedElementwise
 
 // elementwiseOps are the ONNX ops that lower to a one-node chain.
 var elementwiseOps = []string{

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/tlite/tlite/graph/tlite"
 
 	"github.com/tlite/tlite/engine/fuse"
 	"github.com/tlite/tlite/graph"
@@ -15,9 +16,9 @@ func init() {
 	for _, p := range fuse.Passes(fuse.Options{Elementwise: fusableElementwise}) {
 		DefaultRewrites = append(DefaultRewrites, Rewrite(p))
 	}
-	registerLowering(lowerFusedNorm, "tlite.RMSNorm", "tlite.AddRMSNorm", "tlite.AddLayerNorm")
-	registerLowering(lowerMatMulBias, "tlite.MatMulBias")
-	registerLowering(lowerAttention, "tlite.Attention")
+	registerLowering(lowerFusedNorm, tlite.Key(tlite.RMSNorm), tlite.Key(tlite.AddRMSNorm), tlite.Key(tlite.AddLayerNorm))
+	registerLowering(lowerMatMulBias, tlite.Key(tlite.MatMulBias))
+	registerLowering(lowerAttention, tlite.Key(tlite.Attention))
 }
 
 // fusableElementwise reports whether n can join a FusedElementwise body:

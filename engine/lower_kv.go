@@ -34,6 +34,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"sort"
 
@@ -130,7 +131,7 @@ func (s *Session) KVInfo() (KVInfo, bool) {
 	found := false
 	for _, in := range s.c.prog {
 		n := in.node
-		if in.kind != iDevice || n.Domain != fuse.Domain || n.OpType != "KVWrite" {
+		if in.kind != iDevice || n.Domain != tlite.Domain || n.OpType != "KVWrite" {
 			continue
 		}
 		found = true
@@ -357,8 +358,8 @@ func rewriteKVCache(g *graph.Graph, cfg KVConfig) (kvRewritten, error) {
 		}
 		live = append(live, c)
 		for _, m := range c.present.Consumers {
-			if m.Domain != fuse.Domain || m.OpType != "Attention" {
-				return rw, fmt.Errorf("cache tensor %q (from %s) is read by node %v, not as K or V of fused attention (%s.Attention); the in-place cache needs attention the fusion pass recognises", c.present.Name, c.name, m, fuse.Domain)
+			if m.Domain != tlite.Domain || m.OpType != "Attention" {
+				return rw, fmt.Errorf("cache tensor %q (from %s) is read by node %v, not as K or V of fused attention (%s.Attention); the in-place cache needs attention the fusion pass recognises", c.present.Name, c.name, m, tlite.Domain)
 			}
 			if err := checkAttentionRead(m, c.present); err != nil {
 				return rw, err
@@ -402,7 +403,7 @@ func rewriteKVCache(g *graph.Graph, cfg KVConfig) (kvRewritten, error) {
 		view := g.NewValue(c.present.Name + "_cache")
 		view.Type = c.new.Type
 		view.Shape = []symshape.Expr{symshape.Const(1), kvLen, c.new.Shape[1], c.new.Shape[3]}
-		w := &graph.Node{Name: c.node.Name + "_kvwrite", OpType: "KVWrite", Domain: fuse.Domain,
+		w := &graph.Node{Name: c.node.Name + "_kvwrite", OpType: "KVWrite", Domain: tlite.Domain,
 			Inputs: []*graph.Value{src, slots}, Outputs: []*graph.Value{view},
 			Attrs: map[string]*graph.Attr{
 				"capacity": {Name: "capacity", Kind: graph.KindInt, I: int64(cfg.MaxContext)},
@@ -493,7 +494,7 @@ func allReadByAttention(concats []*kvConcat) bool {
 			continue
 		}
 		for _, m := range c.present.Consumers {
-			if m.Domain != fuse.Domain || m.OpType != "Attention" {
+			if m.Domain != tlite.Domain || m.OpType != "Attention" {
 				return false
 			}
 		}
@@ -653,7 +654,7 @@ func addInput(g *graph.Graph, name string, t dtype.Type, shape []symshape.Expr) 
 }
 
 func init() {
-	registerLowering(lowerKVWrite, "tlite.KVWrite")
+	registerLowering(lowerKVWrite, tlite.Key(tlite.KVWrite))
 }
 
 // lowerKVWrite lowers ("tlite", "KVWrite")(new, slots) -> view. The cache
@@ -765,7 +766,7 @@ func (s *Session) LastRunCopies() CopyStats {
 	c, x := s.c, s.x
 	kv := s.kvValues()
 	for _, in := range c.prog {
-		if in.kind == iDevice && opKey(in.node.Domain, in.node.OpType) == "tlite.KVWrite" {
+		if in.kind == iDevice && opKey(in.node.Domain, in.node.OpType) == tlite.Key(tlite.KVWrite) {
 			src := c.info(in.node.Inputs[0])
 			if dims := x.dims[src.id]; dims != nil {
 				_, esz, _ := storeFor(src.dt, c.fs)
@@ -825,7 +826,7 @@ func (s *Session) kvValues() map[*vinfo]bool {
 	}
 	for _, n := range c.g.Nodes {
 		key := opKey(n.Domain, n.OpType)
-		if key == "tlite.KVWrite" {
+		if key == tlite.Key(tlite.KVWrite) {
 			for _, o := range n.Outputs {
 				if o != nil {
 					kv[c.info(o).root] = true

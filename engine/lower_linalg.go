@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"runtime"
 	"sync"
@@ -117,7 +118,7 @@ func readsAsWeight(c *compiler, n *graph.Node, v *graph.Value, transB bool) bool
 	}
 	var nodeTransB bool
 	switch opKey(n.Domain, n.OpType) {
-	case "MatMul", "tlite.MatMulBias":
+	case "MatMul", tlite.Key(tlite.MatMulBias):
 	case "Gemm":
 		nodeTransB = n.AttrInt("transB", 0) != 0
 	default:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/tlite/tlite/graph/tlite"
 
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/graph/quant"
@@ -23,7 +24,7 @@ import (
 // offer that path; the kernels would not change.
 
 func init() {
-	registerLowering(lowerMatMulQ, opKey(quant.OpDomain, quant.OpMatMulQ))
+	registerLowering(lowerMatMulQ, opKey(tlite.Domain, tlite.MatMulQ))
 }
 
 // lowerMatMulQ checks the packed weight's header against the node's

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"path/filepath"
 	"strings"
@@ -166,7 +167,7 @@ func TestQuantLlama(t *testing.T) {
 			}
 			nq := 0
 			for _, n := range m.Graph.Nodes {
-				if n.Domain == quant.OpDomain && n.OpType == quant.OpMatMulQ {
+				if n.Domain == tlite.Domain && n.OpType == tlite.MatMulQ {
 					nq++
 					if ir.Class[n] != infer.Device {
 						t.Errorf("node %s classified %v, want Device", n.Name, ir.Class[n])
@@ -179,8 +180,8 @@ func TestQuantLlama(t *testing.T) {
 			if got := ShapeString(m.Graph.Outputs[0].Shape); nq != 13 || got != "[batch, seq, 256]" {
 				t.Errorf("%d MatMulQ nodes, logits %s; want 13 and [batch, seq, 256]", nq, got)
 			}
-			if m.Opset(quant.OpDomain) != quant.OpDomainVersion {
-				t.Errorf("opset of %q: %d, want %d", quant.OpDomain, m.Opset(quant.OpDomain), quant.OpDomainVersion)
+			if m.Opset(tlite.Domain) != tlite.Version {
+				t.Errorf("opset of %q: %d, want %d", tlite.Domain, m.Opset(tlite.Domain), tlite.Version)
 			}
 			m.Close()
 
@@ -277,7 +278,7 @@ func TestQuantMismatch(t *testing.T) {
 	defer m.Close()
 	var target *graph.Node
 	for _, n := range m.Graph.Nodes {
-		if n.OpType == quant.OpMatMulQ {
+		if n.OpType == tlite.MatMulQ {
 			target = n
 			break
 		}
@@ -309,7 +310,7 @@ func TestQuantMatMulQBias(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Weights) != 1 || len(m.Graph.Nodes) != 1 || m.Graph.Nodes[0].OpType != quant.OpMatMulQ || len(m.Graph.Nodes[0].Inputs) != 3 {
+	if len(res.Weights) != 1 || len(m.Graph.Nodes) != 1 || m.Graph.Nodes[0].OpType != tlite.MatMulQ || len(m.Graph.Nodes[0].Inputs) != 3 {
 		t.Fatalf("want one MatMulQ with the Add's bias folded in; nodes %v, result %+v", m.Graph.Nodes, res)
 	}
 	path := filepath.Join(t.TempDir(), "linear.onnx")

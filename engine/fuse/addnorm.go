@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 // AddNorm merges a residual Add into the norm it feeds: a LayerNormalization
@@ -27,7 +28,7 @@ func (r *rewriter) addNorm(norm *graph.Node) error {
 	g := r.g
 	var op string
 	switch {
-	case norm.Domain == Domain && norm.OpType == "RMSNorm":
+	case norm.Domain == tlite.Domain && norm.OpType == "RMSNorm":
 		op = "AddRMSNorm"
 	case is(norm, "LayerNormalization"):
 		for i := 1; i < len(norm.Outputs); i++ {

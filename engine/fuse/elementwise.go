@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"fmt"
+	"github.com/tlite/tlite/graph/tlite"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/symshape"
@@ -216,7 +217,7 @@ func (r *rewriter) fuseGroup(grp *ewGroup, k int, pos map[*graph.Node]int) error
 	if err != nil {
 		return err
 	}
-	n := &graph.Node{Name: name, OpType: "FusedElementwise", Domain: Domain, Inputs: ins, Outputs: outs, Attrs: map[string]*graph.Attr{}}
+	n := &graph.Node{Name: name, OpType: "FusedElementwise", Domain: tlite.Domain, Inputs: ins, Outputs: outs, Attrs: map[string]*graph.Attr{}}
 	n.SetAttr(&graph.Attr{Name: "body", Kind: graph.KindGraph, G: body})
 	return r.replace(members, n, nil)
 }

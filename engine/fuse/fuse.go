@@ -12,7 +12,8 @@
 // match exactly are left alone: a pass never fails because a model is
 // written some other way.
 //
-// The fused nodes are in the "tlite" domain:
+// The fused nodes are in the tlite domain (package graph/tlite has their
+// schemas):
 //
 //	RMSNorm(x, scale?)                  -> y          epsilon; normalises the last axis
 //	AddRMSNorm(a, b, scale?)            -> sum?, y    y = RMSNorm(a + b)
@@ -26,6 +27,7 @@ package fuse
 
 import (
 	"fmt"
+	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"sort"
 
@@ -34,9 +36,6 @@ import (
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
 )
-
-// Domain is the operator domain of the fused nodes.
-const Domain = "tlite"
 
 // Options configure the passes.
 type Options struct {
@@ -617,7 +616,7 @@ func sortByPos(ns []*graph.Node, pos map[*graph.Node]int) {
 // newNode makes a fused node of the tlite domain named name (with a
 // suffix when a node has that name).
 func (r *rewriter) newNode(op, name string, ins, outs []*graph.Value) *graph.Node {
-	return &graph.Node{Name: r.uniqueName(name), OpType: op, Domain: Domain, Inputs: ins, Outputs: outs, Attrs: map[string]*graph.Attr{}}
+	return &graph.Node{Name: r.uniqueName(name), OpType: op, Domain: tlite.Domain, Inputs: ins, Outputs: outs, Attrs: map[string]*graph.Attr{}}
 }
 
 func setFloat(n *graph.Node, name string, f float64) {

@@ -2,6 +2,7 @@ package infer
 
 import (
 	"fmt"
+	"github.com/tlite/tlite/graph/tlite"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
@@ -18,7 +19,7 @@ import (
 // being the symbol the STRING attribute length names.
 
 func init() {
-	register("tlite", kvWriteRule, "KVWrite")
+	register(tlite.Domain, kvWriteRule, tlite.KVWrite)
 }
 
 func kvWriteRule(c *ctx, n *graph.Node) error {

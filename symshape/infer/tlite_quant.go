@@ -2,6 +2,7 @@ package infer
 
 import (
 	"fmt"
+	"github.com/tlite/tlite/graph/tlite"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
@@ -10,12 +11,11 @@ import (
 
 // tlite.MatMulQ(A, Wq[, bias]) -> Y, the 4-bit weight product `tl quantize`
 // writes (graph/quant documents it): A is [..., K], Wq a 1-D uint8 tensor
-// holding a packed [K, N] weight, bias [N]; Y is [..., N] of A's type. The
-// domain and op are spelled out rather than imported from graph/quant:
-// shape inference knows graphs, not the packages above it.
+// holding a packed [K, N] weight, bias [N]; Y is [..., N] of A's type
+// (graph/tlite has the schema).
 
 func init() {
-	register("tlite", matMulQRule, "MatMulQ")
+	register(tlite.Domain, matMulQRule, tlite.MatMulQ)
 }
 
 // packedHeader is the size of the packed weight's header (quant.HeaderSize);

@@ -15,7 +15,7 @@
 //
 // For E0M4 and INT4 each weight product whose K is a multiple of the group
 // size and whose K*N is at least MinSize becomes one tlite.MatMulQ node
-// (quant.OpMatMulQ) reading a 1-D uint8 initializer that holds the packed
+// (tlite.MatMulQ) reading a 1-D uint8 initializer that holds the packed
 // weight in quant's binary format (header, codes, parameters, 64-byte
 // aligned). Written with external data (graph.Write with a small
 // ExternalThreshold), that initializer is a view into the memory-mapped data
@@ -43,6 +43,7 @@ package qonnx
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/tlite/tlite/graph/tlite"
 	"math"
 
 	"github.com/tlite/tlite/graph"
@@ -400,10 +401,10 @@ func (r *Result) toFourBit(m *graph.Model, todo []*product, qo quant.Options, pr
 		if m.Opsets == nil {
 			m.Opsets = map[string]int64{}
 		}
-		if v, ok := m.Opsets[quant.OpDomain]; ok && v != quant.OpDomainVersion {
-			return fmt.Errorf("qonnx: the model imports domain %q at version %d; MatMulQ is version %d", quant.OpDomain, v, quant.OpDomainVersion)
+		if v, ok := m.Opsets[tlite.Domain]; ok && v != tlite.Version {
+			return fmt.Errorf("qonnx: the model imports domain %q at version %d; MatMulQ is version %d", tlite.Domain, v, tlite.Version)
 		}
-		m.Opsets[quant.OpDomain] = quant.OpDomainVersion
+		m.Opsets[tlite.Domain] = tlite.Version
 	}
 	return nil
 }
@@ -439,7 +440,7 @@ func replace(g *graph.Graph, p *product, wq *graph.Value, qo quant.Options) erro
 	if err := g.RemoveNode(p.node); err != nil {
 		return fmt.Errorf("qonnx: %w", err)
 	}
-	q := &graph.Node{Name: name, OpType: quant.OpMatMulQ, Domain: quant.OpDomain, Inputs: ins, Outputs: []*graph.Value{p.out},
+	q := &graph.Node{Name: name, OpType: tlite.MatMulQ, Domain: tlite.Domain, Inputs: ins, Outputs: []*graph.Value{p.out},
 		Doc: fmt.Sprintf("%s weight %s [K=%d, N=%d], group %d", qo.Format, p.w.Name, p.k, p.n, qo.Group)}
 	q.SetAttr(&graph.Attr{Name: "format", Kind: graph.KindString, S: qo.Format.String()})
 	q.SetAttr(&graph.Attr{Name: "group", Kind: graph.KindInt, I: int64(qo.Group)})

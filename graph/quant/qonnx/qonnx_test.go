@@ -3,6 +3,7 @@ package qonnx
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"path/filepath"
 	"strings"
@@ -198,11 +199,11 @@ func TestProducts(t *testing.T) {
 	if err := g.Validate(); err != nil {
 		t.Fatalf("rewritten graph: %v", err)
 	}
-	if c := nodesByOp(g); c[quant.OpMatMulQ] != 5 || c["Add"] != 0 || c["MatMul"] != 4 || c["Gemm"] != 1 || c["Gather"] != 1 {
+	if c := nodesByOp(g); c[tlite.MatMulQ] != 5 || c["Add"] != 0 || c["MatMul"] != 4 || c["Gemm"] != 1 || c["Gather"] != 1 {
 		t.Errorf("node counts %v; want 5 MatMulQ (mm, mm_add with its Add, gemm, shared1, shared2), MatMul small/odd/inf/act, Gemm alpha", c)
 	}
-	if m.Opset(quant.OpDomain) != quant.OpDomainVersion {
-		t.Errorf("tlite opset %d", m.Opset(quant.OpDomain))
+	if m.Opset(tlite.Domain) != tlite.Version {
+		t.Errorf("tlite opset %d", m.Opset(tlite.Domain))
 	}
 	want := map[string]string{
 		"alpha": "alpha = 0.5", "small": "below the minimum size 1024", "odd": "K = 48 is not a multiple of the group size 32",
@@ -227,7 +228,7 @@ func TestProducts(t *testing.T) {
 	check := func(node string, w []float32, rows, cols int, layout quant.Layout, bias string) {
 		t.Helper()
 		nd := byName[node]
-		if nd == nil || nd.OpType != quant.OpMatMulQ || nd.Domain != quant.OpDomain {
+		if nd == nil || nd.OpType != tlite.MatMulQ || nd.Domain != tlite.Domain {
 			t.Fatalf("node %s: %v, want a tlite.MatMulQ", node, nd)
 		}
 		got := packedOf(t, nd.Inputs[1])
@@ -304,8 +305,8 @@ func TestWriteMapsPacked(t *testing.T) {
 	}
 	defer back.Close()
 	nd := back.Graph.Nodes[0]
-	if nd.OpType != quant.OpMatMulQ || back.Opset(quant.OpDomain) != 1 {
-		t.Fatalf("reloaded node %v, tlite opset %d", nd, back.Opset(quant.OpDomain))
+	if nd.OpType != tlite.MatMulQ || back.Opset(tlite.Domain) != 1 {
+		t.Fatalf("reloaded node %v, tlite opset %d", nd, back.Opset(tlite.Domain))
 	}
 	tq := nd.Inputs[1].Const
 	if !tq.External || !bytes.Equal(tq.Data, blob) {
@@ -353,8 +354,8 @@ func TestFP16(t *testing.T) {
 			t.Fatalf("element %d: %v, want %v", i, got[i], want)
 		}
 	}
-	if c := nodesByOp(m.Graph); c["MatMul"] != 2 || c[quant.OpMatMulQ] != 0 || m.Opset(quant.OpDomain) != 0 {
-		t.Errorf("fp16 must only retype weights: nodes %v, tlite opset %d", c, m.Opset(quant.OpDomain))
+	if c := nodesByOp(m.Graph); c["MatMul"] != 2 || c[tlite.MatMulQ] != 0 || m.Opset(tlite.Domain) != 0 {
+		t.Errorf("fp16 must only retype weights: nodes %v, tlite opset %d", c, m.Opset(tlite.Domain))
 	}
 }
 
