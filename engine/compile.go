@@ -234,7 +234,7 @@ func (c *compiler) constHost(v *vinfo) (*hostTensor, error) {
 	}
 	shape, ok := constShape(v.shape)
 	if !ok {
-		return nil, fmt.Errorf("shape %s is not constant", ShapeString(v.shape))
+		return nil, fmt.Errorf("shape %s is not constant", symshape.FormatShape(v.shape))
 	}
 	return &hostTensor{dt: v.dt, shape: shape, data: r.konst.data}, nil
 }

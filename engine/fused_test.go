@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/tlite/tlite/symshape/infer"
 	"math"
 	"strings"
 	"testing"
@@ -59,7 +60,7 @@ func fuseRewrite(t *testing.T) Rewrite {
 	if body == nil {
 		t.Fatal("carrier has no body")
 	}
-	return func(g *graph.Graph) error {
+	return func(g *graph.Graph, _ *infer.Result) error {
 		var x, y, out, t1 *graph.Value
 		for _, v := range g.Inputs {
 			switch v.Name {
@@ -168,8 +169,8 @@ func TestFusedBodyErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	rw := fuseRewrite(t)
-	bad := func(g *graph.Graph) error {
-		if err := rw(g); err != nil {
+	bad := func(g *graph.Graph, res *infer.Result) error {
+		if err := rw(g, res); err != nil {
 			return err
 		}
 		for _, n := range g.Nodes {

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/tlite/tlite/symshape"
 	"math"
 	"math/rand"
 	"path/filepath"
@@ -218,7 +219,7 @@ func TestKVCacheRewrite(t *testing.T) {
 			defer s.Close()
 			var ins, outs []string
 			for _, p := range s.Inputs() {
-				ins = append(ins, p.Name+ShapeString(p.Shape))
+				ins = append(ins, p.Name+symshape.FormatShape(p.Shape))
 			}
 			for _, p := range s.Outputs() {
 				outs = append(outs, p.Name)
@@ -653,7 +654,7 @@ func TestKVWriteLowering(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := ShapeString(view.Shape); got != "[1, n, 2, 4]" {
+		if got := symshape.FormatShape(view.Shape); got != "[1, n, 2, 4]" {
 			t.Errorf("view shape %s; want [1, n, 2, 4]", got)
 		}
 		ref := make([]byte, capacity*heads*hd*4)

@@ -468,7 +468,7 @@ func chainStep(lc *lowerCtx, b *chainBuilder, outs []*vinfo) (*stepDef, error) {
 			return nil, lc.unsupported("output %s computes as %v but is stored as %v", o.name, outTypes[k], et)
 		}
 		if k > 0 && !shapeEqual(o.shape, outs[0].shape) {
-			return nil, lc.unsupported("fused outputs %s and %s differ in shape (%s vs %s)", outs[0].name, o.name, ShapeString(outs[0].shape), ShapeString(o.shape))
+			return nil, lc.unsupported("fused outputs %s and %s differ in shape (%s vs %s)", outs[0].name, o.name, symshape.FormatShape(outs[0].shape), symshape.FormatShape(o.shape))
 		}
 	}
 	sd := &stepDef{kernel: "elementwise"}

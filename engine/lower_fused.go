@@ -3,19 +3,28 @@ package engine
 import (
 	"fmt"
 	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape"
 
 	"github.com/tlite/tlite/engine/fuse"
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/kernels"
 )
 
-// The fusion passes run by default, and the nodes they make lower here:
-// norms with a residual add, products with a bias epilogue and fused
-// attention. FusedElementwise nodes lower through lower_elementwise.go.
-func init() {
+// DefaultRewrites returns the rewrites run when Options.Rewrites is nil:
+// the fusion passes of engine/fuse, with the element-wise pass limited to
+// what this package's element-wise lowering accepts.
+func DefaultRewrites() []Rewrite {
+	var out []Rewrite
 	for _, p := range fuse.Passes(fuse.Options{Elementwise: fusableElementwise}) {
-		DefaultRewrites = append(DefaultRewrites, Rewrite(p))
+		out = append(out, Rewrite(p))
 	}
+	return out
+}
+
+// The nodes the fusion passes make lower here: norms with a residual add,
+// products with a bias epilogue and fused attention. FusedElementwise
+// nodes lower through lower_elementwise.go.
+func init() {
 	registerLowering(lowerFusedNorm, tlite.Key(tlite.RMSNorm), tlite.Key(tlite.AddRMSNorm), tlite.Key(tlite.AddLayerNorm))
 	registerLowering(lowerMatMulBias, tlite.Key(tlite.MatMulBias))
 	registerLowering(lowerAttention, tlite.Key(tlite.Attention))
@@ -94,7 +103,7 @@ func lowerFusedNorm(lc *lowerCtx) (*stepDef, error) {
 		}
 	}
 	if res != nil && !shapeEqual(res.shape, x.shape) {
-		return nil, lc.unsupported("addends %s %s and %s %s differ in shape", x.name, ShapeString(x.shape), res.name, ShapeString(res.shape))
+		return nil, lc.unsupported("addends %s %s and %s %s differ in shape", x.name, symshape.FormatShape(x.shape), res.name, symshape.FormatShape(res.shape))
 	}
 	axis, err := normAxis(n.AttrInt("axis", -1), len(x.shape))
 	if err != nil {
@@ -103,7 +112,7 @@ func lowerFusedNorm(lc *lowerCtx) (*stepDef, error) {
 	cols := numelExpr(x.shape[axis:])
 	for _, w := range []*vinfo{scale, bias} {
 		if w != nil && !numelExpr(w.shape).Equal(cols) {
-			return nil, lc.unsupported("%s has shape %s; want %s elements", w.name, ShapeString(w.shape), cols)
+			return nil, lc.unsupported("%s has shape %s; want %s elements", w.name, symshape.FormatShape(w.shape), cols)
 		}
 	}
 	eps := n.AttrFloat("epsilon", 1e-5)

@@ -41,7 +41,7 @@ func lowerLayerNorm(lc *lowerCtx) (*stepDef, error) {
 			continue
 		}
 		if !numelExpr(w.shape).Equal(norm) {
-			return nil, lc.unsupported("%s has shape %s; a broadcast scale or bias over %s is not supported", w.name, ShapeString(w.shape), ShapeString(x.shape[axis:]))
+			return nil, lc.unsupported("%s has shape %s; a broadcast scale or bias over %s is not supported", w.name, symshape.FormatShape(w.shape), symshape.FormatShape(x.shape[axis:]))
 		}
 	}
 	eps := lc.n.AttrFloat("epsilon", 1e-5)

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape"
 
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/graph/quant"
@@ -55,7 +56,7 @@ func lowerMatMulQ(lc *lowerCtx) (*stepDef, error) {
 			return nil, err
 		}
 		if bs, ok := constShape(bias.shape); !ok || len(bs) != 1 || bs[0] != h.N {
-			return nil, lc.unsupported("bias %s has shape %s; want [%d]", bias.name, ShapeString(bias.shape), h.N)
+			return nil, lc.unsupported("bias %s has shape %s; want [%d]", bias.name, symshape.FormatShape(bias.shape), h.N)
 		}
 	}
 	if len(a.shape) == 0 {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape"
 	"math"
 	"path/filepath"
 	"strings"
@@ -177,7 +178,7 @@ func TestQuantLlama(t *testing.T) {
 					t.Errorf("node %s still reads a float weight", n.Name)
 				}
 			}
-			if got := ShapeString(m.Graph.Outputs[0].Shape); nq != 13 || got != "[batch, seq, 256]" {
+			if got := symshape.FormatShape(m.Graph.Outputs[0].Shape); nq != 13 || got != "[batch, seq, 256]" {
 				t.Errorf("%d MatMulQ nodes, logits %s; want 13 and [batch, seq, 256]", nq, got)
 			}
 			if m.Opset(tlite.Domain) != tlite.Version {

@@ -59,12 +59,10 @@ const (
 )
 
 // Rewrite is a graph transformation run after shape inference and before
-// lowering (fusion, for instance). It must keep the graph valid and give
-// every value it creates a Shape and a Type.
-type Rewrite func(*graph.Graph) error
-
-// DefaultRewrites run when Options.Rewrites is nil.
-var DefaultRewrites []Rewrite
+// lowering (fusion, for instance). It receives inference's result, whose
+// classes say which nodes run on the device. It must keep the graph valid
+// and give every value it creates a Shape and a Type.
+type Rewrite func(g *graph.Graph, res *infer.Result) error
 
 // Options configure Open.
 type Options struct {
@@ -211,10 +209,10 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 	}
 	rw := opts.Rewrites
 	if rw == nil {
-		rw = DefaultRewrites
+		rw = DefaultRewrites()
 	}
 	for i, r := range rw {
-		if err := r(m.Graph); err != nil {
+		if err := r(m.Graph, res); err != nil {
 			return fmt.Errorf("engine: rewrite %d: %w", i, err)
 		}
 	}
@@ -475,12 +473,12 @@ func (s *Session) checkInputs(inputs map[string]*tensor.Dense) ([]*hostTensor, s
 	for i, p := range s.inputs {
 		t, ok := inputs[p.Name]
 		if !ok || t == nil {
-			return nil, nil, &InputError{Input: p.Name, Problem: "missing", Expected: p.Type + " " + ShapeString(p.Shape), Got: "nothing"}
+			return nil, nil, &InputError{Input: p.Name, Problem: "missing", Expected: p.Type + " " + symshape.FormatShape(p.Shape), Got: "nothing"}
 		}
 		want := s.inVals[i].dt
 		got := dtypeOfDense(t.Dtype())
 		if got != want && !(want == dtype.Float16 && got == dtype.Float32) {
-			return nil, nil, &InputError{Input: p.Name, Problem: "wrong element type", Expected: p.Type + " " + ShapeString(p.Shape), Got: fmt.Sprintf("%v %v", t.Dtype(), []int(t.Shape()))}
+			return nil, nil, &InputError{Input: p.Name, Problem: "wrong element type", Expected: p.Type + " " + symshape.FormatShape(p.Shape), Got: fmt.Sprintf("%v %v", t.Dtype(), []int(t.Shape()))}
 		}
 		h, err := hostFromDense(t)
 		if err != nil {

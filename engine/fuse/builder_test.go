@@ -14,10 +14,11 @@ import (
 // builder makes test graphs through the graph package's rewrite API, then
 // runs shape inference on them as the engine would before the passes.
 type builder struct {
-	t *testing.T
-	m *graph.Model
-	g *graph.Graph
-	k int
+	t   *testing.T
+	m   *graph.Model
+	g   *graph.Graph
+	res *infer.Result
+	k   int
 }
 
 // newBuilder starts an empty opset-17 model.
@@ -119,12 +120,15 @@ func aInt(name string, v int64) *graph.Attr {
 // output marks graph outputs.
 func (b *builder) output(v ...*graph.Value) { b.g.Outputs = append(b.g.Outputs, v...) }
 
-// infer derives shapes, as the engine does before rewriting.
+// infer derives shapes, as the engine does before rewriting, and keeps
+// the result for the passes.
 func (b *builder) infer() *graph.Graph {
 	b.t.Helper()
-	if _, err := infer.Run(b.m, infer.Options{}); err != nil {
+	res, err := infer.Run(b.m, infer.Options{})
+	if err != nil {
 		b.t.Fatal(err)
 	}
+	b.res = res
 	return b.g
 }
 
@@ -133,7 +137,7 @@ func (b *builder) infer() *graph.Graph {
 func (b *builder) run(pass Pass) *graph.Graph {
 	b.t.Helper()
 	g := b.infer()
-	if err := pass(g); err != nil {
+	if err := pass(g, b.res); err != nil {
 		b.t.Fatal(err)
 	}
 	checkGraph(b.t, g)

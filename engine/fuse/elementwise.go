@@ -3,6 +3,7 @@ package fuse
 import (
 	"fmt"
 	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape/infer"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/symshape"
@@ -22,8 +23,8 @@ import (
 //
 // Groups of one node stay as they are. Run this pass last, so that the
 // patterns of the other passes match first.
-func Elementwise(g *graph.Graph, ok func(*graph.Node) bool) error {
-	r := newRewriter(g)
+func Elementwise(g *graph.Graph, res *infer.Result, ok func(*graph.Node) bool) error {
+	r := newRewriter(g, res)
 	pos := make(map[*graph.Node]int, len(g.Nodes))
 	for i, n := range g.Nodes {
 		pos[n] = i

@@ -3,6 +3,7 @@ package fuse
 import (
 	"fmt"
 	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape/infer"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
@@ -18,7 +19,7 @@ var testElementwise = map[string]bool{
 
 func ew(n *graph.Node) bool { return n.Domain == "" && testElementwise[n.OpType] }
 
-func elementwise(g *graph.Graph) error { return Elementwise(g, ew) }
+func elementwise(g *graph.Graph, res *infer.Result) error { return Elementwise(g, res, ew) }
 
 // bodyOps lists a fused node's body op types.
 func bodyOps(t *testing.T, n *graph.Node) []string {

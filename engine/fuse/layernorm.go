@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"encoding/binary"
+	"github.com/tlite/tlite/symshape/infer"
 	"math"
 
 	"github.com/tlite/tlite/graph"
@@ -18,8 +19,8 @@ import (
 // (d^2 as Pow(d, 2) or d*d; the division also as d * 1/s or
 // d * Reciprocal(s)) by a standard LayerNormalization(x, gamma, beta) with
 // axis -1. Without gamma the scale is an initializer of ones.
-func LayerNorm(g *graph.Graph) error {
-	r := newRewriter(g)
+func LayerNorm(g *graph.Graph, res *infer.Result) error {
+	r := newRewriter(g, res)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
 		if n.Graph() != g {
 			continue

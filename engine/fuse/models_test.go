@@ -40,14 +40,15 @@ func TestExportedModels(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			if _, err := infer.Run(m, infer.Options{}); err != nil {
+			res, err := infer.Run(m, infer.Options{})
+			if err != nil {
 				t.Fatal(err)
 			}
 			g := m.Graph
 			before := countOps(g)
 			outs := append([]*graph.Value(nil), g.Outputs...)
 			for _, p := range Passes(Options{Elementwise: ew}) {
-				if err := p(g); err != nil {
+				if err := p(g, res); err != nil {
 					t.Fatal(err)
 				}
 			}

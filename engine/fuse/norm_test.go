@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape/infer"
 	"math"
 	"testing"
 
@@ -321,9 +322,9 @@ func residualRMS(t *testing.T, keepSum bool) (*builder, *graph.Value, *graph.Val
 
 // both applies passes in order.
 func both(ps ...Pass) Pass {
-	return func(g *graph.Graph) error {
+	return func(g *graph.Graph, res *infer.Result) error {
 		for _, p := range ps {
-			if err := p(g); err != nil {
+			if err := p(g, res); err != nil {
 				return err
 			}
 		}

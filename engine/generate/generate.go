@@ -3,6 +3,7 @@ package generate
 import (
 	"context"
 	"fmt"
+	"github.com/tlite/tlite/engine"
 	"strings"
 	"time"
 
@@ -134,7 +135,7 @@ func (g *Generator) Generate(ctx context.Context, req Request, onToken func(text
 	}
 	maxCtx := g.st.MaxContext()
 	if len(prompt) > maxCtx {
-		return res, fmt.Errorf("generate: the prompt has %d tokens, more than the context of %d: %w", len(prompt), maxCtx, ErrContextFull)
+		return res, fmt.Errorf("generate: the prompt has %d tokens, more than the context of %d: %w", len(prompt), maxCtx, engine.ErrContextFull)
 	}
 	stop := map[int]bool{}
 	if req.Stop != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tlite/tlite/engine"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -22,7 +23,7 @@ type scripted struct {
 
 func (s *scripted) Step(tokens, positions []int) ([]float32, error) {
 	if s.n+len(tokens) > s.maxCtx {
-		return nil, ErrContextFull
+		return nil, engine.ErrContextFull
 	}
 	if s.n == 0 {
 		s.promptLen = len(tokens)
@@ -167,7 +168,7 @@ func TestGenerateStops(t *testing.T) {
 	if res.Reason != StopContext || res.PromptTokens+res.NewTokens != 6 {
 		t.Errorf("context of 6: %q after %d + %d tokens", res.Reason, res.PromptTokens, res.NewTokens)
 	}
-	if _, err := New(small, tok).Generate(ctx, Request{Tokens: count(1, 7)}, nil); !errors.Is(err, ErrContextFull) {
+	if _, err := New(small, tok).Generate(ctx, Request{Tokens: count(1, 7)}, nil); !errors.Is(err, engine.ErrContextFull) {
 		t.Errorf("a 7-token prompt in a context of 6: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/tlite/tlite/symshape"
 	"os"
 	"runtime"
 	"sort"
@@ -96,7 +97,7 @@ func runBench(args []string) error {
 			for _, d := range p.Shape {
 				v, isConst := d.Const()
 				if !isConst {
-					return fmt.Errorf("input %q has symbolic shape %s: give --shape %s=...", p.Name, engine.ShapeString(p.Shape), p.Name)
+					return fmt.Errorf("input %q has symbolic shape %s: give --shape %s=...", p.Name, symshape.FormatShape(p.Shape), p.Name)
 				}
 				shape = append(shape, int(v))
 			}

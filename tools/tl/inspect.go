@@ -132,17 +132,6 @@ func parseBinding(s string) (map[string]int64, error) {
 	return out, nil
 }
 
-func shapeString(s []symshape.Expr) string {
-	if s == nil {
-		return "?"
-	}
-	parts := make([]string, len(s))
-	for i, d := range s {
-		parts[i] = d.String()
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
 func declaredString(ds []graph.Dim) string {
 	if ds == nil {
 		return "?"
@@ -166,7 +155,7 @@ func buildInspect(path string, m *graph.Model, res *infer.Result, at map[string]
 	rep := &inspectReport{Path: path, Producer: m.Producer, Opsets: m.Opsets, Symbols: res.Symbols,
 		Nodes: len(g.Nodes), Classes: map[string]int{}, At: map[string]int64{}, SymbolNames: res.SymbolNames}
 	port := func(v *graph.Value) portInfo {
-		p := portInfo{Name: v.Name, Type: v.Type.String(), Shape: shapeString(v.Shape)}
+		p := portInfo{Name: v.Name, Type: v.Type.String(), Shape: symshape.FormatShape(v.Shape)}
 		if d := declaredString(v.Declared); d != p.Shape {
 			p.Declared = d
 		}
@@ -267,7 +256,7 @@ func buildInspect(path string, m *graph.Model, res *infer.Result, at map[string]
 			if err != nil {
 				continue
 			}
-			acts = append(acts, activationInfo{Value: v.Name, Node: n.OpType, Shape: shapeString(v.Shape), Bytes: productString(v.Type.Size(), v.Shape), At: val})
+			acts = append(acts, activationInfo{Value: v.Name, Node: n.OpType, Shape: symshape.FormatShape(v.Shape), Bytes: productString(v.Type.Size(), v.Shape), At: val})
 		}
 	}
 	sort.SliceStable(acts, func(i, j int) bool { return acts[i].At > acts[j].At })
