@@ -382,6 +382,10 @@ func (b *chainBuilder) emit(n *graph.Node, opset int64) error {
 	return nil
 }
 
+// compositeErr carries a chain-building error out of composite's nested
+// calls; it is the only panic composite recovers.
+type compositeErr struct{ err error }
+
 // composite builds the ops the chain family has no node for from ones it
 // has.
 func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
@@ -389,9 +393,12 @@ func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
 		return 0, fmt.Errorf("%s of %v: float inputs only", n.OpType, b.typeOf(x))
 	}
 	c := func(v float64) int { return b.fconst(x, v) }
+	// must unwinds the nested op calls below on the first error; the
+	// deferred recover catches only this wrapper, so any other panic (an
+	// index bug, a runtime.Error) still crashes where it happened.
 	must := func(k int, err error) int {
 		if err != nil {
-			panic(err)
+			panic(compositeErr{err})
 		}
 		return k
 	}
@@ -399,11 +406,11 @@ func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
 	err := func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				e, ok := r.(error)
+				e, ok := r.(compositeErr)
 				if !ok {
 					panic(r)
 				}
-				err = e
+				err = e.err
 			}
 		}()
 		op := func(o kernels.ElemOp, a ...int) int { return must(b.op(o, a...)) }
