@@ -274,6 +274,19 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 	return s.allocate()
 }
 
+// DeviceSteps is the number of kernel steps the program enqueues on the
+// session's device per Run: zero when the whole model was folded at Open
+// or runs on the host (then no device kernel is exercised).
+func (s *Session) DeviceSteps() int {
+	n := 0
+	for _, in := range s.c.prog {
+		if in.kind == iDevice {
+			n++
+		}
+	}
+	return n
+}
+
 // Inputs describes the inputs Run takes.
 func (s *Session) Inputs() []Port { return append([]Port(nil), s.inputs...) }
 

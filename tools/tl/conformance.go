@@ -5,10 +5,12 @@ import (
 	"fmt"
 
 	"github.com/tlite/tlite/engine/conformance"
+	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/opencl"
 )
 
 func init() {
-	register(command{"conformance", "run the ONNX node-test corpus through the engine and print a table by op", runConformance})
+	register(command{"conformance", "run onnx-go's ONNX node-test corpus (opsets 9 and 10) through the engine and print a table by op", runConformance})
 }
 
 func runConformance(args []string) error {
@@ -23,11 +25,22 @@ func runConformance(args []string) error {
 	if err != nil {
 		return err
 	}
+	if opts.Device != "go" {
+		// One device for all cases (they share compiled programs), and no
+		// table of refusals when there is no OpenCL platform at all.
+		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile})
+		if err != nil {
+			return fmt.Errorf("conformance needs an OpenCL device (or --device go for the pure-Go CPU device): %w", err)
+		}
+		defer dev.Close()
+		opts.Kernels = kernels.New(dev)
+	}
 	rep := conformance.Run(opts)
 	switch {
 	case *asJSON:
 		return writeJSON(stdout, rep.ByOp())
 	case *summary:
+		fmt.Fprintf(stdout, "corpus: %s, %d cases\n", conformance.Corpus, len(rep.Cases))
 	default:
 		fmt.Fprint(stdout, rep.Table())
 	}
