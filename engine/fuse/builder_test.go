@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"fmt"
+	"github.com/tlite/tlite/graph/graphtest"
 	"sort"
 	"strings"
 	"testing"
@@ -24,10 +25,9 @@ type builder struct {
 // newBuilder starts an empty opset-17 model.
 func newBuilder(t *testing.T) *builder {
 	t.Helper()
-	opset := []byte{0x42, 0x02, 0x10, 17}                                // opset_import { version: 17 }
-	gp := append([]byte{0x12, 0x04}, "test"...)                          // GraphProto.name
-	data := append(append([]byte{0x3a, byte(len(gp))}, gp...), opset...) // ModelProto.graph
-	m, err := graph.Parse(data, "")
+	md := graphtest.Model(17, &graph.Graph{Name: "test"})
+	md.Opsets = map[string]int64{"": 17}
+	m, err := graph.Parse(graphtest.Bytes(md), "")
 	if err != nil {
 		t.Fatal(err)
 	}

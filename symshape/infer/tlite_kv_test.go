@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"github.com/tlite/tlite/graph/tlite"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
@@ -11,7 +12,7 @@ import (
 func (g *gb) kvWrite(ins []string, out string, attrs ...attr) *gb {
 	g.node("KVWrite", ins, []string{out}, attrs...)
 	last := len(g.nodes) - 1
-	g.nodes[last] = pb(g.nodes[last]).strField(7, "tlite")
+	g.nodes[last].Domain = tlite.Domain
 	return g
 }
 

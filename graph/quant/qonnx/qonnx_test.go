@@ -2,7 +2,7 @@ package qonnx
 
 import (
 	"bytes"
-	"encoding/binary"
+	"github.com/tlite/tlite/graph/graphtest"
 	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"path/filepath"
@@ -15,43 +15,18 @@ import (
 	"github.com/tlite/tlite/graph/quant"
 )
 
-// A minimal ONNX writer for hand-built test models, so that they go through
-// graph.Parse like files do.
+// Hand-built test models come from graph/graphtest, serialized by
+// graph.Marshal, so that they go through graph.Parse like files do.
 
-type pb []byte
+// pb is a graph input or output of a test model.
+type pb = *graph.Value
 
-func (b pb) varint(v uint64) pb {
-	for v >= 0x80 {
-		b = append(b, byte(v)|0x80)
-		v >>= 7
-	}
-	return append(b, byte(v))
-}
-func (b pb) key(f, wt int) pb         { return b.varint(uint64(f<<3 | wt)) }
-func (b pb) int(f int, v int64) pb    { return b.key(f, 0).varint(uint64(v)) }
-func (b pb) bytes(f int, v []byte) pb { return append(b.key(f, 2).varint(uint64(len(v))), v...) }
-func (b pb) str(f int, s string) pb   { return b.bytes(f, []byte(s)) }
-func (b pb) float(f int, v float32) pb {
-	return binary.LittleEndian.AppendUint32(b.key(f, 5), math.Float32bits(v))
-}
-func attrI(name string, v int64) pb            { return pb(nil).str(1, name).int(3, v).int(20, 2) }
-func attrF(name string, v float32) pb          { return pb(nil).str(1, name).float(2, v).int(20, 1) }
+func attrI(name string, v int64) *graph.Attr   { return graphtest.Int(name, v) }
+func attrF(name string, v float32) *graph.Attr { return graphtest.Float(name, v) }
 func vi(name string, dims ...any) pb           { return viT(name, dtype.Float32, dims...) }
 func weights(k, n int, seed float64) []float32 { return wave(k*n, seed) }
 
-func viT(name string, t dtype.Type, dims ...any) pb {
-	var shape pb
-	for _, d := range dims {
-		switch x := d.(type) {
-		case int:
-			shape = shape.bytes(1, pb(nil).int(1, int64(x)))
-		case string:
-			shape = shape.bytes(1, pb(nil).str(2, x))
-		}
-	}
-	tt := pb(nil).int(1, int64(t)).bytes(2, shape)
-	return pb(nil).str(1, name).bytes(2, pb(nil).bytes(1, tt))
-}
+func viT(name string, t dtype.Type, dims ...any) pb { return graphtest.Value(name, t, dims...) }
 
 func wave(n int, seed float64) []float32 {
 	out := make([]float32, n)
@@ -61,65 +36,31 @@ func wave(n int, seed float64) []float32 {
 	return out
 }
 
-func f32Init(name string, dims []int64, v []float32) pb {
-	b := pb(nil)
-	for _, d := range dims {
-		b = b.int(1, d)
-	}
-	raw := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
-	}
-	return b.int(2, int64(dtype.Float32)).str(8, name).bytes(9, raw)
-}
-
 type modelB struct {
-	nodes, inits, ins, outs []pb
+	nodes     []*graph.Node
+	inits     []*graph.Value
+	ins, outs []pb
 }
 
-func (m *modelB) node(op, name string, ins, outs []string, attrs ...pb) *modelB {
-	b := pb(nil)
-	for _, s := range ins {
-		b = b.str(1, s)
-	}
-	for _, s := range outs {
-		b = b.str(2, s)
-	}
-	b = b.str(3, name).str(4, op)
-	for _, a := range attrs {
-		b = b.bytes(5, a)
-	}
-	m.nodes = append(m.nodes, b)
+func (m *modelB) node(op, name string, ins, outs []string, attrs ...*graph.Attr) *modelB {
+	m.nodes = append(m.nodes, graphtest.Node(op, name, ins, outs, attrs...))
 	return m
 }
 
 func (m *modelB) init(name string, dims []int64, v []float32) *modelB {
-	m.inits = append(m.inits, f32Init(name, dims, v))
+	m.inits = append(m.inits, graphtest.Init(graphtest.Float32s(name, dims, v...)))
 	return m
 }
 
 func (m *modelB) parse(t *testing.T) *graph.Model {
 	t.Helper()
-	g := pb(nil)
-	for _, n := range m.nodes {
-		g = g.bytes(1, n)
-	}
-	g = g.str(2, "test")
-	for _, x := range m.inits {
-		g = g.bytes(5, x)
-	}
-	for _, x := range m.ins {
-		g = g.bytes(11, x)
-	}
-	for _, x := range m.outs {
-		g = g.bytes(12, x)
-	}
-	b := pb(nil).int(1, 8).bytes(8, pb(nil).str(1, "").int(2, 17)).bytes(7, g)
-	md, err := graph.Parse(b, "")
+	md := graphtest.Model(17, graphtest.Graph("test", m.nodes, m.inits, m.ins, m.outs))
+	md.Opsets = map[string]int64{"": 17}
+	out, err := graph.Parse(graphtest.Bytes(md), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return md
+	return out
 }
 
 func nodesByOp(g *graph.Graph) map[string]int {
