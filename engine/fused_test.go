@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/symshape/infer"
 	"math"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // plainChainModel computes t1 = x + y, out = sigmoid((t1 * x) * 0.5) with

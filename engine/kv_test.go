@@ -3,7 +3,6 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/tlite/tlite/symshape"
 	"math"
 	"math/rand"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/symshape"
 )
 
 // kvSeq is a test's bookkeeping for a session with an in-place cache:

@@ -2,11 +2,11 @@ package engine
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/graph/tlite"
 	"math"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/symshape"
 )

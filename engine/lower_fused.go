@@ -2,12 +2,12 @@ package engine
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/graph/tlite"
-	"github.com/tlite/tlite/symshape"
 
 	"github.com/tlite/tlite/engine/fuse"
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/symshape"
 )
 
 // DefaultRewrites returns the rewrites run when Options.Rewrites is nil:

@@ -1,48 +1,25 @@
 package engine
 
-// In-place KV cache for exported decoders (Transformer-Lite style).
-//
-// An exported decoder takes its cache as inputs and returns it grown: per
-// layer, present = Concat(past, new, axis=seq) feeds attention and is a
-// graph output. Run then uploads the whole past, copies it into present and
-// reads present back, every step. With Options.KVCache the session owns one
-// device buffer per cache tensor instead, sized for KVConfig.MaxContext
-// tokens and allocated once at Open, and the graph is rewritten (after the
-// fusion passes) so that
-//
-//   - each Concat becomes ("tlite", "KVWrite")(new, kv_slots): it writes only
-//     the new rows into the buffer, at the slots kv_slots names (any slots,
-//     in any order), and its output is a view of the buffer's first kv_len
-//     rows;
-//   - fused attention reads that view in place (through k_perm/v_perm) with
-//     the additive kv_bias input as its mask, instead of the model's own
-//     causal and padding mask;
-//   - the past inputs, the present outputs, and what only served them (the
-//     mask computation, GPT-2's positions from the past length) go away.
-//
-// The buffer is [MaxContext, kv_heads, head_dim]: the sequence is the
-// outer axis, so the rows attended (slots [0, kv_len)) are one contiguous
-// prefix, read as [1, kv_len, kv_heads, head_dim] through a permutation,
-// and no step copies it. The export's [1, kv_heads, seq, head_dim] new rows
-// are transposed by the write itself.
-//
-// The rewritten model takes input_ids [1, seq], position_ids [1, seq]
-// (added when the export derived positions from the past length), kv_slots
-// [1, seq] and kv_bias [1, 1, seq, kv_len], and returns its other outputs
-// (the logits). Which slots hold which positions is the caller's
-// bookkeeping (package engine/kv keeps it and builds kv_bias).
+// In-place KV cache for exported decoders (Transformer-Lite style): the
+// session side. With Options.KVCache the graph is rewritten after the
+// fusion passes by engine/fuse's KVCache pass (engine/fuse/kvcache.go
+// describes the rewritten model); this file holds the configuration, the
+// maxima the rewrite implies, the lowering of tlite.KVWrite (the session
+// owns one device buffer per cache tensor, sized for KVConfig.MaxContext
+// tokens and allocated once at Open) and the session's reports on the
+// cache and on copy traffic.
 
 import (
 	"errors"
 	"fmt"
-	"github.com/tlite/tlite/graph/tlite"
-	"github.com/tlite/tlite/symshape"
 	"math"
 
 	"github.com/tlite/tlite/engine/fuse"
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
 )
 

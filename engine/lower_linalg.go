@@ -3,12 +3,12 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"runtime"
 	"sync"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"

@@ -2,12 +2,12 @@ package engine
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/graph/tlite"
-	"github.com/tlite/tlite/symshape"
 
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/symshape"
 )
 
 // tlite.MatMulQ, the 4-bit weight product `tl quantize` writes (see

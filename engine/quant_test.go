@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/tlite/tlite/graph/tlite"
-	"github.com/tlite/tlite/symshape"
 	"math"
 	"path/filepath"
 	"strings"
@@ -14,6 +12,8 @@ import (
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/graph/quant"
 	"github.com/tlite/tlite/graph/quant/qonnx"
+	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
 )
 

@@ -65,21 +65,28 @@ type Device interface {
 	// Conv2D computes a 2-D convolution; scratch, when set, may hold the
 	// im2col matrix.
 	Conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error
+	// MaxPool, AvgPool, GlobalAvgPool and GlobalMaxPool pool NCHW planes.
 	MaxPool(s Storage, x, y Buf, p PoolParams) error
 	AvgPool(s Storage, x, y Buf, p PoolParams) error
 	GlobalAvgPool(s Storage, x, y Buf, planes, hw int) error
 	GlobalMaxPool(s Storage, x, y Buf, planes, hw int) error
+	// LayerNorm normalises rows of p.Cols; bias may be unset.
 	LayerNorm(p NormParams, x, scale, bias, out Buf) error
 	// AddLayerNorm and AddRMSNorm normalise x (+ res), writing the sum to
 	// sum when it is set.
 	AddLayerNorm(p NormParams, x, res, sum, scale, bias, out Buf) error
 	AddRMSNorm(p NormParams, x, res, sum, scale, out Buf) error
+	// GroupNorm normalises channel groups (InstanceNorm is one group per channel).
 	GroupNorm(p GroupNormParams, x, scale, bias, out Buf) error
+	// Softmax and LogSoftmax normalise axis n of [outer, n, inner].
 	Softmax(s Storage, x, out Buf, outer, n, inner int) error
 	LogSoftmax(s Storage, x, out Buf, outer, n, inner int) error
+	// Reduce, ArgReduce and CumSum reduce or scan along axes.
 	Reduce(s Storage, op ReduceOp, x Buf, shape, axes []int, out Buf) error
 	ArgReduce(s Storage, isMin, last bool, x Buf, outer, r, inner int, out Buf) error
 	CumSum(s Storage, x, out Buf, outer, r, inner int, exclusive, reverse bool) error
+	// Copy, Gather, GatherElements and Pad move elements of esize bytes
+	// between strided views; indices are int32 or int64.
 	Copy(esize int, dst Buf, dv View, src Buf, sv View) error
 	Gather(esize int, data Buf, shape []int, axis int, indices Buf, it dtype.Type, nidx int, dst Buf) error
 	GatherElements(esize int, data Buf, dataShape []int, axis int, indices Buf, it dtype.Type, idxShape []int, dst Buf) error

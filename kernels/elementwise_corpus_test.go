@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/graph"
 	"math"
 	"sort"
 	"testing"
@@ -10,6 +9,8 @@ import (
 	"github.com/owulveryck/onnx-go/backend/testbackend"
 	_ "github.com/owulveryck/onnx-go/backend/testbackend/onnx" // registers the ONNX node-test corpus
 	"gorgonia.org/tensor"
+
+	"github.com/tlite/tlite/graph"
 )
 
 // The ONNX node-test corpus (inputs and outputs computed by ONNX's numpy

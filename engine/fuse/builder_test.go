@@ -2,13 +2,13 @@ package fuse
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/graph/graphtest"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/graphtest"
 	"github.com/tlite/tlite/symshape/infer"
 )
 

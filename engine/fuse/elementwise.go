@@ -2,11 +2,11 @@ package fuse
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/graph/tlite"
-	"github.com/tlite/tlite/symshape/infer"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // Elementwise groups connected element-wise device nodes (those ok accepts)

@@ -2,12 +2,12 @@ package fuse
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/graph/tlite"
-	"github.com/tlite/tlite/symshape/infer"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // testElementwise stands in for the engine's element-wise op list.

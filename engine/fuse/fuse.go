@@ -27,12 +27,12 @@ package fuse
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"sort"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
 )

@@ -1,6 +1,7 @@
 package fuse
 
-// In-place KV cache for exported decoders (Transformer-Lite style).
+// In-place KV cache for exported decoders (Transformer-Lite style): the
+// graph rewrite. The engine runs it for Options.KVCache and owns the cache.
 //
 // An exported decoder takes its cache as inputs and returns it grown: per
 // layer, present = Concat(past, new, axis=seq) feeds attention and is a

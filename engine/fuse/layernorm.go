@@ -2,12 +2,12 @@ package fuse
 
 import (
 	"encoding/binary"
-	"github.com/tlite/tlite/symshape/infer"
 	"math"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/symshape"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // LayerNorm replaces layer normalisation over the last axis written out op

@@ -1,12 +1,12 @@
 package fuse
 
 import (
-	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 func linear(t *testing.T) (*builder, *graph.Value, *graph.Value, *graph.Value, *graph.Value) {

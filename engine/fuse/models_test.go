@@ -1,11 +1,11 @@
 package fuse
 
 import (
-	"github.com/tlite/tlite/graph/tlite"
 	"path/filepath"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape/infer"
 )
 

@@ -1,13 +1,13 @@
 package fuse
 
 import (
-	"github.com/tlite/tlite/graph/tlite"
-	"github.com/tlite/tlite/symshape/infer"
 	"math"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // rmsGraph builds LlamaRMSNorm as torch 1.13 exports it, with knobs for

@@ -1,10 +1,10 @@
 package fuse
 
 import (
-	"github.com/tlite/tlite/symshape/infer"
 	"path"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // RMSNorm replaces RMS normalisation written out op by op, as PyTorch

@@ -3,10 +3,10 @@ package generate
 import (
 	"context"
 	"fmt"
-	"github.com/tlite/tlite/engine"
 	"strings"
 	"time"
 
+	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/tokenizer"
 )
 

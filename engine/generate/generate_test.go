@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tlite/tlite/engine"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/tokenizer"
 )
 

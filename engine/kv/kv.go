@@ -23,11 +23,11 @@ package kv
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/symshape"
 
 	"gorgonia.org/tensor"
 
 	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/symshape"
 )
 
 // Config is the in-place cache's configuration, engine.Options.KVCache.

@@ -3,7 +3,6 @@ package infer
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/tlite/tlite/symshape"
 	"math"
 	"sort"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/symshape"
 )
 
 // toGraphTensor converts a test input to a graph.Tensor; ok is false for

@@ -2,12 +2,12 @@ package infer
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/symshape"
 	"strings"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/symshape"
 )
 
 const f32, i64 = dtype.Float32, dtype.Int64

@@ -2,10 +2,10 @@ package infer
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/graph/tlite"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape"
 )
 

@@ -1,11 +1,11 @@
 package infer
 
 import (
-	"github.com/tlite/tlite/graph/tlite"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 // kvWrite adds a tlite.KVWrite node.

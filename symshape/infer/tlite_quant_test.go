@@ -2,12 +2,12 @@ package infer
 
 import (
 	"fmt"
-	"github.com/tlite/tlite/graph/graphtest"
-	"github.com/tlite/tlite/graph/tlite"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/graphtest"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 // initU8 adds a uint8 initializer of n zero bytes (a packed weight's size;

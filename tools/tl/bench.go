@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"github.com/tlite/tlite/symshape"
 	"os"
 	"runtime"
 	"sort"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/memplan"
+	"github.com/tlite/tlite/symshape"
 )
 
 func init() {

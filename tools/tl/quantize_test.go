@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape/infer"
 )
 

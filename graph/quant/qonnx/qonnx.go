@@ -43,12 +43,12 @@ package qonnx
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/tlite/tlite/graph/tlite"
 	"math"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 // DefaultMinSize is the smallest K*N the command line quantizes by default:

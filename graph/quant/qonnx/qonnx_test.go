@@ -2,8 +2,6 @@ package qonnx
 
 import (
 	"bytes"
-	"github.com/tlite/tlite/graph/graphtest"
-	"github.com/tlite/tlite/graph/tlite"
 	"math"
 	"path/filepath"
 	"strings"
@@ -12,7 +10,9 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/graphtest"
 	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 // Hand-built test models come from graph/graphtest, serialized by
