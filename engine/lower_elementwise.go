@@ -386,6 +386,22 @@ func (b *chainBuilder) emit(n *graph.Node, opset int64) error {
 // calls; it is the only panic composite recovers.
 type compositeErr struct{ err error }
 
+// catchComposite runs f and returns its error, or the one a compositeErr
+// panic in it carries; any other panic (an index bug, a runtime.Error)
+// goes on.
+func catchComposite(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(compositeErr)
+			if !ok {
+				panic(r)
+			}
+			err = e.err
+		}
+	}()
+	return f()
+}
+
 // composite builds the ops the chain family has no node for from ones it
 // has.
 func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
@@ -393,8 +409,8 @@ func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
 		return 0, fmt.Errorf("%s of %v: float inputs only", n.OpType, b.typeOf(x))
 	}
 	c := func(v float64) int { return b.fconst(x, v) }
-	// must unwinds the nested op calls below on the first error; the
-	// deferred recover catches only this wrapper, so any other panic (an
+	// must unwinds the nested op calls below on the first error;
+	// catchComposite recovers only this wrapper, so any other panic (an
 	// index bug, a runtime.Error) still crashes where it happened.
 	must := func(k int, err error) int {
 		if err != nil {
@@ -403,16 +419,7 @@ func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
 		return k
 	}
 	var res int
-	err := func() (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				e, ok := r.(compositeErr)
-				if !ok {
-					panic(r)
-				}
-				err = e.err
-			}
-		}()
+	err := catchComposite(func() error {
 		op := func(o kernels.ElemOp, a ...int) int { return must(b.op(o, a...)) }
 		switch n.OpType {
 		case "Tan":
@@ -453,7 +460,7 @@ func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
 			return fmt.Errorf("%s is not an element-wise op", n.OpType)
 		}
 		return nil
-	}()
+	})
 	return res, err
 }
 
