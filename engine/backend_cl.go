@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"fmt"
-
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/opencl"
@@ -152,5 +150,5 @@ func (b *clBackend) pad(esize int, src tref, shape, pads []int, mode kernels.Pad
 
 // errNoDevice wraps an OpenCL open failure with the fallback.
 func errNoDevice(err error) error {
-	return fmt.Errorf("engine: %w (or open the session with Device \"go\" for the pure-Go CPU backend)", err)
+	return &NoDeviceError{Err: err}
 }

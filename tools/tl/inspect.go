@@ -86,6 +86,12 @@ func runInspect(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("want one model path, got %d arguments", len(pos))
 	}
+	if *top < 0 {
+		return fmt.Errorf("--top %d: want a count of at least 0", *top)
+	}
+	if err := checkModel(pos[0], nil); err != nil {
+		return err
+	}
 	m, err := graph.Load(pos[0])
 	if err != nil {
 		return err
