@@ -328,11 +328,9 @@ func weightStats(path string) (bytes, params int64, err error) {
 		if v.Const == nil {
 			continue
 		}
-		n := v.Const.NumElements()
-		bytes += n * int64(v.Const.Type.Size())
-		params += n
+		bytes += int64(len(v.Const.Data))
 	}
-	return bytes, params, nil
+	return bytes, paramCount(m), nil
 }
 
 // humanCount prints 1250432 as 1.25 M.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/tlite/tlite/graph"
@@ -34,6 +35,8 @@ type quantizeReport struct {
 	Skipped     []qonnx.Skipped  `json:"skipped"`
 	Activations int              `json:"activation_products"`
 	Embeddings  []string         `json:"embeddings_kept_float"`
+	Params      int64            `json:"params"`
+	Copied      []string         `json:"copied,omitempty"`
 	BytesBefore int64            `json:"initializer_bytes_before"`
 	BytesAfter  int64            `json:"initializer_bytes_after"`
 	Report      *maeReport       `json:"mae_report,omitempty"`
@@ -126,6 +129,18 @@ func runQuantize(args []string) error {
 		return err
 	}
 	defer m.Close()
+	if err := checkQuantizeOutput(in, out, m.ExternalFiles()); err != nil {
+		return err
+	}
+	params := paramCount(m)
+	if m.Metadata == nil {
+		m.Metadata = map[string]string{}
+	}
+	if _, ok := m.Metadata[paramsKey]; !ok {
+		// The packed weights no longer count their elements; the
+		// original count travels with the model for bench to report.
+		m.Metadata[paramsKey] = strconv.FormatInt(params, 10)
+	}
 	last := t0
 	progress := func(done, total int, w qonnx.Weight) {
 		// Small models finish before anyone wonders; big ones report
@@ -143,15 +158,20 @@ func runQuantize(args []string) error {
 		return fmt.Errorf("the rewritten graph is invalid (a bug): %w", err)
 	}
 	dataFile := filepath.Base(out) + ".data"
-	if err := graph.Write(m, out, graph.WriteOptions{ExternalThreshold: *threshold, DataFile: dataFile, Align: *align}); err != nil {
+	inline, err := writeAtomically(m, out, graph.WriteOptions{ExternalThreshold: *threshold, DataFile: dataFile, Align: *align})
+	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(out), dataFile)); err != nil {
+	if inline {
 		dataFile = "" // everything fitted inline
+	}
+	copied, err := copyBeside(in, out, "config.json", "tokenizer.json")
+	if err != nil {
+		return err
 	}
 	rep := quantizeReport{Input: in, Output: out, DataFile: dataFile, Format: string(f), Group: res.Group, MinSize: res.MinSize,
 		Weights: res.Weights, Skipped: res.Skipped, Activations: res.Activations, Embeddings: res.Embeddings,
-		BytesBefore: res.BytesBefore, BytesAfter: res.BytesAfter, Report: toMAEReport(res.Report),
+		Params: params, Copied: copied, BytesBefore: res.BytesBefore, BytesAfter: res.BytesAfter, Report: toMAEReport(res.Report),
 		Seconds: time.Since(t0).Seconds(), Opsets: m.Opsets}
 	if rep.Weights == nil {
 		rep.Weights = []qonnx.Weight{}
@@ -182,6 +202,7 @@ func printQuantize(w io.Writer, rep quantizeReport, res *qonnx.Result) {
 		how = fmt.Sprintf("%s, group %d", rep.Format, rep.Group)
 	}
 	fmt.Fprintf(w, "%s -> %s (%s, min size %d)\n", rep.Input, rep.Output, how, rep.MinSize)
+	fmt.Fprintf(w, "parameters: %s (counted on the original weights)\n", humanCount(rep.Params))
 	fmt.Fprintf(w, "converted %d weights read by %d products: %s -> %s\n", len(rep.Weights), products, memplan.Bytes(fb), memplan.Bytes(sb))
 	fmt.Fprintf(w, "all initializers: %s -> %s\n", memplan.Bytes(rep.BytesBefore), memplan.Bytes(rep.BytesAfter))
 	if len(rep.Weights) > 0 {
@@ -210,6 +231,9 @@ func printQuantize(w io.Writer, rep quantizeReport, res *qonnx.Result) {
 	if res.Report != nil {
 		fmt.Fprintln(w)
 		res.Report.WriteTo(w)
+	}
+	for _, c := range rep.Copied {
+		fmt.Fprintf(w, "copied %s beside the output\n", c)
 	}
 	if rep.DataFile != "" {
 		fmt.Fprintf(w, "wrote %s and %s in %.1fs\n", rep.Output, rep.DataFile, rep.Seconds)
