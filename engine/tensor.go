@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"reflect"
 
 	"gorgonia.org/tensor"
 )
@@ -55,6 +56,17 @@ func TensorOf(d *tensor.Dense) Tensor {
 	shape := append([]int(nil), d.Shape()...)
 	if d.Shape().IsScalar() {
 		shape = []int{}
+	}
+	if len(shape) > 0 && d.Shape().TotalSize() == 0 {
+		// gorgonia's Data panics on an empty backing.
+		return Tensor{Shape: shape, Data: reflect.MakeSlice(reflect.SliceOf(d.Dtype().Type), 0, 0).Interface()}
+	}
+	if len(shape) == 0 {
+		// A scalar's Data is the bare value; Tensor always holds a slice.
+		v := reflect.ValueOf(d.Data())
+		sl := reflect.MakeSlice(reflect.SliceOf(v.Type()), 1, 1)
+		sl.Index(0).Set(v)
+		return Tensor{Shape: shape, Data: sl.Interface()}
 	}
 	return Tensor{Shape: shape, Data: d.Data()}
 }
