@@ -220,7 +220,7 @@ func TestEmbeddingsMatchPyTorch(t *testing.T) {
 			t.Logf("device %q image %-14s max |diff| %.2e, cosine %.7f", dev, im.Name, d, cos)
 			tol := 1e-4
 			if strings.HasSuffix(im.File, ".jpg") {
-				tol = 2e-2 // decoder differences, see TestPreprocessMatchesTorchvision
+				tol = 2e-3 // decoder differences, see TestPreprocessMatchesTorchvision
 			}
 			if d > tol || cos < 0.999 {
 				t.Errorf("device %q image %s: max |diff| %.2e from PyTorch, cosine %.6f", dev, im.Name, d, cos)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -364,5 +365,67 @@ func TestQuantizeRefusesInputFiles(t *testing.T) {
 	hidden, _ := filepath.Glob(filepath.Join(filepath.Dir(out), ".*"))
 	if len(hidden) != 0 {
 		t.Errorf("hidden files left: %v", hidden)
+	}
+}
+
+// TestEmbedCommand: tl embed reproduces the PyTorch embeddings of
+// testdata/embed/refs.json and the cosine table matches them.
+func TestEmbedCommand(t *testing.T) {
+	const dir = "../../testdata/embed"
+	var refs struct {
+		Images []struct {
+			File        string    `json:"file"`
+			ImageEmbeds []float32 `json:"image_embeds"`
+		} `json:"images"`
+		Texts []struct {
+			Text       string    `json:"text"`
+			TextEmbeds []float32 `json:"text_embeds"`
+		} `json:"texts"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "refs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal(b, &refs)
+	img, txt := refs.Images[0], refs.Texts[0]
+	out, _, err := capture(t, runEmbed, "--model", dir, "--image", filepath.Join(dir, img.File), "--text", txt.Text, "--similarity", "--json", "--device", "go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r embedResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Images) != 1 || len(r.Texts) != 1 || len(r.Similarity) != 1 {
+		t.Fatalf("result %+v", r)
+	}
+	for i, want := range img.ImageEmbeds {
+		if d := r.Images[0].Embedding[i] - want; d > 1e-4 || d < -1e-4 {
+			t.Fatalf("image embedding[%d] = %v, PyTorch %v", i, r.Images[0].Embedding[i], want)
+		}
+	}
+	for i, want := range txt.TextEmbeds {
+		if d := r.Texts[0].Embedding[i] - want; d > 1e-4 || d < -1e-4 {
+			t.Fatalf("text embedding[%d] = %v, PyTorch %v", i, r.Texts[0].Embedding[i], want)
+		}
+	}
+	var ab, aa, bb float64
+	for i := range img.ImageEmbeds {
+		x, y := float64(img.ImageEmbeds[i]), float64(txt.TextEmbeds[i])
+		ab, aa, bb = ab+x*y, aa+x*x, bb+y*y
+	}
+	if want := ab / math.Sqrt(aa*bb); math.Abs(r.Similarity[0][0]-want) > 1e-4 {
+		t.Errorf("cosine %v, from PyTorch's embeddings %v", r.Similarity[0][0], want)
+	}
+	for _, args := range [][]string{
+		{"--model", dir}, // nothing to embed
+		{"--model", dir, "--image", "missing.png"},                        // no such image
+		{"--model", dir, "--text", "x", "--similarity"},                   // similarity needs both
+		{"--model", t.TempDir(), "--text", "x"},                           // no embed.json
+		{"--model", dir, "--image", filepath.Join(dir, "tokenizer.json")}, // not an image
+	} {
+		if _, _, err := capture(t, runEmbed, append(args, "--device", "go")...); err == nil {
+			t.Errorf("tl embed %q: no error", args)
+		}
 	}
 }
