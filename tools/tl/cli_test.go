@@ -429,3 +429,66 @@ func TestEmbedCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeConv: fp16 stores Conv weights half and the model still
+// matches PyTorch; the 4-bit formats leave Conv weights float and say why.
+func TestQuantizeConv(t *testing.T) {
+	const resnet = "../../testdata/models/resnet"
+	out := filepath.Join(t.TempDir(), "r16.onnx")
+	js, _, err := captureQ(t, runQuantize, filepath.Join(resnet, "model.onnx"), out, "--format", "fp16", "--min-size", "0", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep quantizeReport
+	json.Unmarshal([]byte(js), &rep)
+	convs := 0
+	for _, w := range rep.Weights {
+		if w.Layout == "conv" {
+			convs++
+		}
+	}
+	m, err := graph.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	halfConvs := 0
+	for _, n := range m.Graph.Nodes {
+		if n.OpType == "Conv" && n.Inputs[1].Const != nil && n.Inputs[1].Const.Type.String() == "float16" {
+			halfConvs++
+		}
+	}
+	m.Close()
+	if convs == 0 || halfConvs != convs {
+		t.Fatalf("%d conv weights reported, %d stored half", convs, halfConvs)
+	}
+	dir := t.TempDir()
+	if _, _, err := capture(t, runRun, out, "--inputs", filepath.Join(resnet, "ref"), "--out", dir, "--device", "go"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := npy.ReadFile(filepath.Join(dir, "logits.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := npy.ReadFile(filepath.Join(resnet, "ref", "output.logits.npy"))
+	g, w := got.Data().([]float32), want.Data().([]float32)
+	for i := range w {
+		if d := math.Abs(float64(g[i] - w[i])); d > 1e-3 {
+			t.Fatalf("logits[%d] = %v with fp16 conv weights, PyTorch %v", i, g[i], w[i])
+		}
+	}
+	js, _, err = captureQ(t, runQuantize, filepath.Join(resnet, "model.onnx"), filepath.Join(t.TempDir(), "r4.onnx"), "--format", "e0m4", "--group", "32", "--min-size", "0", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep = quantizeReport{}
+	json.Unmarshal([]byte(js), &rep)
+	said := 0
+	for _, s := range rep.Skipped {
+		if strings.Contains(s.Reason, "no 4-bit convolution kernel") {
+			said++
+		}
+	}
+	if said != convs {
+		t.Errorf("4-bit: %d Conv weights said to stay float, want %d", said, convs)
+	}
+}

@@ -89,7 +89,7 @@ func toMAEReport(r *quant.Report) *maeReport {
 func runQuantize(args []string) error {
 	fs := flag.NewFlagSet("quantize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	format := fs.String("format", "", "weight storage: e0m4, int4 (4-bit, tlite.MatMulQ nodes) or fp16 (float16 initializers)")
+	format := fs.String("format", "", "weight storage: e0m4, int4 (4-bit MatMul/Gemm weights as tlite.MatMulQ nodes) or fp16 (MatMul, Gemm and Conv weights as float16 initializers)")
 	group := fs.Int("group", quant.DefaultGroup, "4-bit group size along K (a multiple of 32 dividing K)")
 	minSize := fs.Int("min-size", qonnx.DefaultMinSize, "smallest K*N converted; smaller weights stay float32")
 	report := fs.Bool("report", false, "print per weight matrix the mean absolute error of E0M4 and INT4 and their ratio")
@@ -153,6 +153,24 @@ func runQuantize(args []string) error {
 	res, err := qonnx.Quantize(m, qonnx.Options{Format: f, Group: *group, MinSize: *minSize, Report: *report, Progress: progress})
 	if err != nil {
 		return err
+	}
+	if f == qonnx.FP16 {
+		convs, err := convWeightsToHalf(m.Graph, *minSize)
+		if err != nil {
+			return err
+		}
+		for _, c := range convs {
+			res.BytesAfter -= c.FloatBytes - c.StoredBytes
+		}
+		res.Weights = append(res.Weights, convs...)
+	} else {
+		// No 4-bit convolution kernel exists: say which weights stay.
+		for _, n := range m.Graph.Nodes {
+			if n.OpType == "Conv" && len(n.Inputs) > 1 && n.Inputs[1] != nil && n.Inputs[1].Const != nil && n.Inputs[1].Const.NumElements() >= int64(*minSize) {
+				res.Skipped = append(res.Skipped, qonnx.Skipped{Node: n.Name, Weight: n.Inputs[1].Name,
+					Reason: "Conv: tlite has no 4-bit convolution kernel; --format fp16 stores Conv weights half"})
+			}
+		}
 	}
 	if err := m.Graph.Validate(); err != nil {
 		return fmt.Errorf("the rewritten graph is invalid (a bug): %w", err)
