@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/npy"
 	"github.com/tlite/tlite/graph"
 
@@ -490,5 +491,28 @@ func TestQuantizeConv(t *testing.T) {
 	}
 	if said != convs {
 		t.Errorf("4-bit: %d Conv weights said to stay float, want %d", said, convs)
+	}
+}
+
+// TestMessagesSayWhatToDo: the errors a new user meets name the fix.
+func TestMessagesSayWhatToDo(t *testing.T) {
+	for _, c := range []struct {
+		run  func([]string) error
+		args []string
+		want string
+	}{
+		{runBench, []string{"--model", "../../testdata/models/resnet/model.onnx"}, "--shape"},
+		{runGenerate, []string{"../../testdata/models/clip_text/model.onnx", "--tokenizer", filepath.Join(defaultModelDir, "tokenizer.json"), "--prompt", "x"}, "models/README.md"},
+		{runBench, []string{"../../testdata/models/llama/model.onnx", "-p", "128"}, "--model"},
+		{runBench, []string{"../../testdata/models/llama/model.onnx", "--shape", "seq=4"}, "--shape past="},
+		{runRun, []string{"../../testdata/models/llama/model.onnx", "--max", "bogus=4"}, "its symbols"},
+	} {
+		_, _, err := capture(t, c.run, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v; want a message with %q", c.args, err, c.want)
+		}
+	}
+	if err := cliError(&engine.NoDeviceError{Err: os.ErrNotExist}); !strings.Contains(err.Error(), "--device go") {
+		t.Errorf("no-device message %q does not name --device go", err)
 	}
 }

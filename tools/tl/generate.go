@@ -194,6 +194,10 @@ func openLLM(model string, opts engine.Options, ctx int, mode string, cfg genera
 		m.Close()
 		return nil, fmt.Errorf("%s has no input_ids input, so it is not a decoder tl can step: for other models use tl bench %s --shape name=1x3x224x224 (or tl run); to export a decoder see models/README.md", model, model)
 	}
+	if !hasPast(m) {
+		m.Close()
+		return nil, fmt.Errorf("%s takes no past key/value inputs: it was exported without a KV cache, so tl cannot step it token by token. Re-export it with past_key_values.N.key/value inputs and present.N.key/value outputs (see \"Exporting your own model for tlite\" in models/README.md and models/export/llama.py)", model)
+	}
 	maxima, err := generate.ContextMaxima(m, ctx, opts.Max)
 	m.Close()
 	if err != nil {
@@ -608,4 +612,15 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// hasPast reports whether the model takes past key/values (an input
+// named like past_key_values).
+func hasPast(m *graph.Model) bool {
+	for _, v := range m.Graph.Inputs {
+		if strings.Contains(strings.ToLower(v.Name), "past") {
+			return true
+		}
+	}
+	return false
 }

@@ -40,11 +40,16 @@ type inspectReport struct {
 	SymbolNames map[string]string `json:"symbol_names,omitempty"`
 }
 
+// portInfo is an input or output. Shapes are arrays whose elements are
+// numbers for fixed dims and strings for symbolic ones ("batch",
+// "past + seq"); a shape not derived is null.
 type portInfo struct {
 	Name     string `json:"name"`
 	Type     string `json:"type"`
-	Shape    string `json:"shape"`
-	Declared string `json:"declared,omitempty"`
+	Shape    []any  `json:"shape"`
+	Declared []any  `json:"declared,omitempty"`
+	shape    string // as printed
+	declared string
 }
 
 type opInfo struct {
@@ -63,7 +68,8 @@ type weightInfo struct {
 type activationInfo struct {
 	Value string `json:"value"`
 	Node  string `json:"node"`
-	Shape string `json:"shape"`
+	Shape []any  `json:"shape"`
+	shape string
 	Bytes string `json:"bytes_expr"`
 	At    int64  `json:"bytes_at"`
 }
@@ -149,6 +155,41 @@ func shapeString(s []symshape.Expr) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
+// shapeArray is a symbolic shape for JSON: numbers and strings.
+func shapeArray(s []symshape.Expr) []any {
+	if s == nil {
+		return nil
+	}
+	out := make([]any, len(s))
+	for i, d := range s {
+		if v, ok := d.Const(); ok {
+			out[i] = v
+		} else {
+			out[i] = d.String()
+		}
+	}
+	return out
+}
+
+// declaredArray is the file's declared shape for JSON ("?" for unknown).
+func declaredArray(ds []graph.Dim) []any {
+	if ds == nil {
+		return nil
+	}
+	out := make([]any, len(ds))
+	for i, d := range ds {
+		switch {
+		case d.Param != "":
+			out[i] = d.Param
+		case d.Value >= 0:
+			out[i] = d.Value
+		default:
+			out[i] = "?"
+		}
+	}
+	return out
+}
+
 func declaredString(ds []graph.Dim) string {
 	if ds == nil {
 		return "?"
@@ -172,9 +213,9 @@ func buildInspect(path string, m *graph.Model, res *infer.Result, at map[string]
 	rep := &inspectReport{Path: path, Producer: m.Producer, Opsets: m.Opsets, Symbols: res.Symbols,
 		Nodes: len(g.Nodes), Classes: map[string]int{}, At: map[string]int64{}, SymbolNames: res.SymbolNames}
 	port := func(v *graph.Value) portInfo {
-		p := portInfo{Name: v.Name, Type: v.Type.String(), Shape: shapeString(v.Shape)}
-		if d := declaredString(v.Declared); d != p.Shape {
-			p.Declared = d
+		p := portInfo{Name: v.Name, Type: v.Type.String(), Shape: shapeArray(v.Shape), shape: shapeString(v.Shape)}
+		if d := declaredString(v.Declared); d != p.shape {
+			p.declared, p.Declared = d, declaredArray(v.Declared)
 		}
 		return p
 	}
@@ -273,7 +314,7 @@ func buildInspect(path string, m *graph.Model, res *infer.Result, at map[string]
 			if err != nil {
 				continue
 			}
-			acts = append(acts, activationInfo{Value: v.Name, Node: n.OpType, Shape: shapeString(v.Shape), Bytes: productString(v.Type.Size(), v.Shape), At: val})
+			acts = append(acts, activationInfo{Value: v.Name, Node: n.OpType, Shape: shapeArray(v.Shape), shape: shapeString(v.Shape), Bytes: productString(v.Type.Size(), v.Shape), At: val})
 		}
 	}
 	sort.SliceStable(acts, func(i, j int) bool { return acts[i].At > acts[j].At })
@@ -316,10 +357,10 @@ func printInspect(w io.Writer, r *inspectReport) {
 
 	io := newTable("", "name", "type", "shape", "declared")
 	for _, p := range r.Inputs {
-		io.add("input", p.Name, p.Type, p.Shape, p.Declared)
+		io.add("input", p.Name, p.Type, p.shape, p.declared)
 	}
 	for _, p := range r.Outputs {
-		io.add("output", p.Name, p.Type, p.Shape, p.Declared)
+		io.add("output", p.Name, p.Type, p.shape, p.declared)
 	}
 	io.write(w)
 	fmt.Fprintf(w, "\nsymbols   %s\n", strings.Join(r.Symbols, ", "))
@@ -363,7 +404,7 @@ func printInspect(w io.Writer, r *inspectReport) {
 	fmt.Fprintf(w, "\nlargest activations (bytes as symbolic expressions; sized at %s):\n", strings.Join(at, " "))
 	act := newTable("value", "op", "shape", "bytes", "at").alignRight(4)
 	for _, a := range r.Largest {
-		act.add(a.Value, a.Node, a.Shape, a.Bytes, memplan.Bytes(a.At))
+		act.add(a.Value, a.Node, a.shape, a.Bytes, memplan.Bytes(a.At))
 	}
 	act.write(w)
 }
