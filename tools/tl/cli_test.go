@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -514,5 +515,37 @@ func TestMessagesSayWhatToDo(t *testing.T) {
 	}
 	if err := cliError(&engine.NoDeviceError{Err: os.ErrNotExist}); !strings.Contains(err.Error(), "--device go") {
 		t.Errorf("no-device message %q does not name --device go", err)
+	}
+}
+
+// TestQuantizeInterrupted: SIGINT while quantize writes leaves nothing
+// behind, neither output nor hidden temporary files. The test runs itself
+// as a child process that interrupts itself after the files are written
+// and before they move into place.
+func TestQuantizeInterrupted(t *testing.T) {
+	if dir := os.Getenv("TL_TEST_SIGINT_DIR"); dir != "" {
+		afterWrite = func() {
+			p, _ := os.FindProcess(os.Getpid())
+			p.Signal(os.Interrupt)
+			time.Sleep(5 * time.Second) // the handler exits first
+		}
+		runQuantize([]string{filepath.Join(defaultModelDir, "model.onnx"), filepath.Join(dir, "q.onnx"), "--format", "e0m4", "--group", "32"})
+		os.Exit(0) // not reached when the interrupt works
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestQuantizeInterrupted$")
+	cmd.Env = append(os.Environ(), "TL_TEST_SIGINT_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 130 {
+		t.Fatalf("child: %v (want exit 130)\n%s", err, out)
+	}
+	left, _ := os.ReadDir(dir)
+	if len(left) != 0 {
+		var names []string
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		t.Errorf("left behind after SIGINT: %v", names)
 	}
 }

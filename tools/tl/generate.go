@@ -499,14 +499,15 @@ func warmUp(st generate.Stepper) error {
 
 // perplexityResult is what perplexity prints; --json writes it as is.
 type perplexityResult struct {
-	Model      string  `json:"model"`
-	Text       string  `json:"text"`
-	Documents  int     `json:"documents"`
-	Predicted  int     `json:"predicted_tokens"`
-	Loss       float64 `json:"loss"`
-	Perplexity float64 `json:"perplexity"`
-	Window     int     `json:"window"`
-	Seconds    float64 `json:"seconds"`
+	Model      string     `json:"model"`
+	Device     deviceJSON `json:"device"`
+	Text       string     `json:"text"`
+	Documents  int        `json:"documents"`
+	Predicted  int        `json:"predicted_tokens"`
+	Loss       float64    `json:"loss"`
+	Perplexity float64    `json:"perplexity"`
+	Window     int        `json:"window"`
+	Seconds    float64    `json:"seconds"`
 }
 
 func runPerplexity(args []string) error {
@@ -587,7 +588,7 @@ func runPerplexity(args []string) error {
 	if total.Predicted == 0 {
 		return fmt.Errorf("%s: no token was predicted (each document needs at least two tokens); perplexity is undefined", *textPath)
 	}
-	res := perplexityResult{Model: model, Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
+	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
 		Loss: total.Loss(), Perplexity: total.Perplexity(), Window: w, Seconds: time.Since(t0).Seconds()}
 	if *asJSON {
 		return writeJSON(stdout, res)

@@ -78,6 +78,10 @@ func checkQuantizeOutput(in, out string, inputData []string) error {
 	return nil
 }
 
+// afterWrite, when set (by tests), runs between writing the files and
+// moving them into place.
+var afterWrite func()
+
 // writeAtomically writes m to out (and its data file) through a hidden
 // folder beside out, then renames the files into place: an error or an
 // interrupt leaves neither a partial output nor an orphan data file.
@@ -109,6 +113,9 @@ func writeAtomically(m *graph.Model, out string, opts graph.WriteOptions) (inlin
 	tmpOut := filepath.Join(tmp, filepath.Base(out))
 	if err := graph.Write(m, tmpOut, opts); err != nil {
 		return false, err
+	}
+	if afterWrite != nil {
+		afterWrite()
 	}
 	tmpData := filepath.Join(tmp, opts.DataFile)
 	_, statErr := os.Stat(tmpData)
