@@ -549,3 +549,24 @@ func TestQuantizeInterrupted(t *testing.T) {
 		t.Errorf("left behind after SIGINT: %v", names)
 	}
 }
+
+// TestParamCountOfPacked: a quantized model without the recorded count
+// still counts K*N parameters per packed weight, not its bytes.
+func TestParamCountOfPacked(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "q.onnx")
+	if _, _, err := captureQ(t, runQuantize, filepath.Join(defaultModelDir, "model.onnx"), out, "--format", "int4", "--group", "32", "--min-size", "0"); err != nil {
+		t.Fatal(err)
+	}
+	orig, _ := graph.Load(filepath.Join(defaultModelDir, "model.onnx"))
+	want := paramCount(orig)
+	orig.Close()
+	q, err := graph.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	delete(q.Metadata, paramsKey)
+	if got := paramCount(q); got != want {
+		t.Errorf("counted %d parameters from MatMulQ's K and N, the original has %d", got, want)
+	}
+}

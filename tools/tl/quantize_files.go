@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/models/quant"
 )
 
 // paramsKey is the model metadata entry in which quantize records the
@@ -23,9 +24,22 @@ func paramCount(m *graph.Model) int64 {
 			return n // quantized before: the original count
 		}
 	}
+	// A packed 4-bit weight holds K*N parameters in fewer bytes; its
+	// MatMulQ readers carry K and N.
+	packed := map[*graph.Value]int64{}
+	for _, nd := range m.Graph.Nodes {
+		if nd.Domain == quant.OpDomain && nd.OpType == quant.OpMatMulQ && len(nd.Inputs) > 1 && nd.Inputs[1] != nil {
+			packed[nd.Inputs[1]] = nd.AttrInt("K", 0) * nd.AttrInt("N", 0)
+		}
+	}
 	var n int64
 	for _, v := range m.Graph.Initializers {
-		if v.Const != nil {
+		if v.Const == nil {
+			continue
+		}
+		if p, ok := packed[v]; ok && p > 0 {
+			n += p
+		} else {
 			n += v.Const.NumElements()
 		}
 	}
