@@ -50,10 +50,12 @@ func (s *Session) BuildStats() (built, cached int64) {
 // Options.Device "go" selects the pure-Go backend, which needs none.
 type NoDeviceError struct{ Err error }
 
+// Error says what failed and names the pure-Go fallback.
 func (e *NoDeviceError) Error() string {
 	return fmt.Sprintf("engine: %v (or open the session with Device \"go\" for the pure-Go CPU backend)", e.Err)
 }
 
+// Unwrap returns the OpenCL error.
 func (e *NoDeviceError) Unwrap() error { return e.Err }
 
 // IsNoDevice reports whether err says that no OpenCL device was available.
