@@ -298,6 +298,13 @@ func (c ImageConfig) Normalize(img RGB8) []float32 {
 
 // Preprocess is CLIP's whole image pipeline: RGB conversion, resize,
 // centre crop and normalisation.
+//
+// RGB, grey and JPEG images give torchvision's input exactly (JPEG up to
+// the decoders' inverse DCTs, a level or two). Images with transparency
+// or a palette are converted to RGB before resizing, as Hugging Face's
+// CLIPImageProcessor does; torchvision applied to such a PIL image would
+// resize premultiplied RGBA or, for a palette, with nearest neighbour,
+// and differs there.
 func (c ImageConfig) Preprocess(img image.Image) ([]float32, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
