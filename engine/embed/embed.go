@@ -210,31 +210,55 @@ func (e *Embedder) Image(img image.Image) ([]float32, error) {
 		return nil, err
 	}
 	v := e.Config.Vision
-	return e.run(e.vision, v.Input, v.Output, engine.NewTensor([]int{1, 3, v.Crop, v.Crop}, px))
+	return e.run(e.vision, map[string]engine.Tensor{v.Input: engine.NewTensor([]int{1, 3, v.Crop, v.Crop}, px)}, v.Output)
 }
 
 // InputIDs tokenizes text into the text tower's input.
 func (e *Embedder) InputIDs(text string) ([]int64, error) {
+	ids, _, err := e.inputIDs(text)
+	return ids, err
+}
+
+func (e *Embedder) inputIDs(text string) (ids, mask []int64, err error) {
 	if e.text == nil {
-		return nil, fmt.Errorf("embed: the config has no text tower")
+		return nil, nil, fmt.Errorf("embed: the config has no text tower")
 	}
 	e.tokMu <- struct{}{} // the tokenizer's word cache is not shared safely
 	defer func() { <-e.tokMu }()
-	return e.tok.Encode(text, e.Config.Text.ContextLength, e.Config.Text.PadID)
+	return e.tok.EncodeMask(text, e.Config.Text.ContextLength, e.Config.Text.PadID)
 }
 
-// TextEmbedding returns the text's embedding (not normalised).
+// TextEmbedding returns the text's embedding (not normalised). A text
+// tower with an attention_mask input (as Hugging Face exports have) gets
+// 1 over the tokens and 0 over the padding.
 func (e *Embedder) TextEmbedding(text string) ([]float32, error) {
-	ids, err := e.InputIDs(text)
+	ids, mask, err := e.inputIDs(text)
 	if err != nil {
 		return nil, err
 	}
 	t := e.Config.Text
-	return e.run(e.text, t.Input, t.Output, engine.NewTensor([]int{1, len(ids)}, ids))
+	in := map[string]engine.Tensor{t.Input: engine.NewTensor([]int{1, len(ids)}, ids)}
+	for _, p := range e.text.Inputs() {
+		if p.Name == "attention_mask" {
+			switch p.Type {
+			case "int64":
+				in[p.Name] = engine.NewTensor([]int{1, len(mask)}, mask)
+			case "int32":
+				m32 := make([]int32, len(mask))
+				for i, v := range mask {
+					m32[i] = int32(v)
+				}
+				in[p.Name] = engine.NewTensor([]int{1, len(mask)}, m32)
+			default:
+				return nil, fmt.Errorf("embed: attention_mask of type %s: want int64 or int32", p.Type)
+			}
+		}
+	}
+	return e.run(e.text, in, t.Output)
 }
 
-func (e *Embedder) run(s *engine.Session, in, out string, x engine.Tensor) ([]float32, error) {
-	res, err := s.RunTensors(map[string]engine.Tensor{in: x})
+func (e *Embedder) run(s *engine.Session, in map[string]engine.Tensor, out string) ([]float32, error) {
+	res, err := s.RunTensors(in)
 	if err != nil {
 		return nil, err
 	}

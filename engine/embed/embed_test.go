@@ -271,3 +271,37 @@ func TestConfigErrors(t *testing.T) {
 		t.Error("a JSON file decoded as an image")
 	}
 }
+
+// TestAttentionMask: a text tower with an attention_mask input gets ones
+// over the start token, the text and the end token and zeros over the
+// padding, even when the padding id is the end token's (Hugging Face's
+// CLIP pads with <|endoftext|>).
+func TestAttentionMask(t *testing.T) {
+	cfg, err := LoadConfig(filepath.Join(testDir, "masked.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Open(cfg, engine.Options{Device: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, text := range []string{"a photo of a dog", ""} {
+		ids, err := e.Tokenizer().Tokens(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(ids) + 2
+		sum := e.Tokenizer().Start() + e.Tokenizer().End()
+		for _, id := range ids {
+			sum += id
+		}
+		got, err := e.TextEmbedding(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(got[0]) != n || int(got[1]) != sum {
+			t.Errorf("%q: the model saw %v tokens summing to %v; want %d and %d", text, got[0], got[1], n, sum)
+		}
+	}
+}

@@ -269,24 +269,31 @@ func (t *Tokenizer) word(piece string) []int {
 // cut to context ids (the last kept id becomes the end token, as OpenAI's
 // clip.tokenize(truncate=True) does) and padded with pad to context.
 func (t *Tokenizer) Encode(text string, context, pad int) ([]int64, error) {
+	ids, _, err := t.EncodeMask(text, context, pad)
+	return ids, err
+}
+
+// EncodeMask is Encode with the attention mask: 1 for the start token,
+// the text and the end token, 0 for the padding.
+func (t *Tokenizer) EncodeMask(text string, context, pad int) (ids, mask []int64, err error) {
 	if context < 2 {
-		return nil, fmt.Errorf("embed: context length %d: want at least 2", context)
+		return nil, nil, fmt.Errorf("embed: context length %d: want at least 2", context)
 	}
-	ids, err := t.Tokens(text)
+	toks, err := t.Tokens(text)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	all := append(append([]int{t.start}, ids...), t.end)
+	all := append(append([]int{t.start}, toks...), t.end)
 	if len(all) > context {
 		all = all[:context]
 		all[context-1] = t.end
 	}
-	out := make([]int64, context)
-	for i := range out {
-		out[i] = int64(pad)
+	ids, mask = make([]int64, context), make([]int64, context)
+	for i := range ids {
+		ids[i] = int64(pad)
 	}
 	for i, id := range all {
-		out[i] = int64(id)
+		ids[i], mask[i] = int64(id), 1
 	}
-	return out, nil
+	return ids, mask, nil
 }
