@@ -194,10 +194,7 @@ func openLLM(model string, opts engine.Options, ctx int, mode string, cfg genera
 		m.Close()
 		return nil, fmt.Errorf("%s has no input_ids input, so it is not a decoder tl can step: for other models use tl bench %s --shape name=1x3x224x224 (or tl run); to export a decoder see models/README.md", model, model)
 	}
-	if !hasPast(m) {
-		m.Close()
-		return nil, fmt.Errorf("%s takes no past key/value inputs: it was exported without a KV cache, so tl cannot step it token by token. Re-export it with past_key_values.N.key/value inputs and present.N.key/value outputs (see \"Exporting your own model for tlite\" in models/README.md and models/export/llama.py)", model)
-	}
+	past := hasPast(m)
 	maxima, err := generate.ContextMaxima(m, ctx, opts.Max)
 	m.Close()
 	if err != nil {
@@ -207,6 +204,9 @@ func openLLM(model string, opts engine.Options, ctx int, mode string, cfg genera
 	opts.KVCache = &engine.KVConfig{MaxContext: ctx}
 	s, err := engine.Open(model, opts)
 	if err != nil {
+		if !past && !engine.IsNoDevice(err) {
+			return nil, fmt.Errorf("%w\n%s takes no input named like past_key_values: was it exported without a KV cache? tl steps a decoder token by token and needs past key/value inputs and present outputs (see \"Exporting your own model for tlite\" in models/README.md and models/export/llama.py)", err, model)
+		}
 		return nil, cliError(err)
 	}
 	p, err := kv.NewStepper(s)
