@@ -32,6 +32,9 @@ func TestHelpExitsZero(t *testing.T) {
 			t.Errorf("tl help %s exited %d", c.name, rc)
 		}
 	}
+	if rc := dispatch([]string{"help", "help"}); rc != 0 {
+		t.Errorf("tl help help exited %d", rc)
+	}
 	if rc := dispatch([]string{"help", "nosuch"}); rc == 0 {
 		t.Error("tl help nosuch exited 0")
 	}

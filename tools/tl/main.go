@@ -69,7 +69,11 @@ func dispatch(args []string) int {
 			return 0
 		}
 		c := lookup(args[1])
-		if c == nil || c.run == nil {
+		if c != nil && c.run == nil { // tl help help
+			usage(os.Stdout)
+			return 0
+		}
+		if c == nil {
 			fmt.Fprintf(os.Stderr, "tl help: unknown command %q\n", args[1])
 			usage(os.Stderr)
 			return 2
