@@ -109,8 +109,14 @@ type OpTime struct {
 	Ms     float64
 }
 
-// Session is a compiled model ready to run. Its methods are safe for
-// concurrent use; runs are serialised.
+// Session is a compiled model ready to run.
+//
+// Concurrency: a Session's methods may be called from several goroutines;
+// its runs are serialised by a lock, so one session runs one model at a
+// time. Sessions that each opened their own device (Options.Kernels nil)
+// may run in parallel. Sessions sharing a kernel library through
+// Options.Kernels share its command queue and kernel objects and must not
+// Run at the same time: serialise them yourself.
 type Session struct {
 	mu       sync.Mutex
 	model    *graph.Model
@@ -673,7 +679,7 @@ func (x *exec) hostOf(v *vinfo) (*hostTensor, error) {
 
 // errNoDevice wraps an OpenCL open failure with the fallback.
 func errNoDevice(err error) error {
-	return fmt.Errorf("engine: %w (or open the session with Device \"go\" for the pure-Go CPU device)", err)
+	return &NoDeviceError{Err: err}
 }
 
 // Profile returns the time spent per node and kernel since Open (or the

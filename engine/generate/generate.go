@@ -215,7 +215,11 @@ func (g *Generator) Generate(ctx context.Context, req Request, onToken func(text
 			res.Reason = StopLength
 			break
 		}
-		if len(history) >= maxCtx {
+		// The next step stores the token just sampled at position
+		// len(history)-1; the context has room while that is inside it.
+		// (The last token is sampled from the full context's logits and
+		// needs no room of its own.)
+		if len(history) > maxCtx {
 			res.Reason = StopContext
 			break
 		}

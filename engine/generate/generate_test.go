@@ -165,7 +165,9 @@ func TestGenerateStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Reason != StopContext || res.PromptTokens+res.NewTokens != 6 {
+	// Six positions hold six tokens, and the logits of the sixth give a
+	// seventh.
+	if res.Reason != StopContext || res.PromptTokens+res.NewTokens != 7 {
 		t.Errorf("context of 6: %q after %d + %d tokens", res.Reason, res.PromptTokens, res.NewTokens)
 	}
 	if _, err := New(small, tok).Generate(ctx, Request{Tokens: count(1, 7)}, nil); !errors.Is(err, engine.ErrContextFull) {
