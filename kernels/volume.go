@@ -1,0 +1,316 @@
+package kernels
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+)
+
+//go:embed volume.cl
+var volumeSrc string
+
+// Conv3DParams describes a 3-D convolution (ONNX Conv on a 5-D input) of an
+// NCDHW input [N, C, D, H, W] with a weight [OutC, C/Groups, KD, KH, KW]
+// into [N, OutC, OD, OH, OW]. Per-axis arrays are in (D, H, W) order; zero
+// strides, dilations and groups are taken as 1. auto_pad is resolved by the
+// caller into PadBegin and PadEnd (as for 2-D Conv).
+type Conv3DParams struct {
+	N, C, D, H, W    int
+	OutC             int
+	Kernel           [3]int
+	Stride, Dilation [3]int
+	PadBegin, PadEnd [3]int
+	Groups           int
+	// Bias, when Bias.Mem is set, is an [OutC] vector in Weight storage.
+	Bias Buf
+	// Weight is the storage of the weight and bias.
+	Weight Storage
+}
+
+func (p Conv3DParams) norm() (Conv3DParams, error) {
+	for i := 0; i < 3; i++ {
+		p.Stride[i], p.Dilation[i] = oneIfZero(p.Stride[i]), oneIfZero(p.Dilation[i])
+		if p.Stride[i] < 0 || p.Dilation[i] < 0 || p.PadBegin[i] < 0 || p.PadEnd[i] < 0 {
+			return p, fmt.Errorf("negative stride, dilation or padding in %+v", p)
+		}
+		if p.Kernel[i] <= 0 {
+			return p, fmt.Errorf("empty kernel %v", p.Kernel)
+		}
+	}
+	p.Groups = oneIfZero(p.Groups)
+	if p.N < 0 || p.C < 0 || p.D < 0 || p.H < 0 || p.W < 0 || p.OutC < 0 || p.Groups < 0 {
+		return p, fmt.Errorf("negative size or group count in %+v", p)
+	}
+	if p.C%p.Groups != 0 || p.OutC%p.Groups != 0 {
+		return p, fmt.Errorf("channels in %d and out %d must both divide into %d groups", p.C, p.OutC, p.Groups)
+	}
+	if o := p.OutSize(); o[0] < 0 || o[1] < 0 || o[2] < 0 {
+		return p, fmt.Errorf("kernel %v (dilation %v) larger than the padded input", p.Kernel, p.Dilation)
+	}
+	return p, nil
+}
+
+// OutSize is the output's spatial size (OD, OH, OW).
+func (p Conv3DParams) OutSize() [3]int {
+	in := [3]int{p.D, p.H, p.W}
+	var o [3]int
+	for i := range o {
+		end := in[i] + p.PadBegin[i] + p.PadEnd[i] - (p.Kernel[i]-1)*oneIfZero(p.Dilation[i]) - 1
+		if end < 0 {
+			o[i] = -1
+			continue
+		}
+		o[i] = end/oneIfZero(p.Stride[i]) + 1
+	}
+	return o
+}
+
+// Conv3D computes y = conv3d(x, w) + bias as p describes; x and y are stored
+// in s, the weight and bias in p.Weight. It needs no scratch. An empty output
+// launches nothing.
+func (l *Lib) Conv3D(s Storage, x, w, y Buf, p Conv3DParams) error {
+	if err := l.conv3D(s, x, w, y, p); err != nil {
+		return fmt.Errorf("kernels: Conv3D %dx%dx%dx%dx%d -> %d (kernel %v): %w", p.N, p.C, p.D, p.H, p.W, p.OutC, p.Kernel, err)
+	}
+	return nil
+}
+
+func (l *Lib) conv3D(s Storage, x, w, y Buf, p Conv3DParams) error {
+	p, err := p.norm()
+	if err != nil {
+		return err
+	}
+	o := p.OutSize()
+	ny := p.N * p.OutC * o[0] * o[1] * o[2]
+	if ny == 0 {
+		return nil
+	}
+	kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
+	ops := []bufUse{{"output", y, s, ny}}
+	if p.C > 0 {
+		ops = append(ops, bufUse{"input", x, s, p.N * p.C * p.D * p.H * p.W},
+			bufUse{"weight", w, p.Weight, p.OutC * p.C / p.Groups * kvol})
+	} else {
+		x, w = y, y // never read: no input channels
+	}
+	hasBias := p.Bias.Mem != nil
+	if hasBias {
+		ops = append(ops, bufUse{"bias", p.Bias, p.Weight, p.OutC})
+	}
+	if err := checkBufUses(ops); err != nil {
+		return err
+	}
+	k, err := l.kernel("volume", volumeSrc, s.define()+" "+weightDefine(p.Weight), "conv3d_direct")
+	if err != nil {
+		return err
+	}
+	bias, hb := p.Bias, int32(1)
+	if !hasBias {
+		bias, hb = w, 0 // placeholder, never read
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{o[2], o[1], p.N * p.OutC * o[0]})
+	return l.dev.Launch(k, global, local,
+		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hb, y.Mem, i32(y.Off),
+		i32(p.C), i32(p.D), i32(p.H), i32(p.W), i32(p.OutC), i32(o[0]), i32(o[1]), i32(o[2]),
+		i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]), i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]),
+		i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
+		i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups))
+}
+
+// Conv3DRef is the pure-Go reference for Conv3D on host tensors (bias nil for
+// none; p.Bias is ignored), accumulated in float64.
+func Conv3DRef(x, w, bias, y []float32, p Conv3DParams) error {
+	p, err := p.norm()
+	if err != nil {
+		return fmt.Errorf("kernels: Conv3DRef: %w", err)
+	}
+	o := p.OutSize()
+	in := [3]int{p.D, p.H, p.W}
+	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
+	kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
+	if len(x) < p.N*p.C*in[0]*in[1]*in[2] || len(w) < p.OutC*cg*kvol || len(y) < p.N*p.OutC*o[0]*o[1]*o[2] ||
+		bias != nil && len(bias) < p.OutC {
+		return fmt.Errorf("kernels: Conv3DRef: a slice is shorter than %+v needs", p)
+	}
+	i := 0
+	for n := 0; n < p.N; n++ {
+		for oc := 0; oc < p.OutC; oc++ {
+			g := oc / ocg
+			for od := 0; od < o[0]; od++ {
+				for oh := 0; oh < o[1]; oh++ {
+					for ow := 0; ow < o[2]; ow++ {
+						var acc float64
+						out := [3]int{od, oh, ow}
+						for ic := 0; ic < cg; ic++ {
+							for t := 0; t < kvol; t++ {
+								tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
+								var pos [3]int
+								inside := true
+								for a := 0; a < 3; a++ {
+									pos[a] = out[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
+									inside = inside && pos[a] >= 0 && pos[a] < in[a]
+								}
+								if !inside {
+									continue
+								}
+								xv := x[(((n*p.C+g*cg+ic)*in[0]+pos[0])*in[1]+pos[1])*in[2]+pos[2]]
+								acc += float64(xv) * float64(w[(oc*cg+ic)*kvol+t])
+							}
+						}
+						if bias != nil {
+							acc += float64(bias[oc])
+						}
+						y[i] = float32(acc)
+						i++
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Pool3DParams describes ONNX MaxPool / AveragePool over an NCDHW input
+// [N, C, D, H, W]. Per-axis arrays are in (D, H, W) order; zero strides and
+// dilations are taken as 1. CeilMode and CountIncludePad follow PoolParams.
+type Pool3DParams struct {
+	N, C, D, H, W    int
+	Kernel           [3]int
+	Stride, Dilation [3]int
+	PadBegin, PadEnd [3]int
+	CeilMode         bool
+	CountIncludePad  bool
+}
+
+func (p Pool3DParams) norm() (Pool3DParams, error) {
+	if p.N < 0 || p.C < 0 || p.D < 0 || p.H < 0 || p.W < 0 {
+		return p, fmt.Errorf("negative size in %+v", p)
+	}
+	for i := 0; i < 3; i++ {
+		p.Stride[i], p.Dilation[i] = oneIfZero(p.Stride[i]), oneIfZero(p.Dilation[i])
+		if p.Stride[i] < 0 || p.Dilation[i] < 0 || p.PadBegin[i] < 0 || p.PadEnd[i] < 0 {
+			return p, fmt.Errorf("negative stride, dilation or padding in %+v", p)
+		}
+		if p.Kernel[i] <= 0 {
+			return p, fmt.Errorf("empty window %v", p.Kernel)
+		}
+		// As for 2-D pools: a window wholly in padding has nothing to pool.
+		if e := (p.Kernel[i]-1)*p.Dilation[i] + 1; 2*p.PadBegin[i] > e || 2*p.PadEnd[i] > e {
+			return p, fmt.Errorf("padding %v..%v exceeds half the dilated window on axis %d", p.PadBegin, p.PadEnd, i)
+		}
+	}
+	return p, nil
+}
+
+// OutSize is the pooled spatial size (OD, OH, OW).
+func (p Pool3DParams) OutSize() [3]int {
+	in := [3]int{p.D, p.H, p.W}
+	var o [3]int
+	for i := range o {
+		o[i] = poolOut(in[i], p.Kernel[i], oneIfZero(p.Stride[i]), oneIfZero(p.Dilation[i]), p.PadBegin[i], p.PadEnd[i], p.CeilMode)
+	}
+	return o
+}
+
+// MaxPool3D writes the window maxima of x into y ([N, C, OD, OH, OW]).
+func (l *Lib) MaxPool3D(s Storage, x, y Buf, p Pool3DParams) error {
+	if err := l.pool3D(s, x, y, p, false); err != nil {
+		return fmt.Errorf("kernels: MaxPool3D %dx%dx%dx%dx%d (window %v): %w", p.N, p.C, p.D, p.H, p.W, p.Kernel, err)
+	}
+	return nil
+}
+
+// AvgPool3D writes the window means of x into y ([N, C, OD, OH, OW]).
+func (l *Lib) AvgPool3D(s Storage, x, y Buf, p Pool3DParams) error {
+	if err := l.pool3D(s, x, y, p, true); err != nil {
+		return fmt.Errorf("kernels: AvgPool3D %dx%dx%dx%dx%d (window %v): %w", p.N, p.C, p.D, p.H, p.W, p.Kernel, err)
+	}
+	return nil
+}
+
+func (l *Lib) pool3D(s Storage, x, y Buf, p Pool3DParams, avg bool) error {
+	p, err := p.norm()
+	if err != nil {
+		return err
+	}
+	o := p.OutSize()
+	planes := p.N * p.C
+	if planes*o[0]*o[1]*o[2] == 0 {
+		return nil
+	}
+	if err := checkBufUses([]bufUse{{"input", x, s, planes * p.D * p.H * p.W}, {"output", y, s, planes * o[0] * o[1] * o[2]}}); err != nil {
+		return err
+	}
+	k, err := l.kernel("volume", volumeSrc, s.define(), "pool3d")
+	if err != nil {
+		return err
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	b2i := func(b bool) int32 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	global, local := l.cpuGroups([]int{o[2], o[1], planes * o[0]})
+	return l.dev.Launch(k, global, local, x.Mem, i32(x.Off), y.Mem, i32(y.Off),
+		i32(p.D), i32(p.H), i32(p.W), i32(o[0]), i32(o[1]), i32(o[2]),
+		i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]), i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]),
+		i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]), i32(p.PadEnd[0]), i32(p.PadEnd[1]), i32(p.PadEnd[2]),
+		i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), b2i(avg), b2i(p.CountIncludePad))
+}
+
+// Pool3DRef is the pure-Go reference for MaxPool3D (avg false) and AvgPool3D
+// on host tensors.
+func Pool3DRef(x, y []float32, p Pool3DParams, avg bool) error {
+	p, err := p.norm()
+	if err != nil {
+		return fmt.Errorf("kernels: Pool3DRef: %w", err)
+	}
+	o := p.OutSize()
+	in := [3]int{p.D, p.H, p.W}
+	planes := p.N * p.C
+	if len(x) < planes*in[0]*in[1]*in[2] || len(y) < planes*o[0]*o[1]*o[2] {
+		return fmt.Errorf("kernels: Pool3DRef: a slice is shorter than %+v needs", p)
+	}
+	kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
+	i := 0
+	for z := 0; z < planes; z++ {
+		for od := 0; od < o[0]; od++ {
+			for oh := 0; oh < o[1]; oh++ {
+				for ow := 0; ow < o[2]; ow++ {
+					out := [3]int{od, oh, ow}
+					sum, m, cnt := 0.0, math.Inf(-1), 0
+					for t := 0; t < kvol; t++ {
+						tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
+						inside, padded := true, true
+						var pos [3]int
+						for a := 0; a < 3; a++ {
+							pos[a] = out[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
+							inside = inside && pos[a] >= 0 && pos[a] < in[a]
+							padded = padded && pos[a] < in[a]+p.PadEnd[a]
+						}
+						if inside || p.CountIncludePad && padded {
+							cnt++
+						}
+						if !inside {
+							continue
+						}
+						v := float64(x[((z*in[0]+pos[0])*in[1]+pos[1])*in[2]+pos[2]])
+						sum += v
+						if v > m || math.IsNaN(v) {
+							m = v
+						}
+					}
+					if avg {
+						m = sum / float64(cnt)
+					}
+					y[i] = float32(m)
+					i++
+				}
+			}
+		}
+	}
+	return nil
+}

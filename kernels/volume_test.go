@@ -1,0 +1,194 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+func arr3(v []int) [3]int { return [3]int{v[0], v[1], v[2]} }
+
+// TestVolumeTorch checks Conv3DRef and Pool3DRef against PyTorch's conv3d,
+// max_pool3d and avg_pool3d, and the device against the same outputs.
+func TestVolumeTorch(t *testing.T) {
+	seen := map[string]int{}
+	for i, c := range loadFixtures[torchCase](t, "torch_cases.json") {
+		x := c.Inputs["x"]
+		want := c.Output.f32()
+		got := make([]float32, len(want))
+		dev := alloc(t, F32, len(want))
+		var err, derr error
+		switch c.Kind {
+		case "conv3d":
+			w, b := c.Inputs["w"], c.Inputs["b"]
+			pads := pInts(c.Params, "pads")
+			p := Conv3DParams{N: x.Shape[0], C: x.Shape[1], D: x.Shape[2], H: x.Shape[3], W: x.Shape[4], OutC: w.Shape[0],
+				Kernel: arr3(pInts(c.Params, "kernel")), Stride: arr3(pInts(c.Params, "strides")),
+				Dilation: arr3(pInts(c.Params, "dilations")), PadBegin: arr3(pads), PadEnd: arr3(pads),
+				Groups: int(c.Params["group"].(float64))}
+			err = Conv3DRef(x.f32(), w.f32(), b.f32(), got, p)
+			p.Bias = upload(t, F32, b.f32())
+			derr = testLib.Conv3D(F32, upload(t, F32, x.f32()), upload(t, F32, w.f32()), dev, p)
+		case "max_pool3d", "avg_pool3d":
+			pads := pInts(c.Params, "pads")
+			p := Pool3DParams{N: x.Shape[0], C: x.Shape[1], D: x.Shape[2], H: x.Shape[3], W: x.Shape[4],
+				Kernel: arr3(pInts(c.Params, "kernel")), Stride: arr3(pInts(c.Params, "strides")),
+				Dilation: arr3(pInts(c.Params, "dilations")), PadBegin: arr3(pads), PadEnd: arr3(pads),
+				CeilMode: pBool(c.Params, "ceil_mode"), CountIncludePad: pBool(c.Params, "count_include_pad")}
+			if o := p.OutSize(); fmt.Sprint(o[:]) != fmt.Sprint(c.Output.Shape[2:]) {
+				t.Fatalf("case %d %s: OutSize %v, torch %v", i, c.Kind, o, c.Output.Shape)
+			}
+			avg := c.Kind == "avg_pool3d"
+			err = Pool3DRef(x.f32(), got, p, avg)
+			if avg {
+				derr = testLib.AvgPool3D(F32, upload(t, F32, x.f32()), dev, p)
+			} else {
+				derr = testLib.MaxPool3D(F32, upload(t, F32, x.f32()), dev, p)
+			}
+		default:
+			continue
+		}
+		if err != nil || derr != nil {
+			t.Fatalf("case %d %s: %v / %v", i, c.Kind, err, derr)
+		}
+		seen[c.Kind]++
+		name := fmt.Sprintf("torch case %d %s %v", i, c.Kind, c.Params)
+		assertClose(t, name+" reference", got, want, 1e-5, 1e-5)
+		assertClose(t, name+" device", download(t, F32, dev, len(want)), want, 1e-5, 1e-5)
+	}
+	if seen["conv3d"] == 0 || seen["max_pool3d"] == 0 || seen["avg_pool3d"] == 0 {
+		t.Fatalf("fixtures cover only %v", seen)
+	}
+}
+
+var conv3DCases = map[string]Conv3DParams{
+	"3x3x3 p1":     {N: 2, C: 3, D: 5, H: 6, W: 7, OutC: 5, Kernel: [3]int{3, 3, 3}, PadBegin: [3]int{1, 1, 1}, PadEnd: [3]int{1, 1, 1}},
+	"strided asym": {N: 1, C: 4, D: 7, H: 5, W: 9, OutC: 6, Kernel: [3]int{2, 3, 2}, Stride: [3]int{2, 1, 3}, PadBegin: [3]int{1, 0, 2}, PadEnd: [3]int{0, 2, 1}, Dilation: [3]int{1, 2, 2}, Groups: 2},
+	"depthwise":    {N: 1, C: 4, D: 3, H: 5, W: 5, OutC: 4, Kernel: [3]int{3, 3, 3}, PadBegin: [3]int{1, 1, 1}, PadEnd: [3]int{1, 1, 1}, Groups: 4},
+	"1x1x1":        {N: 2, C: 7, D: 2, H: 3, W: 5, OutC: 3, Kernel: [3]int{1, 1, 1}},
+	"(1,7,7) stem": {N: 1, C: 3, D: 4, H: 13, W: 11, OutC: 8, Kernel: [3]int{1, 7, 7}, Stride: [3]int{1, 2, 2}, PadBegin: [3]int{0, 3, 3}, PadEnd: [3]int{0, 3, 3}},
+}
+
+func TestConv3DShapes(t *testing.T) {
+	for name, p := range conv3DCases {
+		for _, st := range [][2]Storage{{F32, F32}, {F16, F16}, {F32, F16}} {
+			s := st[0]
+			p.Weight = st[1]
+			pn, err := p.norm()
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := pn.OutSize()
+			kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
+			x := laRand(51, p.N*p.C*p.D*p.H*p.W, s)
+			w := laRand(52, p.OutC*p.C/pn.Groups*kvol, p.Weight)
+			bias := laRand(53, p.OutC, p.Weight)
+			ny := p.N * p.OutC * o[0] * o[1] * o[2]
+			q := p
+			q.Bias = upload(t, p.Weight, bias)
+			yb := alloc(t, s, ny)
+			if err := testLib.Conv3D(s, upload(t, s, x), upload(t, p.Weight, w), yb, q); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, ny)
+			if err := Conv3DRef(x, w, bias, want, p); err != nil {
+				t.Fatal(err)
+			}
+			laClose(t, fmt.Sprintf("%s/%s/w%s", name, s, p.Weight), s, download(t, s, yb, ny), want)
+		}
+	}
+}
+
+func TestPool3DShapes(t *testing.T) {
+	cases := map[string]Pool3DParams{
+		"2x2x2 s2":     {N: 2, C: 3, D: 6, H: 7, W: 5, Kernel: [3]int{2, 2, 2}, Stride: [3]int{2, 2, 2}},
+		"3x3x3 s2 p1":  {N: 1, C: 2, D: 5, H: 9, W: 8, Kernel: [3]int{3, 3, 3}, Stride: [3]int{2, 2, 2}, PadBegin: [3]int{1, 1, 1}, PadEnd: [3]int{1, 1, 1}},
+		"ceil asym":    {N: 1, C: 3, D: 7, H: 6, W: 9, Kernel: [3]int{3, 2, 3}, Stride: [3]int{2, 3, 2}, PadBegin: [3]int{1, 0, 1}, PadEnd: [3]int{0, 1, 1}, CeilMode: true},
+		"dilated ceil": {N: 2, C: 2, D: 8, H: 7, W: 6, Kernel: [3]int{2, 3, 2}, Stride: [3]int{1, 2, 2}, Dilation: [3]int{2, 1, 3}, PadBegin: [3]int{1, 1, 0}, PadEnd: [3]int{1, 0, 1}, CeilMode: true},
+		"(1,3,3)":      {N: 1, C: 4, D: 3, H: 11, W: 10, Kernel: [3]int{1, 3, 3}, Stride: [3]int{1, 2, 2}, PadBegin: [3]int{0, 1, 1}, PadEnd: [3]int{0, 1, 1}},
+	}
+	for name, p := range cases {
+		o := p.OutSize()
+		ny := p.N * p.C * o[0] * o[1] * o[2]
+		for _, s := range storages {
+			x := laRand(54, p.N*p.C*p.D*p.H*p.W, s)
+			for _, mode := range []string{"max", "avg", "avg cip"} {
+				q := p
+				q.CountIncludePad = mode == "avg cip"
+				avg := mode != "max"
+				yb := alloc(t, s, ny)
+				var err error
+				if avg {
+					err = testLib.AvgPool3D(s, upload(t, s, x), yb, q)
+				} else {
+					err = testLib.MaxPool3D(s, upload(t, s, x), yb, q)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := make([]float32, ny)
+				if err := Pool3DRef(x, want, q, avg); err != nil {
+					t.Fatal(err)
+				}
+				laClose(t, fmt.Sprintf("%s/%s/%s", name, mode, s), s, download(t, s, yb, ny), want)
+			}
+		}
+	}
+}
+
+// TestPool3DMatches2D: a 3-D pool with a depth-1 window over depth 1 is the
+// 2-D pool, an independent check of the reference's counting rules.
+func TestPool3DMatches2D(t *testing.T) {
+	p2 := PoolParams{N: 2, C: 3, H: 7, W: 10, KH: 3, KW: 2, StrideH: 2, StrideW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 0, CeilMode: true}
+	p3 := Pool3DParams{N: 2, C: 3, D: 1, H: 7, W: 10, Kernel: [3]int{1, 3, 2}, Stride: [3]int{1, 2, 3}, PadBegin: [3]int{0, 1, 1}, PadEnd: [3]int{0, 1, 0}, CeilMode: true}
+	x := laRand(55, 2*3*7*10, F32)
+	x[17] = float32(math.NaN())
+	oh, ow := p2.OutSize()
+	for _, cip := range []bool{false, true} {
+		p2.CountIncludePad, p3.CountIncludePad = cip, cip
+		for _, avg := range []bool{false, true} {
+			a, b := make([]float32, 6*oh*ow), make([]float32, 6*oh*ow)
+			if err := PoolRef(x, a, p2, avg); err != nil {
+				t.Fatal(err)
+			}
+			if err := Pool3DRef(x, b, p3, avg); err != nil {
+				t.Fatal(err)
+			}
+			assertClose(t, fmt.Sprintf("cip=%v avg=%v", cip, avg), b, a, 0, 0)
+		}
+	}
+}
+
+func TestVolumeErrors(t *testing.T) {
+	x, w, y := alloc(t, F32, 256), alloc(t, F32, 256), alloc(t, F32, 256)
+	for name, p := range map[string]Conv3DParams{
+		"groups":         {N: 1, C: 3, D: 2, H: 2, W: 2, OutC: 2, Kernel: [3]int{1, 1, 1}, Groups: 2},
+		"no kernel":      {N: 1, C: 1, D: 2, H: 2, W: 2, OutC: 1, Kernel: [3]int{1, 0, 1}},
+		"kernel too big": {N: 1, C: 1, D: 2, H: 2, W: 2, OutC: 1, Kernel: [3]int{3, 1, 1}},
+		"input too big":  {N: 1, C: 8, D: 4, H: 4, W: 4, OutC: 1, Kernel: [3]int{1, 1, 1}},
+		"negative pad":   {N: 1, C: 1, D: 2, H: 2, W: 2, OutC: 1, Kernel: [3]int{1, 1, 1}, PadBegin: [3]int{-1, 0, 0}},
+	} {
+		if err := testLib.Conv3D(F32, x, w, y, p); err == nil {
+			t.Errorf("Conv3D %s: no error", name)
+		}
+	}
+	for name, p := range map[string]Pool3DParams{
+		"pad > half window": {N: 1, C: 1, D: 4, H: 4, W: 4, Kernel: [3]int{2, 2, 2}, PadBegin: [3]int{0, 2, 0}},
+		"no window":         {N: 1, C: 1, D: 4, H: 4, W: 4},
+		"input too big":     {N: 1, C: 8, D: 4, H: 4, W: 4, Kernel: [3]int{1, 1, 1}},
+	} {
+		if err := testLib.MaxPool3D(F32, x, y, p); err == nil {
+			t.Errorf("MaxPool3D %s: no error", name)
+		}
+	}
+	before := testLib.Device().Stats().Launches
+	if err := testLib.AvgPool3D(F32, x, y, Pool3DParams{N: 0, C: 1, D: 2, H: 2, W: 2, Kernel: [3]int{1, 1, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testLib.Conv3D(F32, x, w, y, Conv3DParams{N: 1, C: 1, D: 2, H: 2, W: 2, OutC: 0, Kernel: [3]int{1, 1, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testLib.Device().Stats().Launches - before; n != 0 {
+		t.Errorf("empty outputs launched %d kernels", n)
+	}
+}
