@@ -36,7 +36,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def flat(a):
     a = np.asarray(a)
-    return {"shape": list(a.shape), "data": [float(v) for v in a.astype(np.float64).ravel()]}
+    if a.dtype == np.float32:
+        # The shortest decimal that reads back as the same float32.
+        data = [float(str(v)) for v in a.ravel()]
+    else:
+        data = [float(v) for v in a.astype(np.float64).ravel()]
+    return {"shape": list(a.shape), "data": data}
 
 
 def onnx_cases():
