@@ -108,18 +108,41 @@ func (p ConvTransposeParams) OutSize() (oh, ow int) {
 		out(p.W, p.KW, p.StrideW, p.DilationW, p.OutPadW, p.PadLeft, p.PadRight)
 }
 
+// useGEMM says whether the GEMM route pays: a reduction over input channels
+// long enough for the product kernels' blocking (depthwise and thin
+// transposed convolutions gather directly).
+func (p ConvTransposeParams) useGEMM() bool {
+	g := oneIfZero(p.Groups)
+	return p.C/g >= 8 && p.OutC/g*p.KH*p.KW >= 4
+}
+
+// ScratchElems is how many elements (in the activation storage) of scratch
+// ConvTranspose2D can use for its GEMM route, the whole batch's W^T X
+// products (N * OutC*KH*KW * H*W); 0 when the direct kernel is the route.
+// Less scratch still works: ConvTranspose2D takes as many images at a time
+// as fit, and gathers directly when not even one does.
+func (p ConvTransposeParams) ScratchElems() int {
+	p, err := p.norm()
+	if err != nil || !p.useGEMM() {
+		return 0
+	}
+	return p.N * p.OutC * p.KH * p.KW * p.H * p.W
+}
+
 // ConvTranspose2D computes y = conv_transpose(x, w) + bias as p describes; x
-// and y are stored in s, the weight and bias in p.Weight. It gathers
-// directly, one work-item per output element, and needs no scratch. An empty
-// output launches nothing.
-func (l *Lib) ConvTranspose2D(s Storage, x, w, y Buf, p ConvTransposeParams) error {
-	if err := l.convTranspose2D(s, x, w, y, p); err != nil {
+// and y are stored in s, the weight and bias in p.Weight. With scratch
+// (ScratchElems elements; Mem nil for none) it runs as a GEMM, W^T X per
+// image and group, followed by a gather of each output's taps; without, the
+// direct kernel runs, correct but much slower on wide layers. An empty output
+// launches nothing.
+func (l *Lib) ConvTranspose2D(s Storage, x, w, y, scratch Buf, p ConvTransposeParams) error {
+	if err := l.convTranspose2D(s, x, w, y, scratch, p); err != nil {
 		return fmt.Errorf("kernels: ConvTranspose2D %dx%dx%dx%d -> %d (kernel %dx%d): %w", p.N, p.C, p.H, p.W, p.OutC, p.KH, p.KW, err)
 	}
 	return nil
 }
 
-func (l *Lib) convTranspose2D(s Storage, x, w, y Buf, p ConvTransposeParams) error {
+func (l *Lib) convTranspose2D(s Storage, x, w, y, scratch Buf, p ConvTransposeParams) error {
 	p, err := p.norm()
 	if err != nil {
 		return err
@@ -147,21 +170,60 @@ func (l *Lib) convTranspose2D(s Storage, x, w, y Buf, p ConvTransposeParams) err
 	if err := checkBufUses(ops); err != nil {
 		return err
 	}
-	k, err := l.kernel("convtranspose", convTransposeSrc, s.define()+" "+weightDefine(p.Weight), "convt_direct")
-	if err != nil {
-		return err
-	}
+	opts := s.define() + " " + weightDefine(p.Weight)
 	bias, hb := p.Bias, int32(1)
 	if !hasBias {
 		bias, hb = w, 0 // placeholder, never read
 	}
 	i32 := func(v int) int32 { return int32(v) }
-	global, local := l.cpuGroups([]int{ow, oh, p.N * p.OutC})
-	return l.dev.Launch(k, global, local,
-		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hb,
-		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
-		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
-		i32(p.DilationH), i32(p.DilationW), i32(p.Groups))
+	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
+	mk, hw := ocg*p.KH*p.KW, p.H*p.W
+	imgs := 0
+	if p.useGEMM() && scratch.Mem != nil && hw > 0 {
+		if scratch.Off < 0 {
+			return fmt.Errorf("scratch: negative offset")
+		}
+		imgs = min(p.N, (scratch.Mem.Size()/s.Size()-scratch.Off)/(p.Groups*mk*hw))
+	}
+	if imgs == 0 {
+		k, err := l.kernel("convtranspose", convTransposeSrc, opts, "convt_direct")
+		if err != nil {
+			return err
+		}
+		global, local := l.cpuGroups([]int{ow, oh, p.N * p.OutC})
+		return l.dev.Launch(k, global, local,
+			x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hb,
+			y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
+			i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
+			i32(p.DilationH), i32(p.DilationW), i32(p.Groups))
+	}
+	// Per (image, group): Col[m, pix] = sum over k of W[k, m] X[k, pix],
+	// m = (ocg, kh, kw), k an input channel of the group.
+	g := gemm{a: w, at: p.Weight, b: x, bt: s, c: scratch, ct: s,
+		am: 1, ak: mk, bk: hw, bn: 1, cm: hw, cn: 1,
+		m: mk, n: hw, k: cg, nb1: p.Groups, alpha: 1,
+		sA: [2]int{0, cg * mk}, sB: [2]int{p.C * hw, cg * hw}, sC: [2]int{p.Groups * mk * hw, mk * hw}}
+	gather, err := l.kernel("convtranspose", convTransposeSrc, opts, "convt_col2im")
+	if err != nil {
+		return err
+	}
+	for n0 := 0; n0 < p.N; n0 += imgs {
+		cnt := min(imgs, p.N-n0)
+		gi := g
+		gi.nb0 = cnt
+		gi.b.Off += n0 * p.C * hw
+		if err := l.gemm(gi); err != nil {
+			return err
+		}
+		global, local := l.cpuGroups([]int{ow, oh, cnt * p.OutC})
+		if err := l.dev.Launch(gather, global, local, scratch.Mem, i32(scratch.Off), bias.Mem, i32(bias.Off), hb,
+			y.Mem, i32(y.Off), i32(n0), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
+			i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
+			i32(p.DilationH), i32(p.DilationW), i32(p.Groups)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ConvTranspose2DRef is the pure-Go reference for ConvTranspose2D on host

@@ -103,11 +103,17 @@ func TestConvTransposeONNXCases(t *testing.T) {
 			t.Fatal(err)
 		}
 		assertClose(t, c.Name+" reference", ref, want, 1e-5, 1e-5)
-		yb := alloc(t, F32, len(want))
-		if err := testLib.ConvTranspose2D(F32, upload(t, F32, x.f32()), upload(t, F32, w.f32()), yb, p); err != nil {
-			t.Fatal(err)
+		for _, scratch := range []int{0, p.ScratchElems()} {
+			yb := alloc(t, F32, len(want))
+			var sb Buf
+			if scratch > 0 {
+				sb = alloc(t, F32, scratch)
+			}
+			if err := testLib.ConvTranspose2D(F32, upload(t, F32, x.f32()), upload(t, F32, w.f32()), yb, sb, p); err != nil {
+				t.Fatal(err)
+			}
+			assertClose(t, fmt.Sprintf("%s device (scratch %d)", c.Name, scratch), download(t, F32, yb, len(want)), want, 1e-5, 1e-5)
 		}
-		assertClose(t, c.Name+" device", download(t, F32, yb, len(want)), want, 1e-5, 1e-5)
 	}
 	if n < 8 {
 		t.Fatalf("only %d ConvTranspose cases", n)
@@ -181,43 +187,53 @@ func TestConvTransposeAxis(t *testing.T) {
 var convTransposeCases = map[string]ConvTransposeParams{
 	"3x3 s2 p1 op1": {N: 2, C: 5, H: 7, W: 6, OutC: 3, KH: 3, KW: 3, StrideH: 2, StrideW: 2, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, OutPadH: 1, OutPadW: 1},
 	"4x4 s2 p1":     {N: 1, C: 6, H: 5, W: 9, OutC: 4, KH: 4, KW: 4, StrideH: 2, StrideW: 2, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1},
-	"2x2 s2 unet":   {N: 2, C: 8, H: 6, W: 5, OutC: 4, KH: 2, KW: 2, StrideH: 2, StrideW: 2},
-	"groups dil":    {N: 1, C: 6, H: 5, W: 7, OutC: 9, KH: 3, KW: 2, StrideH: 3, StrideW: 2, DilationH: 2, DilationW: 3, PadTop: 2, PadLeft: 0, PadBottom: 1, PadRight: 3, OutPadH: 2, OutPadW: 1, Groups: 3},
+	"2x2 s2 unet":   {N: 2, C: 16, H: 6, W: 5, OutC: 8, KH: 2, KW: 2, StrideH: 2, StrideW: 2},
+	"groups dil":    {N: 2, C: 24, H: 5, W: 7, OutC: 9, KH: 3, KW: 2, StrideH: 3, StrideW: 2, DilationH: 2, DilationW: 3, PadTop: 2, PadLeft: 0, PadBottom: 1, PadRight: 3, OutPadH: 2, OutPadW: 1, Groups: 3},
 	"depthwise":     {N: 1, C: 4, H: 6, W: 6, OutC: 4, KH: 3, KW: 3, StrideH: 2, StrideW: 1, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 4},
 	"negative pads": {N: 1, C: 3, H: 4, W: 3, OutC: 2, KH: 3, KW: 3, StrideH: 2, StrideW: 2, PadTop: -1, PadLeft: 0, PadBottom: -2, PadRight: -1},
 	"1d":            {N: 2, C: 3, H: 1, W: 11, OutC: 5, KH: 1, KW: 5, StrideW: 3, PadLeft: 2, PadRight: 1, OutPadW: 2},
 	"1x1":           {N: 1, C: 7, H: 3, W: 4, OutC: 5, KH: 1, KW: 1},
 }
 
+// TestConvTransposeShapes runs every case through each route: direct (no
+// scratch), GEMM for the whole batch, and GEMM one image at a time.
 func TestConvTransposeShapes(t *testing.T) {
 	for name, p := range convTransposeCases {
 		for _, st := range [][2]Storage{{F32, F32}, {F16, F16}, {F32, F16}} {
 			p.Weight = st[1]
-			for _, withBias := range []bool{false, true} {
-				s := st[0]
-				pn, err := p.norm()
-				if err != nil {
-					t.Fatal(err)
+			full := p.ScratchElems()
+			for _, scratch := range []int{0, full, full / max(1, p.N)} {
+				for _, withBias := range []bool{false, true} {
+					s := st[0]
+					pn, err := p.norm()
+					if err != nil {
+						t.Fatal(err)
+					}
+					oh, ow := pn.OutSize()
+					x := laRand(41, p.N*p.C*p.H*p.W, s)
+					w := laRand(42, p.C*p.OutC/pn.Groups*p.KH*p.KW, p.Weight)
+					ny := p.N * p.OutC * oh * ow
+					var bias []float32
+					q := p
+					if withBias {
+						bias = laRand(43, p.OutC, p.Weight)
+						q.Bias = upload(t, p.Weight, bias)
+					}
+					var sb Buf
+					if scratch > 0 {
+						sb = alloc(t, s, scratch)
+					}
+					y0 := laRand(44, ny, s)
+					yb := upload(t, s, y0)
+					if err := testLib.ConvTranspose2D(s, upload(t, s, x), upload(t, p.Weight, w), yb, sb, q); err != nil {
+						t.Fatal(err)
+					}
+					want := make([]float32, ny)
+					if err := ConvTranspose2DRef(x, w, bias, want, p); err != nil {
+						t.Fatal(err)
+					}
+					laClose(t, fmt.Sprintf("%s/%s/w%s/bias=%v/scratch %d of %d", name, s, p.Weight, withBias, scratch, full), s, download(t, s, yb, ny), want)
 				}
-				oh, ow := pn.OutSize()
-				x := laRand(41, p.N*p.C*p.H*p.W, s)
-				w := laRand(42, p.C*p.OutC/pn.Groups*p.KH*p.KW, p.Weight)
-				ny := p.N * p.OutC * oh * ow
-				var bias []float32
-				q := p
-				if withBias {
-					bias = laRand(43, p.OutC, p.Weight)
-					q.Bias = upload(t, p.Weight, bias)
-				}
-				yb := alloc(t, s, ny)
-				if err := testLib.ConvTranspose2D(s, upload(t, s, x), upload(t, p.Weight, w), yb, q); err != nil {
-					t.Fatal(err)
-				}
-				want := make([]float32, ny)
-				if err := ConvTranspose2DRef(x, w, bias, want, p); err != nil {
-					t.Fatal(err)
-				}
-				laClose(t, fmt.Sprintf("%s/%s/w%s/bias=%v", name, s, p.Weight, withBias), s, download(t, s, yb, ny), want)
 			}
 		}
 	}
@@ -232,12 +248,12 @@ func TestConvTransposeErrors(t *testing.T) {
 		"negative output": {N: 1, C: 1, H: 2, W: 2, OutC: 1, KH: 1, KW: 1, PadTop: 3},
 		"negative stride": {N: 1, C: 1, H: 2, W: 2, OutC: 1, KH: 1, KW: 1, StrideH: -1},
 	} {
-		if err := testLib.ConvTranspose2D(F32, x, w, y, p); err == nil {
+		if err := testLib.ConvTranspose2D(F32, x, w, y, Buf{}, p); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
 	before := testLib.Device().Stats().Launches
-	if err := testLib.ConvTranspose2D(F32, x, w, y, ConvTransposeParams{N: 0, C: 1, H: 2, W: 2, OutC: 1, KH: 1, KW: 1}); err != nil {
+	if err := testLib.ConvTranspose2D(F32, x, w, y, Buf{}, ConvTransposeParams{N: 0, C: 1, H: 2, W: 2, OutC: 1, KH: 1, KW: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if n := testLib.Device().Stats().Launches - before; n != 0 {
