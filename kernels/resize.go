@@ -350,15 +350,27 @@ func prod(xs []int) int {
 	return n
 }
 
+// fusedHW reports whether passes are exactly the two innermost axes, which
+// resize_hw does in one launch.
+func (p ResizeParams) fusedHW(passes []resizePass) bool {
+	r := len(p.In)
+	return !resizeSeparable && len(passes) == 2 && passes[0].inner*passes[1].inner == p.Out[r-1] &&
+		min(passes[0].inner, passes[1].inner) == 1
+}
+
+// resizeSeparable, set by tests, runs image resizes as two passes too.
+var resizeSeparable bool
+
 // ScratchElems is how many elements (in the activation storage) of scratch
 // Resize needs between its per-axis passes: 0 when at most one axis really
-// changes, else room for two intermediates.
+// changes or the two that do are the innermost (an image resize), else room
+// for the intermediates.
 func (p ResizeParams) ScratchElems() int {
 	if p.validate() != nil || prod(p.Out) == 0 {
 		return 0
 	}
 	passes := p.plan()
-	if len(passes) < 2 {
+	if len(passes) < 2 || p.fusedHW(passes) {
 		return 0
 	}
 	big := 0
@@ -397,6 +409,9 @@ func (l *Lib) resize(s Storage, x, y, scratch Buf, p ResizeParams) error {
 	passes := p.plan()
 	if len(passes) == 0 {
 		return l.Copy(s.Size(), y, ContiguousView(p.Out), x, ContiguousView(p.In))
+	}
+	if p.fusedHW(passes) {
+		return l.resizeHW(s, x, y, p)
 	}
 	need := p.ScratchElems()
 	var half int
@@ -437,6 +452,30 @@ func (l *Lib) resize(s Storage, x, y, scratch Buf, p ResizeParams) error {
 		src = dst
 	}
 	return nil
+}
+
+// resizeHW resizes the two innermost axes in one launch.
+func (l *Lib) resizeHW(s Storage, x, y Buf, p ResizeParams) error {
+	r := len(p.In)
+	h, w := p.axis(r-2), p.axis(r-1)
+	k, err := l.kernel("resize", resizeSrc, s.define()+" -cl-fp32-correctly-rounded-divide-sqrt", "resize_hw")
+	if err != nil {
+		return err
+	}
+	b2i := func(b bool) int32 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	planes := prod(p.Out[:r-2])
+	global, local := l.cpuGroups([]int{w.out, h.out, planes})
+	return l.dev.Launch(k, global, local, x.Mem, i32(x.Off), y.Mem, i32(y.Off),
+		i32(h.in), i32(w.in), i32(h.out), i32(w.out),
+		i32(h.cform), h.scale, h.num, h.den, h.off, i32(h.m), h.kscale, b2i(h.norm),
+		i32(w.cform), w.scale, w.num, w.den, w.off, i32(w.m), w.kscale, b2i(w.norm),
+		b2i(h.extrap), p.Extrapolation, i32(int(p.Mode)), i32(int(p.Nearest)), p.CubicA, b2i(p.ExcludeOutside))
 }
 
 // ResizeRef is the pure-Go reference for Resize on host tensors. It follows

@@ -316,23 +316,27 @@ func TestResizeShapes(t *testing.T) {
 			if err := ResizeRef(x, want, p); err != nil {
 				t.Fatal(err)
 			}
-			for _, s := range storages {
-				xs := x
-				if s == F16 {
-					xs = laRand(31, prod(g.in), F16)
+			for _, route := range []bool{false, true} {
+				resizeSeparable = route
+				for _, s := range storages {
+					xs := x
+					if s == F16 {
+						xs = laRand(31, prod(g.in), F16)
+					}
 					if err := ResizeRef(xs, want, p); err != nil {
 						t.Fatal(err)
 					}
+					got := resizeDevice(t, s, xs, p)
+					name := fmt.Sprintf("%s/%s/%s/separable=%v", gname, v.name, s, route)
+					if s == F16 && len(p.plan()) > 1 && (route || !p.fusedHW(p.plan())) {
+						// The intermediate between passes is stored in fp16 too.
+						assertClose(t, name, got, want, 4e-3, 4e-3)
+						continue
+					}
+					laClose(t, name, s, got, want)
 				}
-				got := resizeDevice(t, s, xs, p)
-				name := fmt.Sprintf("%s/%s/%s", gname, v.name, s)
-				if s == F16 && len(p.plan()) > 1 {
-					// The intermediate between passes is stored in fp16 too.
-					assertClose(t, name, got, want, 4e-3, 4e-3)
-					continue
-				}
-				laClose(t, name, s, got, want)
 			}
+			resizeSeparable = false
 		}
 	}
 }

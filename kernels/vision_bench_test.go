@@ -43,15 +43,26 @@ func BenchmarkConvTransposeUNet(b *testing.B) {
 }
 
 // BenchmarkResizeBilinear2x is a segmentation head's 2x bilinear upsampling
-// of 1x128x64x64 (two passes through scratch).
+// of 1x128x64x64, in one launch (fused) and as two passes through scratch
+// (separable).
 func BenchmarkResizeBilinear2x(b *testing.B) {
 	p := ResizeParams{In: []int{1, 128, 64, 64}, Out: []int{1, 128, 128, 128}, Scales: []float64{1, 1, 2, 2},
 		Mode: ResizeLinear, Coord: CoordHalfPixel}
 	x := upload(b, F32, laRand(1, 128*64*64, F32))
 	y := alloc(b, F32, 128*128*128)
-	scratch := alloc(b, F32, p.ScratchElems())
-	benchLoop(b, 0, func() error { return testLib.Resize(F32, x, y, scratch, p) })
-	b.ReportMetric(float64(4*(128*64*64+128*128*128))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s(min)")
+	defer func() { resizeSeparable = false }()
+	for _, sep := range []bool{false, true} {
+		name := "fused"
+		if sep {
+			name = "separable"
+		}
+		b.Run(name, func(b *testing.B) {
+			resizeSeparable = sep
+			scratch := alloc(b, F32, max(1, p.ScratchElems()))
+			benchLoop(b, 0, func() error { return testLib.Resize(F32, x, y, scratch, p) })
+			b.ReportMetric(float64(128*128*128)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Moutputs/s")
+		})
+	}
 }
 
 // BenchmarkConv3D is a video network's 3x3x3 convolution: 1x64x8x28x28 to 64
