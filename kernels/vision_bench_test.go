@@ -66,14 +66,22 @@ func BenchmarkResizeBilinear2x(b *testing.B) {
 }
 
 // BenchmarkConv3D is a video network's 3x3x3 convolution: 1x64x8x28x28 to 64
-// channels.
+// channels, through the GEMM route and the direct kernel.
 func BenchmarkConv3D(b *testing.B) {
 	p := Conv3DParams{N: 1, C: 64, D: 8, H: 28, W: 28, OutC: 64, Kernel: [3]int{3, 3, 3},
 		PadBegin: [3]int{1, 1, 1}, PadEnd: [3]int{1, 1, 1}}
 	x := upload(b, F32, laRand(1, 64*8*28*28, F32))
 	w := upload(b, F32, laRand(2, 64*64*27, F32))
 	y := alloc(b, F32, 64*8*28*28)
-	benchLoop(b, 2*64*64*27*8*28*28, func() error { return testLib.Conv3D(F32, x, w, y, p) })
+	for _, route := range []string{"gemm", "direct"} {
+		b.Run(route, func(b *testing.B) {
+			var scratch Buf
+			if route == "gemm" {
+				scratch = alloc(b, F32, p.ScratchElems())
+			}
+			benchLoop(b, 2*64*64*27*8*28*28, func() error { return testLib.Conv3D(F32, x, w, y, scratch, p) })
+		})
+	}
 }
 
 // BenchmarkConv2DSameWork is a 2-D convolution of the same FLOPs as

@@ -91,3 +91,29 @@ __kernel void pool3d(__global const store_t *X, int offX, __global store_t *Y,
 	}
 	STORE(Y, offY + (z * OH + oh) * OW + ow, m);
 }
+
+// conv3d_im2col: the GEMM route's gather, as conv.cl's conv_im2col with a
+// depth axis: the receptive fields of `imgs` images from n0 into
+// [G][P][Kc] or [G][Kc][P] (P = OD*OH*OW, Kc = C/G*KD*KH*KW, element
+// (p, kc) at p*cp + kc*ck), zero in the padding. global (P, Kc, imgs*G).
+__kernel void conv3d_im2col(__global const store_t *X, int offX,
+                            __global store_t *Col, int offCol, int n0, int C,
+                            int D, int H, int W, int OD, int OH, int OW,
+                            int KD, int KH, int KW, int sd, int sh, int sw,
+                            int pd, int ph, int pw, int dd, int dh, int dw,
+                            int G, int cp, int ck) {
+	const int p = get_global_id(0), kc = get_global_id(1);
+	const int z = get_global_id(2); // image-in-launch * G + g
+	const int P = OD * OH * OW, Cg = C / G, Kc = Cg * KD * KH * KW;
+	if (p >= P || kc >= Kc) return;
+	const int kw = kc % KW, kh = (kc / KW) % KH, kd = (kc / (KW * KH)) % KD;
+	const int ic = kc / (KW * KH * KD);
+	const int ow = p % OW, oh = (p / OW) % OH, od = p / (OW * OH);
+	const int id = od * sd - pd + kd * dd, ih = oh * sh - ph + kh * dh;
+	const int iw = ow * sw - pw + kw * dw;
+	const int n = n0 + z / G, g = z % G;
+	float v = 0.0f;
+	if (id >= 0 && id < D && ih >= 0 && ih < H && iw >= 0 && iw < W)
+		v = LOAD(X, offX + (((n * C + g * Cg + ic) * D + id) * H + ih) * W + iw);
+	STORE(Col, offCol + z * P * Kc + p * cp + kc * ck, v);
+}

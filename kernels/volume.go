@@ -65,17 +65,39 @@ func (p Conv3DParams) OutSize() [3]int {
 	return o
 }
 
+// conv3DGEMM says whether the GEMM route pays (Conv2D's rule).
+func (p Conv3DParams) conv3DGEMM() bool {
+	g := oneIfZero(p.Groups)
+	return p.C/g*p.Kernel[0]*p.Kernel[1]*p.Kernel[2] >= 16 && p.OutC/g >= 4
+}
+
+// ScratchElems is how many elements (in the activation storage) of scratch
+// Conv3D can use to gather receptive fields for a GEMM, N*C*KD*KH*KW*OD*OH*OW;
+// 0 when it gathers nothing (depthwise and other thin convolutions). Less
+// scratch still works: Conv3D gathers as many images at a time as fit, and
+// runs the direct kernel when not even one does.
+func (p Conv3DParams) ScratchElems() int {
+	p, err := p.norm()
+	if err != nil || !p.conv3DGEMM() {
+		return 0
+	}
+	o := p.OutSize()
+	return p.N * p.C * p.Kernel[0] * p.Kernel[1] * p.Kernel[2] * o[0] * o[1] * o[2]
+}
+
 // Conv3D computes y = conv3d(x, w) + bias as p describes; x and y are stored
-// in s, the weight and bias in p.Weight. It needs no scratch. An empty output
-// launches nothing.
-func (l *Lib) Conv3D(s Storage, x, w, y Buf, p Conv3DParams) error {
-	if err := l.conv3D(s, x, w, y, p); err != nil {
+// in s, the weight and bias in p.Weight. With scratch (ScratchElems
+// elements; Mem nil for none) it gathers receptive fields and multiplies on
+// the GEMM kernels; without, a direct kernel runs, correct but slower. An
+// empty output launches nothing.
+func (l *Lib) Conv3D(s Storage, x, w, y, scratch Buf, p Conv3DParams) error {
+	if err := l.conv3D(s, x, w, y, scratch, p); err != nil {
 		return fmt.Errorf("kernels: Conv3D %dx%dx%dx%dx%d -> %d (kernel %v): %w", p.N, p.C, p.D, p.H, p.W, p.OutC, p.Kernel, err)
 	}
 	return nil
 }
 
-func (l *Lib) conv3D(s Storage, x, w, y Buf, p Conv3DParams) error {
+func (l *Lib) conv3D(s Storage, x, w, y, scratch Buf, p Conv3DParams) error {
 	p, err := p.norm()
 	if err != nil {
 		return err
@@ -100,22 +122,71 @@ func (l *Lib) conv3D(s Storage, x, w, y Buf, p Conv3DParams) error {
 	if err := checkBufUses(ops); err != nil {
 		return err
 	}
-	k, err := l.kernel("volume", volumeSrc, s.define()+" "+weightDefine(p.Weight), "conv3d_direct")
+	opts := s.define() + " " + weightDefine(p.Weight)
+	i32 := func(v int) int32 { return int32(v) }
+	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
+	kc, np := cg*kvol, o[0]*o[1]*o[2]
+	imgs := 0
+	if p.conv3DGEMM() && scratch.Mem != nil && p.C > 0 {
+		if scratch.Off < 0 {
+			return fmt.Errorf("scratch: negative offset")
+		}
+		imgs = min(p.N, (scratch.Mem.Size()/s.Size()-scratch.Off)/(p.Groups*kc*np))
+	}
+	if imgs == 0 {
+		k, err := l.kernel("volume", volumeSrc, opts, "conv3d_direct")
+		if err != nil {
+			return err
+		}
+		bias, hb := p.Bias, int32(1)
+		if !hasBias {
+			bias, hb = w, 0 // placeholder, never read
+		}
+		global, local := l.cpuGroups([]int{o[2], o[1], p.N * p.OutC * o[0]})
+		return l.dev.Launch(k, global, local,
+			x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hb, y.Mem, i32(y.Off),
+			i32(p.C), i32(p.D), i32(p.H), i32(p.W), i32(p.OutC), i32(o[0]), i32(o[1]), i32(o[2]),
+			i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]), i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]),
+			i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
+			i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups))
+	}
+	// As Conv2D's im2col route: per (image, group) C[oc, pix] = W[oc, kc] *
+	// Col[kc, pix], the weight as the A operand.
+	g := gemm{a: w, at: p.Weight, c: y, ct: s, bias: p.Bias, biasT: p.Weight, hasBias: hasBias,
+		am: kc, ak: 1, cm: np, cn: 1, brm: 1, brn: 0,
+		m: ocg, n: np, k: kc, nb1: p.Groups, alpha: 1,
+		sA: [2]int{0, ocg * kc}, sC: [2]int{p.OutC * np, ocg * np}, sD: [2]int{0, ocg}}
+	if hasBias {
+		g.beta = 1
+	}
+	cp, ck := kc, 1
+	if l.dev.Info().Type == "GPU" || convKMajor {
+		cp, ck = 1, np
+	}
+	gather, err := l.kernel("volume", volumeSrc, opts, "conv3d_im2col")
 	if err != nil {
 		return err
 	}
-	bias, hb := p.Bias, int32(1)
-	if !hasBias {
-		bias, hb = w, 0 // placeholder, never read
+	for n0 := 0; n0 < p.N; n0 += imgs {
+		cnt := min(imgs, p.N-n0)
+		global, local := l.cpuGroups([]int{np, kc, cnt * p.Groups})
+		if err := l.dev.Launch(gather, global, local,
+			x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off), i32(n0), i32(p.C), i32(p.D), i32(p.H), i32(p.W),
+			i32(o[0]), i32(o[1]), i32(o[2]), i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]),
+			i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]), i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
+			i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups), i32(cp), i32(ck)); err != nil {
+			return err
+		}
+		gi := g
+		gi.b, gi.bt, gi.bk, gi.bn = scratch, s, ck, cp
+		gi.sB = [2]int{p.Groups * kc * np, kc * np}
+		gi.nb0 = cnt
+		gi.c.Off += n0 * p.OutC * np
+		if err := l.gemm(gi); err != nil {
+			return err
+		}
 	}
-	i32 := func(v int) int32 { return int32(v) }
-	global, local := l.cpuGroups([]int{o[2], o[1], p.N * p.OutC * o[0]})
-	return l.dev.Launch(k, global, local,
-		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hb, y.Mem, i32(y.Off),
-		i32(p.C), i32(p.D), i32(p.H), i32(p.W), i32(p.OutC), i32(o[0]), i32(o[1]), i32(o[2]),
-		i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]), i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]),
-		i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
-		i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups))
+	return nil
 }
 
 // Conv3DRef is the pure-Go reference for Conv3D on host tensors (bias nil for

@@ -28,7 +28,7 @@ func TestVolumeTorch(t *testing.T) {
 				Groups: int(c.Params["group"].(float64))}
 			err = Conv3DRef(x.f32(), w.f32(), b.f32(), got, p)
 			p.Bias = upload(t, F32, b.f32())
-			derr = testLib.Conv3D(F32, upload(t, F32, x.f32()), upload(t, F32, w.f32()), dev, p)
+			derr = testLib.Conv3D(F32, upload(t, F32, x.f32()), upload(t, F32, w.f32()), dev, alloc(t, F32, max(1, p.ScratchElems())), p)
 		case "max_pool3d", "avg_pool3d":
 			pads := pInts(c.Params, "pads")
 			p := Pool3DParams{N: x.Shape[0], C: x.Shape[1], D: x.Shape[2], H: x.Shape[3], W: x.Shape[4],
@@ -69,7 +69,10 @@ var conv3DCases = map[string]Conv3DParams{
 	"(1,7,7) stem": {N: 1, C: 3, D: 4, H: 13, W: 11, OutC: 8, Kernel: [3]int{1, 7, 7}, Stride: [3]int{1, 2, 2}, PadBegin: [3]int{0, 3, 3}, PadEnd: [3]int{0, 3, 3}},
 }
 
+// TestConv3DShapes runs every case through the direct kernel, the GEMM
+// route for the whole batch, one image at a time, and the GPU layout.
 func TestConv3DShapes(t *testing.T) {
+	defer func() { convKMajor = false }()
 	for name, p := range conv3DCases {
 		for _, st := range [][2]Storage{{F32, F32}, {F16, F16}, {F32, F16}} {
 			s := st[0]
@@ -78,23 +81,34 @@ func TestConv3DShapes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o := pn.OutSize()
-			kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
-			x := laRand(51, p.N*p.C*p.D*p.H*p.W, s)
-			w := laRand(52, p.OutC*p.C/pn.Groups*kvol, p.Weight)
-			bias := laRand(53, p.OutC, p.Weight)
-			ny := p.N * p.OutC * o[0] * o[1] * o[2]
-			q := p
-			q.Bias = upload(t, p.Weight, bias)
-			yb := alloc(t, s, ny)
-			if err := testLib.Conv3D(s, upload(t, s, x), upload(t, p.Weight, w), yb, q); err != nil {
-				t.Fatal(err)
+			full := p.ScratchElems()
+			for _, r := range []struct {
+				scratch int
+				kMajor  bool
+			}{{0, false}, {full, false}, {full / p.N, false}, {full, true}} {
+				convKMajor = r.kMajor
+				o := pn.OutSize()
+				kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
+				x := laRand(51, p.N*p.C*p.D*p.H*p.W, s)
+				w := laRand(52, p.OutC*p.C/pn.Groups*kvol, p.Weight)
+				bias := laRand(53, p.OutC, p.Weight)
+				ny := p.N * p.OutC * o[0] * o[1] * o[2]
+				q := p
+				q.Bias = upload(t, p.Weight, bias)
+				var sb Buf
+				if r.scratch > 0 {
+					sb = alloc(t, s, r.scratch)
+				}
+				yb := alloc(t, s, ny)
+				if err := testLib.Conv3D(s, upload(t, s, x), upload(t, p.Weight, w), yb, sb, q); err != nil {
+					t.Fatal(err)
+				}
+				want := make([]float32, ny)
+				if err := Conv3DRef(x, w, bias, want, p); err != nil {
+					t.Fatal(err)
+				}
+				laClose(t, fmt.Sprintf("%s/%s/w%s/scratch %d of %d/kmajor=%v", name, s, p.Weight, r.scratch, full, r.kMajor), s, download(t, s, yb, ny), want)
 			}
-			want := make([]float32, ny)
-			if err := Conv3DRef(x, w, bias, want, p); err != nil {
-				t.Fatal(err)
-			}
-			laClose(t, fmt.Sprintf("%s/%s/w%s", name, s, p.Weight), s, download(t, s, yb, ny), want)
 		}
 	}
 }
@@ -168,7 +182,7 @@ func TestVolumeErrors(t *testing.T) {
 		"input too big":  {N: 1, C: 8, D: 4, H: 4, W: 4, OutC: 1, Kernel: [3]int{1, 1, 1}},
 		"negative pad":   {N: 1, C: 1, D: 2, H: 2, W: 2, OutC: 1, Kernel: [3]int{1, 1, 1}, PadBegin: [3]int{-1, 0, 0}},
 	} {
-		if err := testLib.Conv3D(F32, x, w, y, p); err == nil {
+		if err := testLib.Conv3D(F32, x, w, y, Buf{}, p); err == nil {
 			t.Errorf("Conv3D %s: no error", name)
 		}
 	}
@@ -185,7 +199,7 @@ func TestVolumeErrors(t *testing.T) {
 	if err := testLib.AvgPool3D(F32, x, y, Pool3DParams{N: 0, C: 1, D: 2, H: 2, W: 2, Kernel: [3]int{1, 1, 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := testLib.Conv3D(F32, x, w, y, Conv3DParams{N: 1, C: 1, D: 2, H: 2, W: 2, OutC: 0, Kernel: [3]int{1, 1, 1}}); err != nil {
+	if err := testLib.Conv3D(F32, x, w, y, Buf{}, Conv3DParams{N: 1, C: 1, D: 2, H: 2, W: 2, OutC: 0, Kernel: [3]int{1, 1, 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := testLib.Device().Stats().Launches - before; n != 0 {
