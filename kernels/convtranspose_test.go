@@ -260,3 +260,53 @@ func TestConvTransposeErrors(t *testing.T) {
 		t.Errorf("empty batch launched %d kernels", n)
 	}
 }
+
+// TestVisionGEMMRoutes runs the GEMM routes of ConvTranspose2D and Conv3D
+// on the product kernels a GPU would pick (tiled, naive, and the K-major
+// gather), here on the CPU device.
+func TestVisionGEMMRoutes(t *testing.T) {
+	defer func() { mmForce, convKMajor = "", false }()
+	for _, force := range []string{"mm_tiled", "mm_naive"} {
+		mmForce, convKMajor = force, true
+		for _, name := range []string{"3x3 s2 p1 op1", "groups dil"} {
+			p := convTransposeCases[name]
+			x := laRand(61, p.N*p.C*p.H*p.W, F32)
+			w := laRand(62, p.C*p.OutC/max(1, p.Groups)*p.KH*p.KW, F32)
+			bias := laRand(63, p.OutC, F32)
+			oh, ow := p.OutSize()
+			ny := p.N * p.OutC * oh * ow
+			q := p
+			q.Bias = upload(t, F32, bias)
+			yb := alloc(t, F32, ny)
+			if err := testLib.ConvTranspose2D(F32, upload(t, F32, x), upload(t, F32, w), yb, alloc(t, F32, p.ScratchElems()), q); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, ny)
+			if err := ConvTranspose2DRef(x, w, bias, want, p); err != nil {
+				t.Fatal(err)
+			}
+			laClose(t, fmt.Sprintf("ConvTranspose %s/%s", name, force), F32, download(t, F32, yb, ny), want)
+		}
+		for _, name := range []string{"3x3x3 p1", "strided asym"} {
+			p := conv3DCases[name]
+			pn, _ := p.norm()
+			o := pn.OutSize()
+			kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
+			x := laRand(64, p.N*p.C*p.D*p.H*p.W, F32)
+			w := laRand(65, p.OutC*p.C/pn.Groups*kvol, F32)
+			bias := laRand(66, p.OutC, F32)
+			ny := p.N * p.OutC * o[0] * o[1] * o[2]
+			q := p
+			q.Bias = upload(t, F32, bias)
+			yb := alloc(t, F32, ny)
+			if err := testLib.Conv3D(F32, upload(t, F32, x), upload(t, F32, w), yb, alloc(t, F32, p.ScratchElems()), q); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, ny)
+			if err := Conv3DRef(x, w, bias, want, p); err != nil {
+				t.Fatal(err)
+			}
+			laClose(t, fmt.Sprintf("Conv3D %s/%s", name, force), F32, download(t, F32, yb, ny), want)
+		}
+	}
+}

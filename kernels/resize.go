@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"sync"
+
+	"github.com/tlite/tlite/opencl"
 )
 
 //go:embed resize.cl
@@ -424,7 +427,7 @@ func (l *Lib) resize(s Storage, x, y, scratch Buf, p ResizeParams) error {
 			half = need / 2
 		}
 	}
-	k, err := l.kernel("resize", resizeSrc, s.define()+" -cl-fp32-correctly-rounded-divide-sqrt", "resize_axis")
+	k, err := l.resizeKernel(s, "resize_axis")
 	if err != nil {
 		return err
 	}
@@ -454,11 +457,40 @@ func (l *Lib) resize(s Storage, x, y, scratch Buf, p ResizeParams) error {
 	return nil
 }
 
+// resizeExactDiv remembers, per device, whether the resize program builds
+// with correctly rounded division. Coordinates divide by the scale, and
+// nearest rounding agrees with ResizeRef at exact ties only when the
+// quotient is correctly rounded; OpenCL allows 2.5 ulp by default and
+// refuses the option on devices that cannot honour it, which then build
+// without.
+var resizeExactDiv sync.Map // *opencl.Device -> bool
+
+func (l *Lib) resizeKernel(s Storage, name string) (*opencl.Kernel, error) {
+	const exact = " -cl-fp32-correctly-rounded-divide-sqrt"
+	if ok, seen := resizeExactDiv.Load(l.dev); seen {
+		if ok.(bool) {
+			return l.kernel("resize", resizeSrc, s.define()+exact, name)
+		}
+		return l.kernel("resize", resizeSrc, s.define(), name)
+	}
+	k, err := l.kernel("resize", resizeSrc, s.define()+exact, name)
+	if err == nil {
+		resizeExactDiv.Store(l.dev, true)
+		return k, nil
+	}
+	k, err2 := l.kernel("resize", resizeSrc, s.define(), name)
+	if err2 != nil {
+		return nil, err2
+	}
+	resizeExactDiv.Store(l.dev, false)
+	return k, nil
+}
+
 // resizeHW resizes the two innermost axes in one launch.
 func (l *Lib) resizeHW(s Storage, x, y Buf, p ResizeParams) error {
 	r := len(p.In)
 	h, w := p.axis(r-2), p.axis(r-1)
-	k, err := l.kernel("resize", resizeSrc, s.define()+" -cl-fp32-correctly-rounded-divide-sqrt", "resize_hw")
+	k, err := l.resizeKernel(s, "resize_hw")
 	if err != nil {
 		return err
 	}
