@@ -63,7 +63,7 @@ func TestVolumeTorch(t *testing.T) {
 
 var conv3DCases = map[string]Conv3DParams{
 	"3x3x3 p1":     {N: 2, C: 3, D: 5, H: 6, W: 7, OutC: 5, Kernel: [3]int{3, 3, 3}, PadBegin: [3]int{1, 1, 1}, PadEnd: [3]int{1, 1, 1}},
-	"strided asym": {N: 1, C: 4, D: 7, H: 5, W: 9, OutC: 6, Kernel: [3]int{2, 3, 2}, Stride: [3]int{2, 1, 3}, PadBegin: [3]int{1, 0, 2}, PadEnd: [3]int{0, 2, 1}, Dilation: [3]int{1, 2, 2}, Groups: 2},
+	"strided asym": {N: 1, C: 4, D: 7, H: 5, W: 9, OutC: 8, Kernel: [3]int{2, 3, 2}, Stride: [3]int{2, 1, 3}, PadBegin: [3]int{1, 0, 2}, PadEnd: [3]int{0, 2, 1}, Dilation: [3]int{1, 2, 2}, Groups: 2},
 	"depthwise":    {N: 1, C: 4, D: 3, H: 5, W: 5, OutC: 4, Kernel: [3]int{3, 3, 3}, PadBegin: [3]int{1, 1, 1}, PadEnd: [3]int{1, 1, 1}, Groups: 4},
 	"1x1x1":        {N: 2, C: 7, D: 2, H: 3, W: 5, OutC: 3, Kernel: [3]int{1, 1, 1}},
 	"(1,7,7) stem": {N: 1, C: 3, D: 4, H: 13, W: 11, OutC: 8, Kernel: [3]int{1, 7, 7}, Stride: [3]int{1, 2, 2}, PadBegin: [3]int{0, 3, 3}, PadEnd: [3]int{0, 3, 3}},
