@@ -311,6 +311,7 @@ func (ax resizeAxis) coord(x int) float32 {
 // resizePass is one launch: axis a of a tensor whose other axes have already
 // their sizes in shape.
 type resizePass struct {
+	a                   int // the axis
 	ax                  resizeAxis
 	outer, inner, elems int // elements of the pass's output
 }
@@ -340,7 +341,7 @@ func (p ResizeParams) plan() []resizePass {
 		for i := a + 1; i < len(shape); i++ {
 			inner *= shape[i]
 		}
-		passes = append(passes, resizePass{ax: p.axis(a), outer: outer, inner: inner, elems: outer * inner * p.Out[a]})
+		passes = append(passes, resizePass{a: a, ax: p.axis(a), outer: outer, inner: inner, elems: outer * inner * p.Out[a]})
 	}
 	return passes
 }
@@ -357,8 +358,7 @@ func prod(xs []int) int {
 // resize_hw does in one launch.
 func (p ResizeParams) fusedHW(passes []resizePass) bool {
 	r := len(p.In)
-	return !resizeSeparable && len(passes) == 2 && passes[0].inner*passes[1].inner == p.Out[r-1] &&
-		min(passes[0].inner, passes[1].inner) == 1
+	return !resizeSeparable && len(passes) == 2 && passes[0].a+passes[1].a == 2*r-3
 }
 
 // resizeSeparable, set by tests, runs image resizes as two passes too.

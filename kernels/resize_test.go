@@ -254,6 +254,7 @@ func TestResizeShapes(t *testing.T) {
 		"2-D up":          {in: []int{2, 3, 5, 7}, out: []int{2, 3, 11, 13}},
 		"2-D down":        {in: []int{1, 2, 9, 13}, out: []int{1, 2, 4, 6}},
 		"2-D mixed scale": {in: []int{1, 3, 6, 5}, out: []int{1, 3, 9, 3}, scales: []float64{1, 1, 1.6, 0.7}},
+		"2-D rows shrink": {in: []int{2, 2, 9, 4}, out: []int{2, 2, 5, 7}},
 		"1-D":             {in: []int{3, 2, 17}, out: []int{3, 2, 6}},
 		"3-D":             {in: []int{1, 2, 3, 4, 5}, out: []int{1, 2, 5, 3, 8}},
 		"every axis":      {in: []int{2, 3, 4}, out: []int{3, 5, 2}},
@@ -341,6 +342,34 @@ func TestResizeShapes(t *testing.T) {
 	}
 }
 
+// TestResizeRoutes: which resizes take one launch and no scratch.
+func TestResizeRoutes(t *testing.T) {
+	for _, c := range []struct {
+		in, out []int
+		fused   bool
+		scratch int
+	}{
+		{[]int{1, 3, 8, 8}, []int{1, 3, 16, 16}, true, 0},
+		{[]int{1, 3, 9, 4}, []int{1, 3, 5, 7}, true, 0},   // rows first (they shrink): still one launch
+		{[]int{1, 3, 8, 8}, []int{1, 3, 8, 16}, false, 0}, // one axis: one pass
+		{[]int{2, 3, 4}, []int{2, 6, 8}, true, 0},
+		{[]int{2, 3, 4}, []int{4, 3, 8}, false, 2 * 3 * 8},               // axes 0 and 2: W first (bigger ratio last)
+		{[]int{2, 3, 4, 5}, []int{1, 6, 8, 5}, false, 2 * 1 * 6 * 4 * 5}, // N shrinks first; three passes
+		{[]int{2, 3, 4}, []int{3, 6, 8}, false, 2 * 3 * 6 * 4},           // three passes: two intermediates
+	} {
+		p := ResizeParams{In: c.in, Out: c.out, Scales: make([]float64, len(c.in)), Mode: ResizeLinear}
+		for i := range p.Scales {
+			p.Scales[i] = float64(c.out[i]) / float64(c.in[i])
+		}
+		if got := p.fusedHW(p.plan()); got != c.fused {
+			t.Errorf("%v -> %v: fused %v, want %v", c.in, c.out, got, c.fused)
+		}
+		if got := p.ScratchElems(); got != c.scratch {
+			t.Errorf("%v -> %v: scratch %d, want %d", c.in, c.out, got, c.scratch)
+		}
+	}
+}
+
 func TestResizeErrors(t *testing.T) {
 	x, y := alloc(t, F32, 64), alloc(t, F32, 64)
 	ok := ResizeParams{In: []int{2, 4}, Out: []int{2, 8}, Scales: []float64{1, 2}, Mode: ResizeLinear}
@@ -357,7 +386,7 @@ func TestResizeErrors(t *testing.T) {
 		"roi":               func(p *ResizeParams) { p.RoiStart = []float64{0} },
 		"grow empty":        func(p *ResizeParams) { p.In = []int{0, 4} },
 		"scratch missing": func(p *ResizeParams) {
-			p.Out, p.Scales = []int{3, 8}, []float64{1.5, 2}
+			p.In, p.Out, p.Scales = []int{2, 2, 4}, []int{3, 2, 8}, []float64{1.5, 1, 2}
 		},
 	} {
 		p := ok
