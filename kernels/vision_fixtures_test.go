@@ -38,6 +38,8 @@ type onnxCase struct {
 	Values map[string]fixArray `json:"values"`
 	Attrs  map[string]any      `json:"attrs"`
 	Output fixArray            `json:"output"`
+	// Outputs are all the node's outputs, Output first.
+	Outputs []fixArray `json:"outputs"`
 }
 
 // input is the value in input slot i, if the node fills it.

@@ -117,3 +117,44 @@ __kernel void conv3d_im2col(__global const store_t *X, int offX,
 		v = LOAD(X, offX + (((n * C + g * Cg + ic) * D + id) * H + ih) * W + iw);
 	STORE(Col, offCol + z * P * Kc + p * cp + kc * ck, v);
 }
+
+// pool3d_argmax: MaxPool's values and, as int64, the flat index of each
+// maximum in the whole input tensor: row-major ((plane*D + id)*H + ih)*W + iw,
+// or with colMajor (ONNX storage_order 1) plane*D*H*W + (iw*H + ih)*D + id.
+// The first maximum wins, a NaN over any number (the last NaN over an
+// earlier one), as in PyTorch. global as pool3d.
+__kernel void pool3d_argmax(__global const store_t *X, int offX,
+                            __global store_t *Y, int offY,
+                            __global long *I, int offI, int D, int H, int W,
+                            int OD, int OH, int OW, int KD, int KH, int KW,
+                            int sd, int sh, int sw, int pd, int ph, int pw,
+                            int dd, int dh, int dw, int colMajor) {
+	const int ow = get_global_id(0), oh = get_global_id(1);
+	const int z = get_global_id(2); // plane*OD + od
+	if (ow >= OW || oh >= OH) return;
+	const int od = z % OD, plane = z / OD;
+	__global const store_t *xp = X + offX + (long)plane * D * H * W;
+	const int d0 = od * sd - pd, h0 = oh * sh - ph, w0 = ow * sw - pw;
+	float m = -INFINITY;
+	long at = -1;
+	for (int kd = 0; kd < KD; kd++) {
+		const int id = d0 + kd * dd;
+		if (id < 0 || id >= D) continue;
+		for (int kh = 0; kh < KH; kh++) {
+			const int ih = h0 + kh * dh;
+			if (ih < 0 || ih >= H) continue;
+			for (int kw = 0; kw < KW; kw++) {
+				const int iw = w0 + kw * dw;
+				if (iw < 0 || iw >= W) continue;
+				const float v = LOAD(xp, (id * H + ih) * W + iw);
+				if (v > m || isnan(v) || at < 0) {
+					m = v;
+					at = colMajor ? ((long)iw * H + ih) * D + id : ((long)id * H + ih) * W + iw;
+				}
+			}
+		}
+	}
+	const int o = (z * OH + oh) * OW + ow;
+	STORE(Y, offY + o, m);
+	I[offI + o] = (long)plane * D * H * W + at;
+}

@@ -332,6 +332,102 @@ func (l *Lib) pool3D(s Storage, x, y Buf, p Pool3DParams, avg bool) error {
 		i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), b2i(avg), b2i(p.CountIncludePad))
 }
 
+// MaxPoolWithIndices writes MaxPool's values into y and its second output,
+// Indices, into idx as int64: each maximum's flat position in the whole
+// input, row-major, or column-major within each (n, c) plane with colMajor
+// (ONNX storage_order 1). A 2-D pool is D = 1 with a depth-1 window.
+func (l *Lib) MaxPoolWithIndices(s Storage, x, y, idx Buf, colMajor bool, p Pool3DParams) error {
+	if err := l.maxPoolIdx(s, x, y, idx, colMajor, p); err != nil {
+		return fmt.Errorf("kernels: MaxPoolWithIndices %dx%dx%dx%dx%d (window %v): %w", p.N, p.C, p.D, p.H, p.W, p.Kernel, err)
+	}
+	return nil
+}
+
+func (l *Lib) maxPoolIdx(s Storage, x, y, idx Buf, colMajor bool, p Pool3DParams) error {
+	p, err := p.norm()
+	if err != nil {
+		return err
+	}
+	o := p.OutSize()
+	planes := p.N * p.C
+	ny := planes * o[0] * o[1] * o[2]
+	if ny == 0 {
+		return nil
+	}
+	if err := checkBufUses([]bufUse{{"input", x, s, planes * p.D * p.H * p.W}, {"output", y, s, ny}}); err != nil {
+		return err
+	}
+	if idx.Mem == nil || idx.Off < 0 || idx.Off+ny > idx.Mem.Size()/8 || idx.Off+ny > math.MaxInt32 {
+		return fmt.Errorf("indices: %d int64 elements from offset %d do not fit the buffer", ny, idx.Off)
+	}
+	k, err := l.kernel("volume", volumeSrc, s.define(), "pool3d_argmax")
+	if err != nil {
+		return err
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	cm := int32(0)
+	if colMajor {
+		cm = 1
+	}
+	global, local := l.cpuGroups([]int{o[2], o[1], planes * o[0]})
+	return l.dev.Launch(k, global, local, x.Mem, i32(x.Off), y.Mem, i32(y.Off), idx.Mem, i32(idx.Off),
+		i32(p.D), i32(p.H), i32(p.W), i32(o[0]), i32(o[1]), i32(o[2]),
+		i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]), i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]),
+		i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
+		i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), cm)
+}
+
+// MaxPoolIndicesRef is the pure-Go reference for MaxPoolWithIndices' values
+// (y) and indices (idx).
+func MaxPoolIndicesRef(x, y []float32, idx []int64, colMajor bool, p Pool3DParams) error {
+	p, err := p.norm()
+	if err != nil {
+		return fmt.Errorf("kernels: MaxPoolIndicesRef: %w", err)
+	}
+	o := p.OutSize()
+	in := [3]int{p.D, p.H, p.W}
+	planes := p.N * p.C
+	vol := in[0] * in[1] * in[2]
+	if len(x) < planes*vol || len(y) < planes*o[0]*o[1]*o[2] || len(idx) < len(y) {
+		return fmt.Errorf("kernels: MaxPoolIndicesRef: a slice is shorter than %+v needs", p)
+	}
+	kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
+	i := 0
+	for z := 0; z < planes; z++ {
+		for od := 0; od < o[0]; od++ {
+			for oh := 0; oh < o[1]; oh++ {
+				for ow := 0; ow < o[2]; ow++ {
+					out := [3]int{od, oh, ow}
+					m, at := math.Inf(-1), -1
+					for t := 0; t < kvol; t++ {
+						tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
+						var pos [3]int
+						inside := true
+						for a := 0; a < 3; a++ {
+							pos[a] = out[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
+							inside = inside && pos[a] >= 0 && pos[a] < in[a]
+						}
+						if !inside {
+							continue
+						}
+						v := float64(x[z*vol+(pos[0]*in[1]+pos[1])*in[2]+pos[2]])
+						if v > m || math.IsNaN(v) || at < 0 {
+							m = v
+							at = (pos[0]*in[1]+pos[1])*in[2] + pos[2]
+							if colMajor {
+								at = (pos[2]*in[1]+pos[1])*in[0] + pos[0]
+							}
+						}
+					}
+					y[i], idx[i] = float32(m), int64(z*vol+at)
+					i++
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // Pool3DRef is the pure-Go reference for MaxPool3D (avg false) and AvgPool3D
 // on host tensors.
 func Pool3DRef(x, y []float32, p Pool3DParams, avg bool) error {

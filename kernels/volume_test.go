@@ -206,3 +206,101 @@ func TestVolumeErrors(t *testing.T) {
 		t.Errorf("empty outputs launched %d kernels", n)
 	}
 }
+
+// TestMaxPoolIndicesONNXCases: ONNX's MaxPool node tests with the Indices
+// output (row- and column-major), reference and device.
+func TestMaxPoolIndicesONNXCases(t *testing.T) {
+	n := 0
+	for _, c := range loadFixtures[onnxCase](t, "onnx_cases.json") {
+		if c.Op != "MaxPool" {
+			continue
+		}
+		n++
+		x, _ := c.input(0)
+		if len(x.Shape) != 4 || len(c.Outputs) != 2 {
+			t.Fatalf("%s: input %v, %d outputs", c.Name, x.Shape, len(c.Outputs))
+		}
+		k, st, pads := c.attrInts("kernel_shape"), c.attrInts("strides"), c.attrInts("pads")
+		if st == nil {
+			st = []int{1, 1}
+		}
+		if pads == nil {
+			pads = []int{0, 0, 0, 0}
+		}
+		p := Pool3DParams{N: x.Shape[0], C: x.Shape[1], D: 1, H: x.Shape[2], W: x.Shape[3],
+			Kernel: [3]int{1, k[0], k[1]}, Stride: [3]int{1, st[0], st[1]},
+			PadBegin: [3]int{0, pads[0], pads[1]}, PadEnd: [3]int{0, pads[2], pads[3]}}
+		colMajor := c.attrFloat("storage_order", 0) != 0
+		want, wantIdx := c.Outputs[0].f32(), c.Outputs[1].ints()
+		y, idx := make([]float32, len(want)), make([]int64, len(want))
+		if err := MaxPoolIndicesRef(x.f32(), y, idx, colMajor, p); err != nil {
+			t.Fatal(err)
+		}
+		assertClose(t, c.Name+" values", y, want, 0, 0)
+		for i := range idx {
+			if idx[i] != int64(wantIdx[i]) {
+				t.Fatalf("%s: reference index %d = %d, want %d", c.Name, i, idx[i], wantIdx[i])
+			}
+		}
+		yb, ib := alloc(t, F32, len(want)), alloc(t, F32, 2*len(want)+2)
+		if err := testLib.MaxPoolWithIndices(F32, upload(t, F32, x.f32()), yb, Buf{Mem: ib.Mem, Off: 2}, colMajor, p); err != nil {
+			t.Fatal(err)
+		}
+		assertClose(t, c.Name+" device values", download(t, F32, yb, len(want)), want, 0, 0)
+		got := downloadInt64(t, Buf{Mem: ib.Mem, Off: 2}, len(want))
+		for i := range got {
+			if got[i] != int64(wantIdx[i]) {
+				t.Fatalf("%s: device index %d = %d, want %d", c.Name, i, got[i], wantIdx[i])
+			}
+		}
+	}
+	if n < 2 {
+		t.Fatalf("only %d MaxPool cases with indices", n)
+	}
+}
+
+// TestMaxPoolIndicesShapes: device against reference on odd 2-D and 3-D
+// shapes with NaNs and ties, both index orders.
+func TestMaxPoolIndicesShapes(t *testing.T) {
+	cases := map[string]Pool3DParams{
+		"2-D 3x3 s2 p1": {N: 2, C: 3, D: 1, H: 7, W: 9, Kernel: [3]int{1, 3, 3}, Stride: [3]int{1, 2, 2}, PadBegin: [3]int{0, 1, 1}, PadEnd: [3]int{0, 1, 1}},
+		"3-D ceil dil":  {N: 1, C: 2, D: 5, H: 6, W: 7, Kernel: [3]int{2, 2, 3}, Stride: [3]int{2, 2, 1}, Dilation: [3]int{1, 2, 1}, PadBegin: [3]int{1, 0, 1}, PadEnd: [3]int{0, 1, 1}, CeilMode: true},
+	}
+	for name, p := range cases {
+		o := p.OutSize()
+		ny := p.N * p.C * o[0] * o[1] * o[2]
+		x := laRand(71, p.N*p.C*p.D*p.H*p.W, F32)
+		for i := range x {
+			if i%5 == 0 {
+				x[i] = float32(math.Round(float64(x[i]))) // ties
+			}
+		}
+		x[11] = float32(math.NaN())
+		for _, cm := range []bool{false, true} {
+			yb, ib := alloc(t, F32, ny), alloc(t, F32, 2*ny)
+			if err := testLib.MaxPoolWithIndices(F32, upload(t, F32, x), yb, Buf{Mem: ib.Mem, Off: 0}, cm, p); err != nil {
+				t.Fatal(err)
+			}
+			want, wantIdx := make([]float32, ny), make([]int64, ny)
+			if err := MaxPoolIndicesRef(x, want, wantIdx, cm, p); err != nil {
+				t.Fatal(err)
+			}
+			assertClose(t, fmt.Sprintf("%s/colMajor=%v values", name, cm), download(t, F32, yb, ny), want, 0, 0)
+			got := downloadInt64(t, Buf{Mem: ib.Mem}, ny)
+			for i := range got {
+				if got[i] != wantIdx[i] {
+					t.Fatalf("%s/colMajor=%v: index %d = %d, want %d", name, cm, i, got[i], wantIdx[i])
+				}
+			}
+			plain := make([]float32, ny)
+			if err := Pool3DRef(x, plain, p, false); err != nil {
+				t.Fatal(err)
+			}
+			assertClose(t, name+" values match MaxPool3D's", want, plain, 0, 0)
+		}
+	}
+	x, y := alloc(t, F32, 64), alloc(t, F32, 64)
+	if err := testLib.MaxPoolWithIndices(F32, x, y, alloc(t, F32, 3), false, Pool3DParams{N: 1, C: 1, D: 1, H: 4, W: 4, Kernel: [3]int{1, 1, 1}}); err == nil {
+		t.Error("short index buffer: no error")
+	}
+}

@@ -2,8 +2,9 @@
 """Writes the vision kernels' fixtures (run with Debian's python3: torch 1.13,
 onnx 1.12):
 
-  onnx_cases.json   ONNX's own node test cases for Resize, Upsample and
-                    ConvTranspose (inputs, attributes, expected outputs), as
+  onnx_cases.json   ONNX's own node test cases for Resize, Upsample,
+                    ConvTranspose and MaxPool with Indices (inputs,
+                    attributes, expected outputs), as
                     the onnx package's backend test generator defines them.
   torch_cases.json  PyTorch 1.13 outputs on small odd shapes: interpolate
                     (nearest, nearest-exact, bilinear/bicubic/trilinear with
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from onnx import helper
 from onnx.backend.test.case.base import Base
 import onnx.backend.test.case.node.convtranspose as ct_cases
+import onnx.backend.test.case.node.maxpool as maxpool_cases
 import onnx.backend.test.case.node.resize as resize_cases
 import onnx.backend.test.case.node.upsample as upsample_cases
 
@@ -64,10 +66,13 @@ def onnx_cases():
         for n, v in zip(names, inputs):
             named[n] = flat(v)
         slots = list(node.input)
+        if node.op_type == "MaxPool" and len(outputs) < 2:
+            return  # only the cases with Indices; the others are 2-D pools
         out.append({"name": name, "op": node.op_type, "inputs": slots, "values": named,
-                    "attrs": attrs, "output": flat(outputs[0])})
+                    "attrs": attrs, "output": flat(outputs[0]),
+                    "outputs": [flat(o) for o in outputs]})
 
-    for mod in (resize_cases, ct_cases, upsample_cases):
+    for mod in (resize_cases, ct_cases, upsample_cases, maxpool_cases):
         mod.expect = capture
         for _, cls in inspect.getmembers(mod, inspect.isclass):
             if issubclass(cls, Base) and cls is not Base:
