@@ -8,6 +8,7 @@
 //   cform 1: x / scale                         asymmetric
 //   cform 2: (x * num) / den + off             align_corners, tf_crop_and_resize
 //   cform 3: off                               a one-element output's constant
+//   cform 4: (x + 0.5) / scale                 tf_half_pixel_for_nn
 // The float32 operations and their order are those of ResizeRef, so that
 // nearest rounding agrees at exact ties.
 //
@@ -37,6 +38,7 @@ static float rs_coord(int ox, int cform, float scale, float num, float den,
 		const float p = x * num;
 		return p / den + off;
 	}
+	if (cform == 4) return (x + 0.5f) / scale;
 	return off;
 }
 

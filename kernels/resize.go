@@ -32,6 +32,7 @@ const (
 	CoordAlignCorners                          // "align_corners"
 	CoordAsymmetric                            // "asymmetric" (Resize-10 and Upsample)
 	CoordTFCropAndResize                       // "tf_crop_and_resize"
+	CoordTFHalfPixelForNN                      // "tf_half_pixel_for_nn" (opsets 11 and 12)
 )
 
 // NearestMode is ONNX Resize's nearest_mode.
@@ -48,7 +49,7 @@ var (
 	resizeModeNames  = map[string]ResizeMode{"nearest": ResizeNearest, "linear": ResizeLinear, "cubic": ResizeCubic}
 	resizeCoordNames = map[string]ResizeCoord{"half_pixel": CoordHalfPixel, "half_pixel_symmetric": CoordHalfPixelSymmetric,
 		"pytorch_half_pixel": CoordPytorchHalfPixel, "align_corners": CoordAlignCorners, "asymmetric": CoordAsymmetric,
-		"tf_crop_and_resize": CoordTFCropAndResize}
+		"tf_crop_and_resize": CoordTFCropAndResize, "tf_half_pixel_for_nn": CoordTFHalfPixelForNN}
 	nearestModeNames = map[string]NearestMode{"round_prefer_floor": NearestRoundPreferFloor,
 		"round_prefer_ceil": NearestRoundPreferCeil, "floor": NearestFloor, "ceil": NearestCeil}
 )
@@ -224,7 +225,7 @@ func (p ResizeParams) validate() error {
 			return fmt.Errorf("axis %d: scale %g is not a positive finite number", i, s)
 		}
 	}
-	if p.Mode < ResizeNearest || p.Mode > ResizeCubic || p.Coord < CoordHalfPixel || p.Coord > CoordTFCropAndResize ||
+	if p.Mode < ResizeNearest || p.Mode > ResizeCubic || p.Coord < CoordHalfPixel || p.Coord > CoordTFHalfPixelForNN ||
 		p.Nearest < NearestRoundPreferFloor || p.Nearest > NearestCeil {
 		return fmt.Errorf("mode %d, coordinate mode %d or nearest mode %d out of range", p.Mode, p.Coord, p.Nearest)
 	}
@@ -265,6 +266,8 @@ func (p ResizeParams) axis(a int) resizeAxis {
 		}
 	case CoordAsymmetric:
 		ax.cform = 1
+	case CoordTFHalfPixelForNN:
+		ax.cform = 4
 	case CoordTFCropAndResize:
 		ax.extrap = true
 		ax.cform, ax.num, ax.den, ax.off = 2, float32((r1-r0)*float64(in-1)), float32(outLen-1), float32(r0*float64(in-1))
@@ -285,9 +288,10 @@ func (p ResizeParams) axis(a int) resizeAxis {
 		ax.m = int(-math.Floor(-float64(ax.m) / ks))
 	}
 	// An axis that keeps its size under scale 1 maps every coordinate to
-	// itself in every mode (tf_crop_and_resize only over the whole axis):
-	// the launcher skips it.
-	ax.identity = in == out && s == 1 && (p.Coord != CoordTFCropAndResize || r0 == 0 && r1 == 1)
+	// itself (tf_crop_and_resize only over the whole axis; never
+	// tf_half_pixel_for_nn, which samples x + 0.5): the launcher skips it.
+	ax.identity = in == out && s == 1 && p.Coord != CoordTFHalfPixelForNN &&
+		(p.Coord != CoordTFCropAndResize || r0 == 0 && r1 == 1)
 	return ax
 }
 
@@ -304,6 +308,8 @@ func (ax resizeAxis) coord(x int) float32 {
 	case 2:
 		pr := float32(xf * ax.num)
 		return pr/ax.den + ax.off
+	case 4:
+		return float32(xf+0.5) / ax.scale
 	}
 	return ax.off
 }

@@ -186,6 +186,9 @@ func TestResizeRefByHand(t *testing.T) {
 		p.Nearest = mode
 		assertClose(t, fmt.Sprint("nearest mode ", mode), run(p), want, 0, 0)
 	}
+	// tf_half_pixel_for_nn, 3 -> 2: (x+0.5)*1.5 = 0.75, 2.25 round to 1, 2.
+	p = ResizeParams{In: []int{3}, Out: []int{2}, Scales: []float64{2.0 / 3}, Mode: ResizeNearest, Coord: CoordTFHalfPixelForNN}
+	assertClose(t, "tf_half_pixel_for_nn", run(p), []float32{1, 2}, 0, 0)
 	// tf_crop_and_resize over [-0.5, 1] of 3 -> 4: coordinates -1, 0, 1, 2;
 	// the first lies outside and takes the extrapolation value.
 	p = ResizeParams{In: []int{3}, Out: []int{4}, Scales: []float64{4.0 / 3}, Mode: ResizeLinear, Coord: CoordTFCropAndResize,
@@ -266,7 +269,7 @@ func TestResizeShapes(t *testing.T) {
 		set  func(*ResizeParams)
 	}
 	var variants []variant
-	for _, coord := range []ResizeCoord{CoordHalfPixel, CoordHalfPixelSymmetric, CoordPytorchHalfPixel, CoordAlignCorners, CoordAsymmetric, CoordTFCropAndResize} {
+	for _, coord := range []ResizeCoord{CoordHalfPixel, CoordHalfPixelSymmetric, CoordPytorchHalfPixel, CoordAlignCorners, CoordAsymmetric, CoordTFCropAndResize, CoordTFHalfPixelForNN} {
 		for _, nm := range []NearestMode{NearestRoundPreferFloor, NearestRoundPreferCeil, NearestFloor, NearestCeil} {
 			coord, nm := coord, nm
 			variants = append(variants, variant{fmt.Sprintf("nearest/%d/coord%d", nm, coord), func(p *ResizeParams) {
