@@ -369,6 +369,9 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 	if _, err := lc.floatStorage(w); err != nil {
 		return nil, err
 	}
+	if len(x.shape) == 5 {
+		return lowerConv3D(lc, s)
+	}
 	sp, err := readSpatial(lc, len(x.shape))
 	if err != nil {
 		return nil, err
@@ -442,12 +445,12 @@ func lowerPool(lc *lowerCtx) (*stepDef, error) {
 	if x == nil {
 		return nil, lc.unsupported("needs X")
 	}
-	if lc.used(1) {
-		return nil, lc.unsupported("the Indices output")
-	}
 	s, err := lc.floatStorage(x)
 	if err != nil {
 		return nil, err
+	}
+	if lc.used(1) || len(x.shape) == 5 {
+		return lowerPoolVolume(lc, s)
 	}
 	sp, err := readSpatial(lc, len(x.shape))
 	if err != nil {

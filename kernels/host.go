@@ -423,3 +423,51 @@ func (h *HostDevice) Attention(s Storage, q, k, v, o Buf, p AttentionParams) err
 	}
 	return AttentionRef(hostF32(q), hostF32(k), hostF32(v), hostF32(p.Mask), hostF32(o), p)
 }
+
+// Resize runs ResizeRef; it needs no scratch.
+func (h *HostDevice) Resize(s Storage, x, y, scratch Buf, p ResizeParams) error {
+	if err := f32only(s); err != nil {
+		return err
+	}
+	return ResizeRef(hostF32(x), hostF32(y), p)
+}
+
+// ConvTranspose2D runs ConvTranspose2DRef; it needs no scratch.
+func (h *HostDevice) ConvTranspose2D(s Storage, x, w, y, scratch Buf, p ConvTransposeParams) error {
+	if err := f32only(s); err != nil {
+		return err
+	}
+	return ConvTranspose2DRef(hostF32(x), hostF32(w), hostF32(p.Bias), hostF32(y), p)
+}
+
+// Conv3D runs Conv3DRef; it needs no scratch.
+func (h *HostDevice) Conv3D(s Storage, x, w, y, scratch Buf, p Conv3DParams) error {
+	if err := f32only(s); err != nil {
+		return err
+	}
+	return Conv3DRef(hostF32(x), hostF32(w), hostF32(p.Bias), hostF32(y), p)
+}
+
+// MaxPool3D runs Pool3DRef.
+func (h *HostDevice) MaxPool3D(s Storage, x, y Buf, p Pool3DParams) error {
+	if err := f32only(s); err != nil {
+		return err
+	}
+	return Pool3DRef(hostF32(x), hostF32(y), p, false)
+}
+
+// AvgPool3D runs Pool3DRef.
+func (h *HostDevice) AvgPool3D(s Storage, x, y Buf, p Pool3DParams) error {
+	if err := f32only(s); err != nil {
+		return err
+	}
+	return Pool3DRef(hostF32(x), hostF32(y), p, true)
+}
+
+// MaxPoolWithIndices runs MaxPoolIndicesRef.
+func (h *HostDevice) MaxPoolWithIndices(s Storage, x, y, idx Buf, colMajor bool, p Pool3DParams) error {
+	if err := f32only(s); err != nil {
+		return err
+	}
+	return MaxPoolIndicesRef(hostF32(x), hostF32(y), hostI64(idx), colMajor, p)
+}
