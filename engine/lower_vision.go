@@ -178,6 +178,9 @@ func lowerResize(lc *lowerCtx) (*stepDef, error) {
 	esz, _ := lc.esize(x)
 	xs, xconst := constShape(x.shape)
 	szc, szconst := constShape(sizes)
+	if sizes == nil {
+		szc = nil
+	}
 	if xconst && szconst {
 		// Refuse at Open what the kernels would refuse at Run.
 		q, err := geometry(xs, szc)

@@ -38,14 +38,19 @@ const (
 	// (the model was constant-folded at Open or computed on the host), so
 	// the case says nothing about the device's kernels.
 	HostOnly
+	// OutOfScope: the case did not pass and tests what the engine does not
+	// set out to run (training, random numbers, strings, sequences, maps,
+	// optionals, float64); Detail says which.
+	OutOfScope
 )
 
 // Corpus names the test cases Run runs.
 const Corpus = "onnx-go's packaged ONNX backend node tests (ONNX opsets 9 and 10)"
 
-// String returns "pass", "FAIL", "unsupported" or "host-only".
+// String returns "pass", "FAIL", "unsupported", "host-only" or
+// "out-of-scope".
 func (s Status) String() string {
-	return [...]string{"pass", "FAIL", "unsupported", "host-only"}[s]
+	return [...]string{"pass", "FAIL", "unsupported", "host-only", "out-of-scope"}[s]
 }
 
 // Case is the outcome of one corpus test case.
@@ -57,7 +62,9 @@ type Case struct {
 
 // Report is the outcome of a whole run.
 type Report struct {
-	Cases []Case
+	// Corpus names the corpus run (Corpus or NodeCorpus).
+	Corpus string
+	Cases  []Case
 }
 
 // Tolerance of float comparisons: |got - want| <= Atol + Rtol*|want|, the
@@ -80,7 +87,7 @@ func Run(opts engine.Options) *Report {
 		tcs[i] = c()
 	}
 	sort.Slice(tcs, func(i, j int) bool { return tcs[i].Title < tcs[j].Title })
-	r := &Report{}
+	r := &Report{Corpus: Corpus}
 	for _, tc := range tcs {
 		st, detail := runCase(tc, opts)
 		r.Cases = append(r.Cases, Case{Op: tc.OpType, Title: tc.Title, Status: st, Detail: detail})
@@ -265,6 +272,14 @@ func values(t tensor.Tensor) ([]float64, string, error) {
 			out[i] = float64(x)
 		}
 		return out, "int", nil
+	case []int16:
+		return floatsOf(v), "int", nil
+	case []uint16:
+		return floatsOf(v), "int", nil
+	case []uint32:
+		return floatsOf(v), "int", nil
+	case []uint64:
+		return floatsOf(v), "int", nil
 	case []bool:
 		out := make([]float64, len(v))
 		for i, x := range v {
@@ -282,10 +297,21 @@ func values(t tensor.Tensor) ([]float64, string, error) {
 	return nil, "", fmt.Errorf("data of type %T", t.Data())
 }
 
+// floatsOf widens integers to float64 (exact below 2^53, which the corpus's
+// values are).
+func floatsOf[T int16 | uint16 | uint32 | uint64](v []T) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
 // denseTypes maps ONNX element types onto gorgonia's.
 var denseTypes = map[dtype.Type]tensor.Dtype{
 	dtype.Float32: tensor.Float32, dtype.Float64: tensor.Float64, dtype.Int64: tensor.Int64,
 	dtype.Int32: tensor.Int32, dtype.Int8: tensor.Int8, dtype.Uint8: tensor.Uint8, dtype.Bool: tensor.Bool,
+	dtype.Int16: tensor.Int16, dtype.Uint16: tensor.Uint16, dtype.Uint32: tensor.Uint32, dtype.Uint64: tensor.Uint64,
 }
 
 // conform converts d to v's declared element type and, when the element
@@ -423,12 +449,14 @@ func sameDims(a, b []int) bool {
 type OpStats struct {
 	Op                                      string
 	Cases, Passed, Failed, Unsupp, HostOnly int
+	// OutScope counts the cases classified out of scope.
+	OutScope int
 	// Claimed: the engine has a lowering or host op for Op.
 	Claimed bool
 	// Supported: claimed, and every case passes, at least one of them on
 	// the device (no case fails or is refused).
-	Supported                      bool
-	FirstFailure, FirstUnsupported string
+	Supported                                       bool
+	FirstFailure, FirstUnsupported, FirstOutOfScope string
 }
 
 // ByOp groups the cases by operator, sorted by name.
@@ -459,6 +487,11 @@ func (r *Report) ByOp() []OpStats {
 			}
 		case HostOnly:
 			s.HostOnly++
+		case OutOfScope:
+			s.OutScope++
+			if s.FirstOutOfScope == "" {
+				s.FirstOutOfScope = c.Title + ": " + c.Detail
+			}
 		}
 	}
 	for i := range out {
@@ -473,12 +506,15 @@ func (r *Report) ByOp() []OpStats {
 // first failure (or unsupported reason) of each.
 func (r *Report) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "corpus: %s, %d cases\n", Corpus, len(r.Cases))
-	fmt.Fprintf(&b, "%-26s %5s %5s %5s %5s %5s  %s\n", "op", "cases", "pass", "host", "fail", "unsup", "first problem")
+	fmt.Fprintf(&b, "corpus: %s, %d cases\n", r.Corpus, len(r.Cases))
+	fmt.Fprintf(&b, "%-26s %5s %5s %5s %5s %5s %5s  %s\n", "op", "cases", "pass", "host", "fail", "unsup", "scope", "first problem")
 	for _, s := range r.ByOp() {
 		note := s.FirstFailure
 		if note == "" {
 			note = s.FirstUnsupported
+		}
+		if note == "" {
+			note = s.FirstOutOfScope
 		}
 		if len(note) > 160 {
 			note = note[:160] + "..."
@@ -487,15 +523,15 @@ func (r *Report) Table() string {
 		if s.Supported {
 			name += " *"
 		}
-		fmt.Fprintf(&b, "%-26s %5d %5d %5d %5d %5d  %s\n", name, s.Cases, s.Passed, s.HostOnly, s.Failed, s.Unsupp, note)
+		fmt.Fprintf(&b, "%-26s %5d %5d %5d %5d %5d %5d  %s\n", name, s.Cases, s.Passed, s.HostOnly, s.Failed, s.Unsupp, s.OutScope, note)
 	}
-	b.WriteString("(* = supported: every case passes, at least one on the device; host = correct without reaching a device kernel)\n")
+	b.WriteString("(* = supported: every case passes, at least one on the device; host = correct without reaching a device kernel; scope = out of scope, with the reason)\n")
 	return b.String()
 }
 
 // Summary is the one-line total.
 func (r *Report) Summary() string {
-	var p, f, u, h int
+	var p, f, u, h, o int
 	for _, c := range r.Cases {
 		switch c.Status {
 		case Passed:
@@ -506,9 +542,15 @@ func (r *Report) Summary() string {
 			u++
 		case HostOnly:
 			h++
+		case OutOfScope:
+			o++
 		}
 	}
-	return fmt.Sprintf("conformance: %d passed on the device, %d correct host-only, %d failed, %d unsupported of %d cases", p, h, f, u, len(r.Cases))
+	msg := fmt.Sprintf("conformance: %d passed on the device, %d correct host-only, %d failed, %d unsupported", p, h, f, u)
+	if o > 0 {
+		msg += fmt.Sprintf(", %d out of scope", o)
+	}
+	return msg + fmt.Sprintf(" of %d cases", len(r.Cases))
 }
 
 // Passing lists the titles of the cases that passed on the device, sorted:
@@ -517,6 +559,19 @@ func (r *Report) Passing() []string {
 	var out []string
 	for _, c := range r.Cases {
 		if c.Status == Passed {
+			out = append(out, c.Title)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Correct lists the titles of the cases whose outputs were right, on the
+// device or host-only, sorted: the node corpus's ratchet list.
+func (r *Report) Correct() []string {
+	var out []string
+	for _, c := range r.Cases {
+		if c.Status == Passed || c.Status == HostOnly {
 			out = append(out, c.Title)
 		}
 	}
