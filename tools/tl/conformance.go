@@ -105,7 +105,7 @@ func runConformance(args []string) error {
 	for _, s := range rep.ByOp() {
 		out.Ops = append(out.Ops, opConformance{Op: s.Op, Cases: s.Cases, Passed: s.Passed, HostOnly: s.HostOnly, Failed: s.Failed, Unsupported: s.Unsupp,
 			OutOfScope: s.OutScope,
-			Supported: s.Supported, Claimed: s.Claimed, FirstFailure: s.FirstFailure, FirstUnsupported: s.FirstUnsupported, FirstOutOfScope: s.FirstOutOfScope})
+			Supported:  s.Supported, Claimed: s.Claimed, FirstFailure: s.FirstFailure, FirstUnsupported: s.FirstUnsupported, FirstOutOfScope: s.FirstOutOfScope})
 		out.Cases += s.Cases
 		out.Passed += s.Passed
 		out.HostOnly += s.HostOnly
