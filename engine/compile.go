@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tlite/tlite/graph"
@@ -212,6 +213,12 @@ func (c *compiler) node(n *graph.Node) error {
 	}
 	if fn := lowerings[key]; fn != nil {
 		sd, err := fn(lc)
+		var ue *UnsupportedError
+		if err != nil && hostOps[key] != nil && errors.As(err, &ue) {
+			// A use the device kernel refuses (LayerNormalization's
+			// statistics outputs) that the host op computes.
+			return c.hostInstr(n)
+		}
 		if err != nil {
 			return err
 		}

@@ -293,6 +293,20 @@ func values(t tensor.Tensor) ([]float64, string, error) {
 			return []float64{1}, "bool", nil
 		}
 		return []float64{0}, "bool", nil
+	case uint8:
+		return []float64{float64(v)}, "int", nil
+	case int8:
+		return []float64{float64(v)}, "int", nil
+	case int32:
+		return []float64{float64(v)}, "int", nil
+	case int16:
+		return []float64{float64(v)}, "int", nil
+	case uint16:
+		return []float64{float64(v)}, "int", nil
+	case uint32:
+		return []float64{float64(v)}, "int", nil
+	case uint64:
+		return []float64{float64(v)}, "int", nil
 	}
 	return nil, "", fmt.Errorf("data of type %T", t.Data())
 }

@@ -153,6 +153,10 @@ func runDataSet(m *graph.Model, set string, opts engine.Options) (Status, string
 		if err != nil {
 			return Unsupported, fmt.Sprintf("input %q: %v", v.Name, err)
 		}
+		if v.Type != dtype.Undefined && t.Type != v.Type {
+			// onnx 1.12 stores bfloat16 data as uint16 bits, for one.
+			return Unsupported, fmt.Sprintf("input %q is declared %v; the case stores %v", v.Name, v.Type, t.Type)
+		}
 		if isIntType(t.Type) || param[v] {
 			t.Name = v.Name
 			known[v.Name] = t
@@ -294,6 +298,8 @@ func outOfScope(m *graph.Model, title string) string {
 			return "training: " + n.OpType + " is a loss or optimizer step"
 		case randomOps[n.OpType]:
 			return "random: " + n.OpType + " draws random numbers"
+		case n.OpType == "BatchNormalization" && n.AttrInt("training_mode", 0) != 0:
+			return "training: BatchNormalization in training mode updates running statistics"
 		case n.OpType == "Dropout" && len(n.Inputs) > 2 && n.Inputs[2] != nil:
 			return "random: Dropout with training_mode draws a random mask"
 		case strings.HasPrefix(n.OpType, "Sequence") || strings.HasPrefix(n.OpType, "Optional") ||

@@ -1,0 +1,904 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/tlite/tlite/graph/dtype"
+)
+
+// Operators computed on the CPU because no network this engine targets runs
+// them in its hot path, and a kernel family each would cost more than it
+// saves: losses a training export keeps, index scatters and gathers,
+// Hardmax, TopK, OneHot and the like. They read device inputs back, compute
+// in float64 or int64, and upload what a device step reads next. Ops that
+// also have a device lowering (LayerNormalization) come here only for the
+// uses the lowering refuses.
+
+func init() {
+	registerHost(hostLoss, "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")
+	registerHost(hostLayerNorm, "LayerNormalization")
+	registerHost(hostHardmax, "Hardmax")
+	registerHost(hostOneHot, "OneHot")
+	registerHost(hostBitShift, "BitShift")
+	registerHost(hostScatterElements, "ScatterElements", "Scatter")
+	registerHost(hostScatterND, "ScatterND")
+	registerHost(hostGatherND, "GatherND")
+	registerHost(hostTopK, "TopK")
+	registerHost(hostReverseSequence, "ReverseSequence")
+	registerHost(hostUnaryFloat(math.Acos), "Acos")
+	registerHost(hostUnaryFloat(math.Asin), "Asin")
+	registerHost(hostUnaryFloat(math.Atan), "Atan")
+	registerHost(hostDet, "Det")
+	registerHost(hostLRN, "LRN")
+	registerHost(hostMVN, "MeanVarianceNormalization")
+}
+
+// strides returns row-major strides of shape.
+func strides(shape []int) []int {
+	s := make([]int, len(shape))
+	st := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		s[i] = st
+		st *= shape[i]
+	}
+	return s
+}
+
+// broadcaster maps flat indices of out onto flat indices of an input of
+// shape in that broadcasts to it numpy-style (aligned on the right).
+func broadcaster(out, in []int) (func(i int) int, error) {
+	if len(in) > len(out) {
+		return nil, fmt.Errorf("shape %v does not broadcast to %v", in, out)
+	}
+	off := len(out) - len(in)
+	is := strides(in)
+	os := strides(out)
+	for j, d := range in {
+		if d != 1 && d != out[off+j] {
+			return nil, fmt.Errorf("shape %v does not broadcast to %v", in, out)
+		}
+	}
+	return func(i int) int {
+		k := 0
+		for j, d := range in {
+			if d != 1 {
+				k += (i / os[off+j] % out[off+j]) * is[j]
+			}
+		}
+		return k
+	}, nil
+}
+
+// normAxisHost is normAxis with the op's context in the error.
+func normAxisHost(a int64, rank int) (int, error) {
+	ax, err := normAxis(a, rank)
+	if err != nil {
+		return 0, err
+	}
+	return ax, nil
+}
+
+// hostLoss computes NegativeLogLikelihoodLoss on log-probabilities, and
+// SoftmaxCrossEntropyLoss as the same over LogSoftmax of the scores along
+// axis 1 (with the log-probabilities as its optional second output).
+func hostLoss(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 2); err != nil {
+		return nil, err
+	}
+	x, tgt := ins[0], ins[1]
+	if !x.dt.IsFloat() {
+		return nil, fmt.Errorf("input of type %v", x.dt)
+	}
+	xs := x.shape
+	if len(xs) < 2 || len(tgt.shape) != len(xs)-1 {
+		return nil, fmt.Errorf("input %v and target %v: want [N, C, d...] and [N, d...]", xs, tgt.shape)
+	}
+	n, c, d := xs[0], xs[1], prod(xs, 2, len(xs))
+	if tgt.shape[0] != n || numel(tgt.shape) != n*d {
+		return nil, fmt.Errorf("target %v does not fit input %v", tgt.shape, xs)
+	}
+	in, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	labels, err := tgt.ints()
+	if err != nil {
+		return nil, err
+	}
+	var weight []float64
+	if len(ins) > 2 && ins[2] != nil {
+		if weight, err = ins[2].floats(); err != nil {
+			return nil, err
+		}
+		if len(weight) != c {
+			return nil, fmt.Errorf("weight of %d elements for %d classes", len(weight), c)
+		}
+	}
+	sce := hc.n.OpType == "SoftmaxCrossEntropyLoss"
+	if sce {
+		// Log-softmax over the classes, in float32 like the reference.
+		lp := make([]float64, len(in))
+		for i := 0; i < n; i++ {
+			for k := 0; k < d; k++ {
+				m := math.Inf(-1)
+				for j := 0; j < c; j++ {
+					m = math.Max(m, in[(i*c+j)*d+k])
+				}
+				var s float64
+				for j := 0; j < c; j++ {
+					s += math.Exp(in[(i*c+j)*d+k] - m)
+				}
+				for j := 0; j < c; j++ {
+					lp[(i*c+j)*d+k] = in[(i*c+j)*d+k] - m - math.Log(s)
+				}
+			}
+		}
+		in = lp
+	}
+	ignore, hasIgnore := int64(0), false
+	if a := hc.n.Attr("ignore_index"); a != nil {
+		ignore, hasIgnore = a.I, true
+	}
+	loss := make([]float64, n*d)
+	wsum := 0.0
+	for i := 0; i < n; i++ {
+		for k := 0; k < d; k++ {
+			t := labels[i*d+k]
+			if hasIgnore && t == ignore {
+				continue
+			}
+			if t < 0 || t >= int64(c) {
+				return nil, fmt.Errorf("target %d at [%d, %d] is outside the %d classes", t, i, k, c)
+			}
+			w := 1.0
+			if weight != nil {
+				w = weight[t]
+			}
+			loss[i*d+k] = -in[(i*c+int(t))*d+k] * w
+			wsum += w
+		}
+	}
+	red := hc.n.AttrString("reduction", "mean")
+	var out *hostTensor
+	switch red {
+	case "none":
+		out = newHostTensor(x.dt, tgt.shape)
+		for i, v := range loss {
+			putFloat(x.dt, out.data, i, v)
+		}
+	case "sum", "mean":
+		var s float64
+		for _, v := range loss {
+			s += v
+		}
+		if red == "mean" {
+			if weight == nil && !hasIgnore {
+				wsum = float64(len(loss))
+			}
+			s /= wsum
+		}
+		out = newHostTensor(x.dt, nil)
+		putFloat(x.dt, out.data, 0, s)
+	default:
+		return nil, fmt.Errorf("reduction %q is not none, mean or sum", red)
+	}
+	outs := []*hostTensor{out}
+	if sce && len(hc.n.Outputs) > 1 && hc.n.Outputs[1] != nil {
+		lp := newHostTensor(x.dt, xs)
+		for i, v := range in {
+			putFloat(x.dt, lp.data, i, v)
+		}
+		outs = append(outs, lp)
+	}
+	return outs, nil
+}
+
+// hostLayerNorm is LayerNormalization with its Mean and InvStdDev outputs,
+// which the device kernel does not write.
+func hostLayerNorm(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 2); err != nil {
+		return nil, err
+	}
+	x := ins[0]
+	axis, err := normAxisHost(hc.n.AttrInt("axis", -1), len(x.shape))
+	if err != nil {
+		return nil, err
+	}
+	eps := float64(hc.n.AttrFloat("epsilon", 1e-5))
+	rows, cols := prod(x.shape, 0, axis), prod(x.shape, axis, len(x.shape))
+	xv, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	norm := x.shape[axis:]
+	scale, err := ins[1].floats()
+	if err != nil {
+		return nil, err
+	}
+	sidx, err := broadcaster(norm, ins[1].shape)
+	if err != nil {
+		return nil, fmt.Errorf("scale: %w", err)
+	}
+	var bias []float64
+	bidx := sidx
+	if len(ins) > 2 && ins[2] != nil {
+		if bias, err = ins[2].floats(); err != nil {
+			return nil, err
+		}
+		if bidx, err = broadcaster(norm, ins[2].shape); err != nil {
+			return nil, fmt.Errorf("bias: %w", err)
+		}
+	}
+	stat := append(append([]int(nil), x.shape[:axis]...), make([]int, len(x.shape)-axis)...)
+	for i := axis; i < len(stat); i++ {
+		stat[i] = 1
+	}
+	y := newHostTensor(x.dt, x.shape)
+	mean := newHostTensor(dtype.Float32, stat)
+	inv := newHostTensor(dtype.Float32, stat)
+	for r := 0; r < rows; r++ {
+		row := xv[r*cols : (r+1)*cols]
+		var m, v float64
+		for _, e := range row {
+			m += e
+		}
+		m /= float64(cols)
+		for _, e := range row {
+			v += (e - m) * (e - m)
+		}
+		v /= float64(cols)
+		is := 1 / math.Sqrt(v+eps)
+		for j, e := range row {
+			o := (e - m) * is * scale[sidx(j)]
+			if bias != nil {
+				o += bias[bidx(j)]
+			}
+			putFloat(x.dt, y.data, r*cols+j, o)
+		}
+		putFloat(dtype.Float32, mean.data, r, m)
+		putFloat(dtype.Float32, inv.data, r, is)
+	}
+	return []*hostTensor{y, mean, inv}, nil
+}
+
+// split3 splits a shape at axis into outer, the axis, inner.
+func split3(shape []int, axis int) (outer, n, inner int) {
+	return prod(shape, 0, axis), shape[axis], prod(shape, axis+1, len(shape))
+}
+
+// hostHardmax writes 1 at the first maximum along the axis (opset 13), or
+// of each row flattened from the axis on (earlier opsets), 0 elsewhere.
+func hostHardmax(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 1); err != nil {
+		return nil, err
+	}
+	x := ins[0]
+	def := int64(-1)
+	if hc.opset < 13 {
+		def = 1
+	}
+	axis, err := normAxisHost(hc.n.AttrInt("axis", def), max(len(x.shape), 1))
+	if err != nil {
+		return nil, err
+	}
+	v, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	outer, n, inner := split3(x.shape, axis)
+	if hc.opset < 13 {
+		n, inner = prod(x.shape, axis, len(x.shape)), 1
+	}
+	y := newHostTensor(x.dt, x.shape)
+	for o := 0; o < outer; o++ {
+		for k := 0; k < inner; k++ {
+			best := 0
+			for j := 1; j < n; j++ {
+				if v[(o*n+j)*inner+k] > v[(o*n+best)*inner+k] {
+					best = j
+				}
+			}
+			if n > 0 {
+				putFloat(x.dt, y.data, (o*n+best)*inner+k, 1)
+			}
+		}
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostOneHot writes values[1] where an index (negative ones counting from
+// depth) names the position along the new axis, values[0] elsewhere.
+func hostOneHot(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 3); err != nil {
+		return nil, err
+	}
+	idx, err := ins[0].floats()
+	if err != nil {
+		return nil, err
+	}
+	dv, err := scalar(ins[1])
+	if err != nil {
+		return nil, fmt.Errorf("depth: %w", err)
+	}
+	depth := int(dv)
+	if depth < 1 {
+		return nil, fmt.Errorf("depth %v", dv)
+	}
+	vals := ins[2]
+	if numel(vals.shape) != 2 {
+		return nil, fmt.Errorf("values has %d elements; want [off, on]", numel(vals.shape))
+	}
+	axis, err := normAxisHost(hc.n.AttrInt("axis", -1), len(ins[0].shape)+1)
+	if err != nil {
+		return nil, err
+	}
+	shape := append(append(append([]int(nil), ins[0].shape[:axis]...), depth), ins[0].shape[axis:]...)
+	esz := hostSize(vals.dt)
+	off, on := vals.data[:esz], vals.data[esz:2*esz]
+	y := newHostTensor(vals.dt, shape)
+	outer, inner := prod(ins[0].shape, 0, axis), prod(ins[0].shape, axis, len(ins[0].shape))
+	for o := 0; o < outer; o++ {
+		for k := 0; k < inner; k++ {
+			t := int(idx[o*inner+k])
+			if t < 0 {
+				t += depth
+			}
+			for j := 0; j < depth; j++ {
+				src := off
+				if j == t {
+					src = on
+				}
+				copy(y.data[((o*depth+j)*inner+k)*esz:], src)
+			}
+		}
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostBitShift shifts unsigned integers left or right, broadcasting.
+func hostBitShift(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 2); err != nil {
+		return nil, err
+	}
+	x, s := ins[0], ins[1]
+	shape, err := broadcastShapes(x.shape, s.shape)
+	if err != nil {
+		return nil, err
+	}
+	xi, err := broadcaster(shape, x.shape)
+	if err != nil {
+		return nil, err
+	}
+	si, err := broadcaster(shape, s.shape)
+	if err != nil {
+		return nil, err
+	}
+	xv, err := x.ints()
+	if err != nil {
+		return nil, err
+	}
+	sv, err := s.ints()
+	if err != nil {
+		return nil, err
+	}
+	left := hc.n.AttrString("direction", "") == "LEFT"
+	bits := uint(8 * x.dt.Size())
+	y := newHostTensor(x.dt, shape)
+	for i := 0; i < numel(shape); i++ {
+		a, k := uint64(xv[xi(i)]), uint64(sv[si(i)])
+		if bits < 64 {
+			a &= 1<<bits - 1
+		}
+		var r uint64
+		if k < 64 {
+			if left {
+				r = a << k
+			} else {
+				r = a >> k
+			}
+		}
+		putInt(x.dt, y.data, i, int64(r))
+	}
+	return []*hostTensor{y}, nil
+}
+
+// broadcastShapes is the numpy broadcast of two shapes.
+func broadcastShapes(a, b []int) ([]int, error) {
+	n := max(len(a), len(b))
+	out := make([]int, n)
+	for i := 0; i < n; i++ {
+		da, db := 1, 1
+		if j := i - (n - len(a)); j >= 0 {
+			da = a[j]
+		}
+		if j := i - (n - len(b)); j >= 0 {
+			db = b[j]
+		}
+		switch {
+		case da == db || db == 1:
+			out[i] = da
+		case da == 1:
+			out[i] = db
+		default:
+			return nil, fmt.Errorf("shapes %v and %v do not broadcast", a, b)
+		}
+	}
+	return out, nil
+}
+
+// reducer combines an existing element with an update per ScatterND's and
+// ScatterElements' reduction attribute.
+func reducer(dt dtype.Type, red string) (func(dst []byte, i int, old, upd float64), error) {
+	var f func(a, b float64) float64
+	switch red {
+	case "", "none":
+		f = func(_, b float64) float64 { return b }
+	case "add":
+		f = func(a, b float64) float64 { return a + b }
+	case "mul":
+		f = func(a, b float64) float64 { return a * b }
+	case "max":
+		f = math.Max
+	case "min":
+		f = math.Min
+	default:
+		return nil, fmt.Errorf("reduction %q", red)
+	}
+	return func(dst []byte, i int, old, upd float64) { putFloat(dt, dst, i, f(old, upd)) }, nil
+}
+
+// hostScatterElements writes updates into a copy of data at the positions
+// indices name along the axis (Scatter is its opset 9-10 name).
+func hostScatterElements(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 3); err != nil {
+		return nil, err
+	}
+	data, ix, upd := ins[0], ins[1], ins[2]
+	r := len(data.shape)
+	axis, err := normAxisHost(hc.n.AttrInt("axis", 0), max(r, 1))
+	if err != nil {
+		return nil, err
+	}
+	if len(ix.shape) != r || !equalInts(ix.shape, upd.shape) {
+		return nil, fmt.Errorf("indices %v and updates %v must have data %v's rank and one shape", ix.shape, upd.shape, data.shape)
+	}
+	iv, err := ix.ints()
+	if err != nil {
+		return nil, err
+	}
+	uv, err := upd.floats()
+	if err != nil {
+		return nil, err
+	}
+	dv, err := data.floats()
+	if err != nil {
+		return nil, err
+	}
+	red, err := reducer(data.dt, hc.n.AttrString("reduction", "none"))
+	if err != nil {
+		return nil, err
+	}
+	y := &hostTensor{dt: data.dt, shape: data.shape, data: append([]byte(nil), data.data...)}
+	ds, is := strides(data.shape), strides(ix.shape)
+	for i := range iv {
+		t := iv[i]
+		if t < 0 {
+			t += int64(data.shape[axis])
+		}
+		if t < 0 || t >= int64(data.shape[axis]) {
+			return nil, fmt.Errorf("index %d out of range for axis %d of %v", iv[i], axis, data.shape)
+		}
+		off := 0
+		for a := 0; a < r; a++ {
+			c := i / is[a] % ix.shape[a]
+			if a == axis {
+				c = int(t)
+			}
+			off += c * ds[a]
+		}
+		red(y.data, off, dv[off], uv[i])
+		dv[off], _ = readFloat(y, off)
+	}
+	return []*hostTensor{y}, nil
+}
+
+// readFloat decodes element i of h.
+func readFloat(h *hostTensor, i int) (float64, error) {
+	t := &hostTensor{dt: h.dt, shape: []int{1}, data: h.data[i*hostSize(h.dt) : (i+1)*hostSize(h.dt)]}
+	f, err := t.floats()
+	if err != nil {
+		return 0, err
+	}
+	return f[0], nil
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// hostScatterND writes slices of updates into a copy of data at the index
+// tuples of indices' last axis.
+func hostScatterND(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 3); err != nil {
+		return nil, err
+	}
+	data, ix, upd := ins[0], ins[1], ins[2]
+	if len(ix.shape) == 0 {
+		return nil, fmt.Errorf("indices is a scalar")
+	}
+	k := ix.shape[len(ix.shape)-1]
+	if k > len(data.shape) {
+		return nil, fmt.Errorf("index tuples of %d for data of rank %d", k, len(data.shape))
+	}
+	iv, err := ix.ints()
+	if err != nil {
+		return nil, err
+	}
+	uv, err := upd.floats()
+	if err != nil {
+		return nil, err
+	}
+	dv, err := data.floats()
+	if err != nil {
+		return nil, err
+	}
+	red, err := reducer(data.dt, hc.n.AttrString("reduction", "none"))
+	if err != nil {
+		return nil, err
+	}
+	slice := prod(data.shape, k, len(data.shape))
+	tuples := numel(ix.shape) / max(k, 1)
+	if k == 0 {
+		tuples = numel(ix.shape[:len(ix.shape)-1])
+	}
+	if len(uv) != tuples*slice {
+		return nil, fmt.Errorf("updates %v do not fit %d slices of %d", upd.shape, tuples, slice)
+	}
+	ds := strides(data.shape)
+	y := &hostTensor{dt: data.dt, shape: data.shape, data: append([]byte(nil), data.data...)}
+	for t := 0; t < tuples; t++ {
+		off := 0
+		for a := 0; a < k; a++ {
+			c := iv[t*k+a]
+			if c < 0 {
+				c += int64(data.shape[a])
+			}
+			if c < 0 || c >= int64(data.shape[a]) {
+				return nil, fmt.Errorf("index %d out of range for axis %d of %v", iv[t*k+a], a, data.shape)
+			}
+			off += int(c) * ds[a]
+		}
+		for j := 0; j < slice; j++ {
+			red(y.data, off+j, dv[off+j], uv[t*slice+j])
+			dv[off+j], _ = readFloat(y, off+j)
+		}
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostGatherND gathers the slices of data that indices' last axis names,
+// the first batch_dims axes shared.
+func hostGatherND(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 2); err != nil {
+		return nil, err
+	}
+	data, ix := ins[0], ins[1]
+	b := int(hc.n.AttrInt("batch_dims", 0))
+	if len(ix.shape) == 0 || b < 0 || b >= len(ix.shape) || b > len(data.shape) {
+		return nil, fmt.Errorf("indices %v, batch_dims %d for data %v", ix.shape, b, data.shape)
+	}
+	k := ix.shape[len(ix.shape)-1]
+	if b+k > len(data.shape) {
+		return nil, fmt.Errorf("index tuples of %d after %d batch dims for data of rank %d", k, b, len(data.shape))
+	}
+	iv, err := ix.ints()
+	if err != nil {
+		return nil, err
+	}
+	shape := append(append([]int(nil), ix.shape[:len(ix.shape)-1]...), data.shape[b+k:]...)
+	esz := hostSize(data.dt)
+	slice := prod(data.shape, b+k, len(data.shape))
+	batch := prod(data.shape, 0, b)
+	perBatch := prod(ix.shape, b, len(ix.shape)-1)
+	ds := strides(data.shape)
+	y := newHostTensor(data.dt, shape)
+	for bi := 0; bi < batch; bi++ {
+		for t := 0; t < perBatch; t++ {
+			off := bi * prod(data.shape, b, len(data.shape))
+			tup := iv[(bi*perBatch+t)*k : (bi*perBatch+t+1)*k]
+			for a, c := range tup {
+				dim := data.shape[b+a]
+				if c < 0 {
+					c += int64(dim)
+				}
+				if c < 0 || c >= int64(dim) {
+					return nil, fmt.Errorf("index %d out of range for axis %d of %v", tup[a], b+a, data.shape)
+				}
+				off += int(c) * ds[b+a]
+			}
+			dst := (bi*perBatch + t) * slice
+			copy(y.data[dst*esz:(dst+slice)*esz], data.data[off*esz:(off+slice)*esz])
+		}
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostTopK returns the k largest (or smallest) elements along the axis and
+// their indices, ties broken toward the lower index.
+func hostTopK(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 1); err != nil {
+		return nil, err
+	}
+	x := ins[0]
+	var k int
+	if hc.opset < 10 {
+		k = int(hc.n.AttrInt("k", 0))
+	} else {
+		if err := needIns(ins, 2); err != nil {
+			return nil, err
+		}
+		kv, err := ins[1].ints()
+		if err != nil || len(kv) != 1 {
+			return nil, fmt.Errorf("K must be one integer")
+		}
+		k = int(kv[0])
+	}
+	axis, err := normAxisHost(hc.n.AttrInt("axis", -1), max(len(x.shape), 1))
+	if err != nil {
+		return nil, err
+	}
+	outer, n, inner := split3(x.shape, axis)
+	if k < 0 || k > n {
+		return nil, fmt.Errorf("K %d for an axis of %d", k, n)
+	}
+	largest := hc.n.AttrInt("largest", 1) != 0
+	v, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	shape := append([]int(nil), x.shape...)
+	shape[axis] = k
+	vals := newHostTensor(x.dt, shape)
+	idxs := newHostTensor(dtype.Int64, shape)
+	order := make([]int, n)
+	for o := 0; o < outer; o++ {
+		for in := 0; in < inner; in++ {
+			at := func(j int) float64 { return v[(o*n+j)*inner+in] }
+			for j := range order {
+				order[j] = j
+			}
+			sort.SliceStable(order, func(a, b int) bool {
+				if largest {
+					return at(order[a]) > at(order[b])
+				}
+				return at(order[a]) < at(order[b])
+			})
+			for j := 0; j < k; j++ {
+				dst := (o*k+j)*inner + in
+				putFloat(x.dt, vals.data, dst, at(order[j]))
+				if x.dt.IsInt() {
+					src := (o*n+order[j])*inner + in
+					esz := hostSize(x.dt)
+					copy(vals.data[dst*esz:(dst+1)*esz], x.data[src*esz:(src+1)*esz])
+				}
+				putInt(dtype.Int64, idxs.data, dst, int64(order[j]))
+			}
+		}
+	}
+	return []*hostTensor{vals, idxs}, nil
+}
+
+// hostReverseSequence reverses the first sequence_lens[b] steps along the
+// time axis of each batch entry.
+func hostReverseSequence(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 2); err != nil {
+		return nil, err
+	}
+	x := ins[0]
+	lens, err := ins[1].ints()
+	if err != nil {
+		return nil, err
+	}
+	r := len(x.shape)
+	ba, err := normAxisHost(hc.n.AttrInt("batch_axis", 1), r)
+	if err != nil {
+		return nil, err
+	}
+	ta, err := normAxisHost(hc.n.AttrInt("time_axis", 0), r)
+	if err != nil {
+		return nil, err
+	}
+	if ba == ta || len(lens) != x.shape[ba] {
+		return nil, fmt.Errorf("batch_axis %d, time_axis %d, %d sequence lengths for shape %v", ba, ta, len(lens), x.shape)
+	}
+	esz := hostSize(x.dt)
+	st := strides(x.shape)
+	y := &hostTensor{dt: x.dt, shape: x.shape, data: append([]byte(nil), x.data...)}
+	for i := 0; i < numel(x.shape); i++ {
+		b, t := i/st[ba]%x.shape[ba], i/st[ta]%x.shape[ta]
+		l := int(lens[b])
+		if l < 0 || l > x.shape[ta] {
+			return nil, fmt.Errorf("sequence length %d for a time axis of %d", l, x.shape[ta])
+		}
+		if t < l {
+			src := i + (l-1-2*t)*st[ta]
+			copy(y.data[i*esz:(i+1)*esz], x.data[src*esz:(src+1)*esz])
+		}
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostUnaryFloat applies f to every element of a float tensor.
+func hostUnaryFloat(f func(float64) float64) hostFn {
+	return func(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+		if err := needIns(ins, 1); err != nil {
+			return nil, err
+		}
+		x := ins[0]
+		if !x.dt.IsFloat() {
+			return nil, fmt.Errorf("input of type %v", x.dt)
+		}
+		v, err := x.floats()
+		if err != nil {
+			return nil, err
+		}
+		y := newHostTensor(x.dt, x.shape)
+		for i, e := range v {
+			putFloat(x.dt, y.data, i, float64(float32(f(e))))
+		}
+		return []*hostTensor{y}, nil
+	}
+}
+
+// hostDet is the determinant of each trailing square matrix, by Gaussian
+// elimination with partial pivoting in float64.
+func hostDet(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 1); err != nil {
+		return nil, err
+	}
+	x := ins[0]
+	r := len(x.shape)
+	if r < 2 || x.shape[r-1] != x.shape[r-2] {
+		return nil, fmt.Errorf("input %v is not [*, M, M]", x.shape)
+	}
+	m := x.shape[r-1]
+	v, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	y := newHostTensor(x.dt, x.shape[:r-2])
+	a := make([]float64, m*m)
+	for b := 0; b < numel(x.shape[:r-2]); b++ {
+		copy(a, v[b*m*m:(b+1)*m*m])
+		det := 1.0
+		for c := 0; c < m; c++ {
+			p := c
+			for i := c + 1; i < m; i++ {
+				if math.Abs(a[i*m+c]) > math.Abs(a[p*m+c]) {
+					p = i
+				}
+			}
+			if a[p*m+c] == 0 {
+				det = 0
+				break
+			}
+			if p != c {
+				for j := 0; j < m; j++ {
+					a[p*m+j], a[c*m+j] = a[c*m+j], a[p*m+j]
+				}
+				det = -det
+			}
+			det *= a[c*m+c]
+			for i := c + 1; i < m; i++ {
+				f := a[i*m+c] / a[c*m+c]
+				for j := c; j < m; j++ {
+					a[i*m+j] -= f * a[c*m+j]
+				}
+			}
+		}
+		putFloat(x.dt, y.data, b, det)
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostLRN normalises each element by the sum of squares over a window of
+// size channels around it: x / (bias + alpha/size * sum)^beta.
+func hostLRN(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 1); err != nil {
+		return nil, err
+	}
+	x := ins[0]
+	if len(x.shape) < 2 {
+		return nil, fmt.Errorf("input of rank %d", len(x.shape))
+	}
+	size := int(hc.n.AttrInt("size", 0))
+	if size <= 0 {
+		return nil, fmt.Errorf("size %d", size)
+	}
+	alpha := float64(hc.n.AttrFloat("alpha", 1e-4))
+	beta := float64(hc.n.AttrFloat("beta", 0.75))
+	bias := float64(hc.n.AttrFloat("bias", 1))
+	v, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	n, c, sp := x.shape[0], x.shape[1], prod(x.shape, 2, len(x.shape))
+	lo, hi := (size-1)/2, (size-1)-(size-1)/2
+	y := newHostTensor(x.dt, x.shape)
+	for b := 0; b < n; b++ {
+		for ch := 0; ch < c; ch++ {
+			for s := 0; s < sp; s++ {
+				var sum float64
+				for j := max(0, ch-lo); j <= min(c-1, ch+hi); j++ {
+					e := v[(b*c+j)*sp+s]
+					sum += e * e
+				}
+				i := (b*c+ch)*sp + s
+				putFloat(x.dt, y.data, i, v[i]/math.Pow(bias+alpha/float64(size)*sum, beta))
+			}
+		}
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostMVN normalises to zero mean and unit variance over the axes
+// (default 0, 2, 3).
+func hostMVN(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 1); err != nil {
+		return nil, err
+	}
+	x := ins[0]
+	r := len(x.shape)
+	axes, ok := hc.n.AttrInts("axes")
+	if !ok {
+		axes = []int64{0, 2, 3}
+	}
+	in := make([]bool, r)
+	for _, a := range axes {
+		ax, err := normAxisHost(a, r)
+		if err != nil {
+			return nil, err
+		}
+		in[ax] = true
+	}
+	v, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	st := strides(x.shape)
+	// key is an element's position with the reduced axes zeroed.
+	key := func(i int) int {
+		k := 0
+		for a := 0; a < r; a++ {
+			if !in[a] {
+				k += i / st[a] % x.shape[a] * st[a]
+			}
+		}
+		return k
+	}
+	sum, sq, cnt := map[int]float64{}, map[int]float64{}, map[int]float64{}
+	for i, e := range v {
+		k := key(i)
+		sum[k] += e
+		sq[k] += e * e
+		cnt[k]++
+	}
+	y := newHostTensor(x.dt, x.shape)
+	for i, e := range v {
+		k := key(i)
+		m := sum[k] / cnt[k]
+		va := sq[k]/cnt[k] - m*m
+		putFloat(x.dt, y.data, i, (e-m)/(math.Sqrt(va)+1e-9))
+	}
+	return []*hostTensor{y}, nil
+}
