@@ -902,3 +902,123 @@ func hostMVN(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 	}
 	return []*hostTensor{y}, nil
 }
+
+func init() {
+	registerHost(hostGridSample, "GridSample")
+}
+
+// hostGridSample samples X [N, C, H, W] at the normalised (x, y) points of
+// grid [N, Ho, Wo, 2], as PyTorch's grid_sample does (whose outputs ONNX's
+// cases are): bilinear, nearest (ties to even) or bicubic (A = -0.75), with
+// zeros, border or reflection padding.
+func hostGridSample(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 2); err != nil {
+		return nil, err
+	}
+	x, grid := ins[0], ins[1]
+	if len(x.shape) != 4 || len(grid.shape) != 4 || grid.shape[3] != 2 || grid.shape[0] != x.shape[0] {
+		return nil, hc.unsupported("X %v and grid %v: 2-D sampling only", x.shape, grid.shape)
+	}
+	xv, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	gv, err := grid.floats()
+	if err != nil {
+		return nil, err
+	}
+	mode := hc.n.AttrString("mode", "bilinear")
+	pad := hc.n.AttrString("padding_mode", "zeros")
+	align := hc.n.AttrInt("align_corners", 0) != 0
+	if mode != "bilinear" && mode != "nearest" && mode != "bicubic" {
+		return nil, hc.unsupported("mode %q", mode)
+	}
+	if pad != "zeros" && pad != "border" && pad != "reflection" {
+		return nil, hc.unsupported("padding_mode %q", pad)
+	}
+	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+	ho, wo := grid.shape[1], grid.shape[2]
+	unnorm := func(v float64, size int) float64 {
+		if align {
+			return (v + 1) / 2 * float64(size-1)
+		}
+		return ((v+1)*float64(size) - 1) / 2
+	}
+	reflect := func(v float64, lo2, hi2 float64) float64 {
+		if lo2 == hi2 {
+			return 0
+		}
+		lo, span := lo2/2, (hi2-lo2)/2
+		v = math.Abs(v - lo)
+		extra := math.Mod(v, span)
+		if int(math.Floor(v/span))%2 == 0 {
+			return extra + lo
+		}
+		return span - extra + lo
+	}
+	pad1 := func(v float64, size int) float64 {
+		switch pad {
+		case "border":
+			return math.Min(math.Max(v, 0), float64(size-1))
+		case "reflection":
+			if align {
+				v = reflect(v, 0, 2*float64(size-1))
+			} else {
+				v = reflect(v, -1, 2*float64(size)-1)
+			}
+			return math.Min(math.Max(v, 0), float64(size-1))
+		}
+		return v
+	}
+	y := newHostTensor(x.dt, []int{n, c, ho, wo})
+	for b := 0; b < n; b++ {
+		for ch := 0; ch < c; ch++ {
+			plane := xv[(b*c+ch)*h*w : (b*c+ch+1)*h*w]
+			at := func(yy, xx int) float64 {
+				if yy < 0 || yy >= h || xx < 0 || xx >= w {
+					return 0
+				}
+				return plane[yy*w+xx]
+			}
+			for i := 0; i < ho; i++ {
+				for j := 0; j < wo; j++ {
+					g := ((b*ho+i)*wo + j) * 2
+					ix, iy := unnorm(gv[g], w), unnorm(gv[g+1], h)
+					var v float64
+					switch mode {
+					case "bilinear":
+						ix, iy = pad1(ix, w), pad1(iy, h)
+						x0, y0 := math.Floor(ix), math.Floor(iy)
+						tx, ty := ix-x0, iy-y0
+						xi, yi := int(x0), int(y0)
+						v = at(yi, xi)*(1-tx)*(1-ty) + at(yi, xi+1)*tx*(1-ty) + at(yi+1, xi)*(1-tx)*ty + at(yi+1, xi+1)*tx*ty
+					case "nearest":
+						ix, iy = pad1(ix, w), pad1(iy, h)
+						v = at(int(math.RoundToEven(iy)), int(math.RoundToEven(ix)))
+					case "bicubic":
+						x0, y0 := math.Floor(ix), math.Floor(iy)
+						tx, ty := ix-x0, iy-y0
+						cx, cy := cubicCoeffs(tx), cubicCoeffs(ty)
+						for a := 0; a < 4; a++ {
+							for k := 0; k < 4; k++ {
+								px := pad1(x0-1+float64(k), w)
+								py := pad1(y0-1+float64(a), h)
+								v += at(int(py), int(px)) * cx[k] * cy[a]
+							}
+						}
+					}
+					putFloat(x.dt, y.data, ((b*c+ch)*ho+i)*wo+j, v)
+				}
+			}
+		}
+	}
+	return []*hostTensor{y}, nil
+}
+
+// cubicCoeffs are the four bicubic tap weights at fraction t, A = -0.75.
+func cubicCoeffs(t float64) [4]float64 {
+	const a = -0.75
+	c1 := func(x float64) float64 { return ((a+2)*x-(a+3))*x*x + 1 }
+	c2 := func(x float64) float64 { return ((a*x-5*a)*x+8*a)*x - 4*a }
+	return [4]float64{c2(t + 1), c1(t), c1(1 - t), c2(2 - t)}
+}
