@@ -1022,3 +1022,218 @@ func cubicCoeffs(t float64) [4]float64 {
 	c2 := func(x float64) float64 { return ((a*x-5*a)*x+8*a)*x - 4*a }
 	return [4]float64{c2(t + 1), c1(t), c1(1 - t), c2(2 - t)}
 }
+
+func init() {
+	registerHost(hostPow, "Pow")
+	registerHost(hostMaxUnpool, "MaxUnpool")
+	registerHost(hostTfIdf, "TfIdfVectorizer")
+}
+
+// hostPow is Pow for the operand types the element-wise chain lacks
+// (unsigned exponents), broadcasting, in the base's type.
+func hostPow(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 2); err != nil {
+		return nil, err
+	}
+	x, e := ins[0], ins[1]
+	shape, err := broadcastShapes(x.shape, e.shape)
+	if err != nil {
+		return nil, err
+	}
+	xi, err := broadcaster(shape, x.shape)
+	if err != nil {
+		return nil, err
+	}
+	ei, err := broadcaster(shape, e.shape)
+	if err != nil {
+		return nil, err
+	}
+	xv, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	ev, err := e.floats()
+	if err != nil {
+		return nil, err
+	}
+	y := newHostTensor(x.dt, shape)
+	for i := 0; i < numel(shape); i++ {
+		putFloat(x.dt, y.data, i, math.Pow(xv[xi(i)], ev[ei(i)]))
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostMaxUnpool scatters X's values to the flat positions I names in a
+// zeroed output of the rule's shape.
+func hostMaxUnpool(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 2); err != nil {
+		return nil, err
+	}
+	x, ix := ins[0], ins[1]
+	out := hc.n.Outputs[0]
+	shape := make([]int, len(out.Shape))
+	for i, d := range out.Shape {
+		k, err := d.Eval(hc.bind)
+		if err != nil {
+			return nil, fmt.Errorf("output shape: %w", err)
+		}
+		shape[i] = int(k)
+	}
+	if len(ins) > 2 && ins[2] != nil {
+		s, err := ins[2].ints()
+		if err != nil {
+			return nil, err
+		}
+		for i := range shape {
+			if i < len(s) {
+				shape[i] = int(s[i])
+			}
+		}
+	}
+	iv, err := ix.ints()
+	if err != nil {
+		return nil, err
+	}
+	if numel(ix.shape) != numel(x.shape) || len(shape) != len(x.shape) {
+		return nil, fmt.Errorf("indices %v for X %v into %v", ix.shape, x.shape, shape)
+	}
+	// Indices count positions in the output the pooling came from (the
+	// shape the attributes give); an output_shape beyond it keeps each
+	// element's coordinates.
+	r := len(x.shape) - 2
+	ks, _ := hc.n.AttrInts("kernel_shape")
+	st, _ := hc.n.AttrInts("strides")
+	pd, _ := hc.n.AttrInts("pads")
+	if len(ks) != r {
+		return nil, fmt.Errorf("kernel_shape %v for %d spatial dims", ks, r)
+	}
+	def := append([]int(nil), shape[:2]...)
+	for i := 0; i < r; i++ {
+		s, pb, pe := 1, 0, 0
+		if i < len(st) {
+			s = int(st[i])
+		}
+		if len(pd) == 2*r {
+			pb, pe = int(pd[i]), int(pd[i+r])
+		}
+		def = append(def, (x.shape[2+i]-1)*s+int(ks[i])-pb-pe)
+	}
+	dplane, oplane := prod(def, 2, len(def)), prod(shape, 2, len(shape))
+	dst, ost := strides(def[2:]), strides(shape[2:])
+	esz := hostSize(x.dt)
+	y := newHostTensor(x.dt, shape)
+	for i, t := range iv {
+		if t < 0 || t >= int64(numel(def)) {
+			return nil, fmt.Errorf("index %d outside the %v the pooling came from", t, def)
+		}
+		plane, within := int(t)/dplane, int(t)%dplane
+		o := plane * oplane
+		for a := 0; a < r; a++ {
+			c := within / dst[a] % def[2+a]
+			if c >= shape[2+a] {
+				return nil, fmt.Errorf("index %d lies outside output_shape %v", t, shape)
+			}
+			o += c * ost[a]
+		}
+		copy(y.data[o*esz:(o+1)*esz], x.data[i*esz:(i+1)*esz])
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostTfIdf counts the n-grams of pool_int64s in each row of an integer
+// input (TF, IDF or TFIDF weighting), ONNX's TfIdfVectorizer.
+func hostTfIdf(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 1); err != nil {
+		return nil, err
+	}
+	n := hc.n
+	x := ins[0]
+	xv, err := x.ints()
+	if err != nil {
+		return nil, hc.unsupported("input of type %v (string pools are not supported)", x.dt)
+	}
+	pool, ok := n.AttrInts("pool_int64s")
+	if !ok {
+		return nil, hc.unsupported("pool_strings")
+	}
+	counts, _ := n.AttrInts("ngram_counts")
+	indexes, _ := n.AttrInts("ngram_indexes")
+	weights, hasW := n.AttrFloats("weights")
+	minN, maxN := int(n.AttrInt("min_gram_length", 1)), int(n.AttrInt("max_gram_length", 1))
+	maxSkip := int(n.AttrInt("max_skip_count", 0))
+	mode := n.AttrString("mode", "TF")
+	width := 0
+	for _, i := range indexes {
+		width = max(width, int(i)+1)
+	}
+	// ngram key -> output column; pool entries of length L start at
+	// ngram_counts[L-1].
+	cols := map[string]int{}
+	idx := 0
+	for l := 1; l <= len(counts); l++ {
+		start := int(counts[l-1])
+		end := len(pool)
+		if l < len(counts) {
+			end = int(counts[l])
+		}
+		for p := start; p+l <= end; p += l {
+			if idx >= len(indexes) {
+				return nil, fmt.Errorf("more n-grams than ngram_indexes")
+			}
+			cols[fmt.Sprint(l, pool[p:p+l])] = int(indexes[idx])
+			idx++
+		}
+	}
+	rows, rowLen := 1, len(xv)
+	if len(x.shape) == 2 {
+		rows, rowLen = x.shape[0], x.shape[1]
+	}
+	out := make([]float64, rows*width)
+	for r := 0; r < rows; r++ {
+		row := xv[r*rowLen : (r+1)*rowLen]
+		for l := minN; l <= maxN; l++ {
+			for skip := 0; skip <= maxSkip; skip++ {
+				if l == 1 && skip > 0 {
+					break
+				}
+				step := skip + 1
+				for s := 0; s+(l-1)*step < len(row); s++ {
+					g := make([]int64, l)
+					for k := range g {
+						g[k] = row[s+k*step]
+					}
+					if c, ok := cols[fmt.Sprint(l, g)]; ok {
+						out[r*width+c]++
+					}
+				}
+			}
+		}
+	}
+	for i, v := range out {
+		if v == 0 {
+			continue
+		}
+		w := 1.0
+		if hasW {
+			w = float64(weights[i%width])
+		}
+		switch mode {
+		case "TF":
+		case "IDF":
+			out[i] = w
+		case "TFIDF":
+			out[i] = v * w
+		default:
+			return nil, fmt.Errorf("mode %q", mode)
+		}
+	}
+	shape := []int{width}
+	if len(x.shape) == 2 {
+		shape = []int{rows, width}
+	}
+	y := newHostTensor(dtype.Float32, shape)
+	for i, v := range out {
+		putFloat(dtype.Float32, y.data, i, v)
+	}
+	return []*hostTensor{y}, nil
+}
