@@ -469,5 +469,13 @@ func (h *HostDevice) MaxPoolWithIndices(s Storage, x, y, idx Buf, colMajor bool,
 	if err := f32only(s); err != nil {
 		return err
 	}
-	return MaxPoolIndicesRef(hostF32(x), hostF32(y), hostI64(idx), colMajor, p)
+	// The reference wants y and idx of one length; host buffers may be
+	// larger than the output (memory-plan slots), so cut y to it.
+	o := p.OutSize()
+	ny := p.N * p.C * o[0] * o[1] * o[2]
+	yv := hostF32(y)
+	if ny >= 0 && ny <= len(yv) {
+		yv = yv[:ny]
+	}
+	return MaxPoolIndicesRef(hostF32(x), yv, hostI64(idx), colMajor, p)
 }
