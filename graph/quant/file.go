@@ -97,7 +97,7 @@ func ParseHeader(b []byte, size int64) (Header, error) {
 	h := Header{Format: Format(le.Uint32(b[8:])), Group: int(le.Uint32(b[12:])),
 		K: int(le.Uint32(b[16:])), N: int(le.Uint32(b[20:])),
 		WordsOffset: int64(le.Uint64(b[24:])), ParamsOffset: int64(le.Uint64(b[32:])), Size: int64(le.Uint64(b[40:]))}
-	if !h.Format.Valid() {
+	if !h.Format.FourBit() {
 		return Header{}, fmt.Errorf("quant: packed weight: unknown format %d", uint32(h.Format))
 	}
 	if h.K <= 0 || h.N <= 0 {

@@ -88,7 +88,11 @@ import (
 	"sync"
 )
 
-// Format is a 4-bit weight format.
+// Format is how a quantized weight is stored: one of the two packed 4-bit
+// formats, or FP16 (half-precision floats, which `tl quantize` writes as
+// ordinary float16 initializers rather than packed weights). It is the one
+// format enum of the quantization code: the packed header, MatMulQ's
+// format attribute and qonnx's options all use it.
 type Format uint32
 
 const (
@@ -97,6 +101,8 @@ const (
 	E0M4 Format = 1
 	// Int4 is group-wise asymmetric INT4 with an integer zero point.
 	Int4 Format = 2
+	// FP16 stores weights as IEEE half floats; it is no packed format.
+	FP16 Format = 3
 )
 
 // String names the format as reports print it.
@@ -106,12 +112,15 @@ func (f Format) String() string {
 		return "e0m4"
 	case Int4:
 		return "int4"
+	case FP16:
+		return "fp16"
 	}
 	return fmt.Sprintf("format(%d)", uint32(f))
 }
 
-// Valid reports whether f is a known format.
-func (f Format) Valid() bool { return f == E0M4 || f == Int4 }
+// FourBit reports whether f is one of the packed 4-bit formats, the only
+// ones a Packed weight or a MatMulQ node may carry.
+func (f Format) FourBit() bool { return f == E0M4 || f == Int4 }
 
 // Layout is how a float weight matrix is stored before quantization.
 type Layout int
@@ -188,7 +197,7 @@ func (p *Packed) Validate() error {
 	if p == nil {
 		return errors.New("quant: nil packed weight")
 	}
-	if !p.Format.Valid() {
+	if !p.Format.FourBit() {
 		return fmt.Errorf("quant: unknown format %d", uint32(p.Format))
 	}
 	if p.K <= 0 || p.N <= 0 {
@@ -272,7 +281,7 @@ func QuantizeInt4(w []float32, rows, cols, group int) (*Packed, error) {
 // packed layout. K must be a multiple of the group size; weights must be
 // finite.
 func Quantize(w []float32, rows, cols int, o Options) (*Packed, error) {
-	if !o.Format.Valid() {
+	if !o.Format.FourBit() {
 		return nil, fmt.Errorf("quant: unknown format %d", uint32(o.Format))
 	}
 	group := o.Group

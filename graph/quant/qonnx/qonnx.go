@@ -15,7 +15,7 @@
 //
 // For E0M4 and INT4 each weight product whose K is a multiple of the group
 // size and whose K*N is at least MinSize becomes one tlite.MatMulQ node
-// (quant.OpMatMulQ) reading a 1-D uint8 initializer that holds the packed
+// (tlite.MatMulQ) reading a 1-D uint8 initializer that holds the packed
 // weight in quant's binary format (header, codes, parameters, 64-byte
 // aligned). Written with external data (graph.Write with a small
 // ExternalThreshold), that initializer is a view into the memory-mapped data
@@ -47,17 +47,8 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
-	"github.com/tlite/tlite/models/quant"
-)
-
-// Format names a weight storage Quantize produces.
-type Format string
-
-// The formats Quantize knows.
-const (
-	E0M4 Format = "e0m4"
-	Int4 Format = "int4"
-	FP16 Format = "fp16"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 // DefaultMinSize is the smallest K*N the command line quantizes by default:
@@ -67,7 +58,7 @@ const DefaultMinSize = 4096
 
 // Options select what Quantize does.
 type Options struct {
-	Format Format
+	Format quant.Format
 	// Group is the 4-bit group size along K (0 = quant.DefaultGroup).
 	Group int
 	// MinSize is the smallest K*N converted; smaller weights stay float32.
@@ -108,7 +99,7 @@ type Skipped struct {
 
 // Result describes what Quantize did.
 type Result struct {
-	Format  Format
+	Format  quant.Format
 	Group   int
 	MinSize int
 	// Weights are the converted weights, in graph order of first use.
@@ -151,9 +142,9 @@ func Quantize(m *graph.Model, o Options) (*Result, error) {
 		return nil, fmt.Errorf("qonnx: no model")
 	}
 	switch o.Format {
-	case E0M4, Int4, FP16:
+	case quant.E0M4, quant.Int4, quant.FP16:
 	default:
-		return nil, fmt.Errorf("qonnx: unknown format %q (want e0m4, int4 or fp16)", o.Format)
+		return nil, fmt.Errorf("qonnx: unknown format %v (want e0m4, int4 or fp16)", o.Format)
 	}
 	group := o.Group
 	if group == 0 {
@@ -182,7 +173,7 @@ func Quantize(m *graph.Model, o Options) (*Result, error) {
 			continue
 		}
 		fourBit := p.k%group == 0
-		if !fourBit && o.Format != FP16 {
+		if !fourBit && o.Format != quant.FP16 {
 			res.skip(p, fmt.Sprintf("K = %d is not a multiple of the group size %d", p.k, group))
 			continue
 		}
@@ -195,10 +186,10 @@ func Quantize(m *graph.Model, o Options) (*Result, error) {
 		todo = append(todo, p)
 	}
 	var err error
-	if o.Format == FP16 {
+	if o.Format == quant.FP16 {
 		err = res.toHalf(g, todo, o.Progress)
 	} else {
-		err = res.toFourBit(m, todo, quant.Options{Format: fourBitFormat(o.Format), Group: group}, o.Progress)
+		err = res.toFourBit(m, todo, quant.Options{Format: o.Format, Group: group}, o.Progress)
 	}
 	if err != nil {
 		return nil, err
@@ -206,13 +197,6 @@ func Quantize(m *graph.Model, o Options) (*Result, error) {
 	dropUnused(g, todo)
 	res.BytesAfter = initBytes(g)
 	return res, nil
-}
-
-func fourBitFormat(f Format) quant.Format {
-	if f == Int4 {
-		return quant.Int4
-	}
-	return quant.E0M4
 }
 
 // find lists the weight products of g in graph order; products of
@@ -417,10 +401,10 @@ func (r *Result) toFourBit(m *graph.Model, todo []*product, qo quant.Options, pr
 		if m.Opsets == nil {
 			m.Opsets = map[string]int64{}
 		}
-		if v, ok := m.Opsets[quant.OpDomain]; ok && v != quant.OpDomainVersion {
-			return fmt.Errorf("qonnx: the model imports domain %q at version %d; MatMulQ is version %d", quant.OpDomain, v, quant.OpDomainVersion)
+		if v, ok := m.Opsets[tlite.Domain]; ok && v != tlite.Version {
+			return fmt.Errorf("qonnx: the model imports domain %q at version %d; MatMulQ is version %d", tlite.Domain, v, tlite.Version)
 		}
-		m.Opsets[quant.OpDomain] = quant.OpDomainVersion
+		m.Opsets[tlite.Domain] = tlite.Version
 	}
 	return nil
 }
@@ -456,7 +440,7 @@ func replace(g *graph.Graph, p *product, wq *graph.Value, qo quant.Options) erro
 	if err := g.RemoveNode(p.node); err != nil {
 		return fmt.Errorf("qonnx: %w", err)
 	}
-	q := &graph.Node{Name: name, OpType: quant.OpMatMulQ, Domain: quant.OpDomain, Inputs: ins, Outputs: []*graph.Value{p.out},
+	q := &graph.Node{Name: name, OpType: tlite.MatMulQ, Domain: tlite.Domain, Inputs: ins, Outputs: []*graph.Value{p.out},
 		Doc: fmt.Sprintf("%s weight %s [K=%d, N=%d], group %d", qo.Format, p.w.Name, p.k, p.n, qo.Group)}
 	q.SetAttr(&graph.Attr{Name: "format", Kind: graph.KindString, S: qo.Format.String()})
 	q.SetAttr(&graph.Attr{Name: "group", Kind: graph.KindInt, I: int64(qo.Group)})

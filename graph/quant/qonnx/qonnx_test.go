@@ -2,7 +2,6 @@ package qonnx
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 	"path/filepath"
 	"strings"
@@ -11,46 +10,23 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
-	"github.com/tlite/tlite/models/quant"
+	"github.com/tlite/tlite/graph/graphtest"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
-// A minimal ONNX writer for hand-built test models, so that they go through
-// graph.Parse like files do.
+// Hand-built test models come from graph/graphtest, serialized by
+// graph.Marshal, so that they go through graph.Parse like files do.
 
-type pb []byte
+// pb is a graph input or output of a test model.
+type pb = *graph.Value
 
-func (b pb) varint(v uint64) pb {
-	for v >= 0x80 {
-		b = append(b, byte(v)|0x80)
-		v >>= 7
-	}
-	return append(b, byte(v))
-}
-func (b pb) key(f, wt int) pb         { return b.varint(uint64(f<<3 | wt)) }
-func (b pb) int(f int, v int64) pb    { return b.key(f, 0).varint(uint64(v)) }
-func (b pb) bytes(f int, v []byte) pb { return append(b.key(f, 2).varint(uint64(len(v))), v...) }
-func (b pb) str(f int, s string) pb   { return b.bytes(f, []byte(s)) }
-func (b pb) float(f int, v float32) pb {
-	return binary.LittleEndian.AppendUint32(b.key(f, 5), math.Float32bits(v))
-}
-func attrI(name string, v int64) pb            { return pb(nil).str(1, name).int(3, v).int(20, 2) }
-func attrF(name string, v float32) pb          { return pb(nil).str(1, name).float(2, v).int(20, 1) }
+func attrI(name string, v int64) *graph.Attr   { return graphtest.Int(name, v) }
+func attrF(name string, v float32) *graph.Attr { return graphtest.Float(name, v) }
 func vi(name string, dims ...any) pb           { return viT(name, dtype.Float32, dims...) }
 func weights(k, n int, seed float64) []float32 { return wave(k*n, seed) }
 
-func viT(name string, t dtype.Type, dims ...any) pb {
-	var shape pb
-	for _, d := range dims {
-		switch x := d.(type) {
-		case int:
-			shape = shape.bytes(1, pb(nil).int(1, int64(x)))
-		case string:
-			shape = shape.bytes(1, pb(nil).str(2, x))
-		}
-	}
-	tt := pb(nil).int(1, int64(t)).bytes(2, shape)
-	return pb(nil).str(1, name).bytes(2, pb(nil).bytes(1, tt))
-}
+func viT(name string, t dtype.Type, dims ...any) pb { return graphtest.Value(name, t, dims...) }
 
 func wave(n int, seed float64) []float32 {
 	out := make([]float32, n)
@@ -60,65 +36,31 @@ func wave(n int, seed float64) []float32 {
 	return out
 }
 
-func f32Init(name string, dims []int64, v []float32) pb {
-	b := pb(nil)
-	for _, d := range dims {
-		b = b.int(1, d)
-	}
-	raw := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
-	}
-	return b.int(2, int64(dtype.Float32)).str(8, name).bytes(9, raw)
-}
-
 type modelB struct {
-	nodes, inits, ins, outs []pb
+	nodes     []*graph.Node
+	inits     []*graph.Value
+	ins, outs []pb
 }
 
-func (m *modelB) node(op, name string, ins, outs []string, attrs ...pb) *modelB {
-	b := pb(nil)
-	for _, s := range ins {
-		b = b.str(1, s)
-	}
-	for _, s := range outs {
-		b = b.str(2, s)
-	}
-	b = b.str(3, name).str(4, op)
-	for _, a := range attrs {
-		b = b.bytes(5, a)
-	}
-	m.nodes = append(m.nodes, b)
+func (m *modelB) node(op, name string, ins, outs []string, attrs ...*graph.Attr) *modelB {
+	m.nodes = append(m.nodes, graphtest.Node(op, name, ins, outs, attrs...))
 	return m
 }
 
 func (m *modelB) init(name string, dims []int64, v []float32) *modelB {
-	m.inits = append(m.inits, f32Init(name, dims, v))
+	m.inits = append(m.inits, graphtest.Init(graphtest.Float32s(name, dims, v...)))
 	return m
 }
 
 func (m *modelB) parse(t *testing.T) *graph.Model {
 	t.Helper()
-	g := pb(nil)
-	for _, n := range m.nodes {
-		g = g.bytes(1, n)
-	}
-	g = g.str(2, "test")
-	for _, x := range m.inits {
-		g = g.bytes(5, x)
-	}
-	for _, x := range m.ins {
-		g = g.bytes(11, x)
-	}
-	for _, x := range m.outs {
-		g = g.bytes(12, x)
-	}
-	b := pb(nil).int(1, 8).bytes(8, pb(nil).str(1, "").int(2, 17)).bytes(7, g)
-	md, err := graph.Parse(b, "")
+	md := graphtest.Model(17, graphtest.Graph("test", m.nodes, m.inits, m.ins, m.outs))
+	md.Opsets = map[string]int64{"": 17}
+	out, err := graph.Parse(graphtest.Bytes(md), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return md
+	return out
 }
 
 func nodesByOp(g *graph.Graph) map[string]int {
@@ -190,7 +132,7 @@ func TestProducts(t *testing.T) {
 		mb.outs = append(mb.outs, vi(o))
 	}
 	m := mb.parse(t)
-	res, err := Quantize(m, Options{Format: E0M4, Group: 32, MinSize: 1024, Report: true})
+	res, err := Quantize(m, Options{Format: quant.E0M4, Group: 32, MinSize: 1024, Report: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,11 +140,11 @@ func TestProducts(t *testing.T) {
 	if err := g.Validate(); err != nil {
 		t.Fatalf("rewritten graph: %v", err)
 	}
-	if c := nodesByOp(g); c[quant.OpMatMulQ] != 5 || c["Add"] != 0 || c["MatMul"] != 4 || c["Gemm"] != 1 || c["Gather"] != 1 {
+	if c := nodesByOp(g); c[tlite.MatMulQ] != 5 || c["Add"] != 0 || c["MatMul"] != 4 || c["Gemm"] != 1 || c["Gather"] != 1 {
 		t.Errorf("node counts %v; want 5 MatMulQ (mm, mm_add with its Add, gemm, shared1, shared2), MatMul small/odd/inf/act, Gemm alpha", c)
 	}
-	if m.Opset(quant.OpDomain) != quant.OpDomainVersion {
-		t.Errorf("tlite opset %d", m.Opset(quant.OpDomain))
+	if m.Opset(tlite.Domain) != tlite.Version {
+		t.Errorf("tlite opset %d", m.Opset(tlite.Domain))
 	}
 	want := map[string]string{
 		"alpha": "alpha = 0.5", "small": "below the minimum size 1024", "odd": "K = 48 is not a multiple of the group size 32",
@@ -227,7 +169,7 @@ func TestProducts(t *testing.T) {
 	check := func(node string, w []float32, rows, cols int, layout quant.Layout, bias string) {
 		t.Helper()
 		nd := byName[node]
-		if nd == nil || nd.OpType != quant.OpMatMulQ || nd.Domain != quant.OpDomain {
+		if nd == nil || nd.OpType != tlite.MatMulQ || nd.Domain != tlite.Domain {
 			t.Fatalf("node %s: %v, want a tlite.MatMulQ", node, nd)
 		}
 		got := packedOf(t, nd.Inputs[1])
@@ -290,7 +232,7 @@ func TestWriteMapsPacked(t *testing.T) {
 	w := weights(k, n, 0)
 	mb := &modelB{ins: []pb{vi("x", "batch", k)}, outs: []pb{vi("y")}}
 	m := mb.init("w", []int64{k, n}, w).node("MatMul", "mm", []string{"x", "w"}, []string{"y"}).parse(t)
-	if _, err := Quantize(m, Options{Format: Int4}); err != nil {
+	if _, err := Quantize(m, Options{Format: quant.Int4}); err != nil {
 		t.Fatal(err)
 	}
 	blob := append([]byte(nil), m.Graph.Nodes[0].Inputs[1].Const.Data...)
@@ -304,8 +246,8 @@ func TestWriteMapsPacked(t *testing.T) {
 	}
 	defer back.Close()
 	nd := back.Graph.Nodes[0]
-	if nd.OpType != quant.OpMatMulQ || back.Opset(quant.OpDomain) != 1 {
-		t.Fatalf("reloaded node %v, tlite opset %d", nd, back.Opset(quant.OpDomain))
+	if nd.OpType != tlite.MatMulQ || back.Opset(tlite.Domain) != 1 {
+		t.Fatalf("reloaded node %v, tlite opset %d", nd, back.Opset(tlite.Domain))
 	}
 	tq := nd.Inputs[1].Const
 	if !tq.External || !bytes.Equal(tq.Data, blob) {
@@ -332,7 +274,7 @@ func TestFP16(t *testing.T) {
 		node("MatMul", "mm1", []string{"x", "w1"}, []string{"y1"}).
 		node("MatMul", "mm2", []string{"x", "w2"}, []string{"y2"}).
 		node("Mul", "mul", []string{"w2", "w2"}, []string{"y3"}).parse(t)
-	res, err := Quantize(m, Options{Format: FP16, MinSize: DefaultMinSize})
+	res, err := Quantize(m, Options{Format: quant.FP16, MinSize: DefaultMinSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,15 +295,15 @@ func TestFP16(t *testing.T) {
 			t.Fatalf("element %d: %v, want %v", i, got[i], want)
 		}
 	}
-	if c := nodesByOp(m.Graph); c["MatMul"] != 2 || c[quant.OpMatMulQ] != 0 || m.Opset(quant.OpDomain) != 0 {
-		t.Errorf("fp16 must only retype weights: nodes %v, tlite opset %d", c, m.Opset(quant.OpDomain))
+	if c := nodesByOp(m.Graph); c["MatMul"] != 2 || c[tlite.MatMulQ] != 0 || m.Opset(tlite.Domain) != 0 {
+		t.Errorf("fp16 must only retype weights: nodes %v, tlite opset %d", c, m.Opset(tlite.Domain))
 	}
 }
 
 func TestOptionErrors(t *testing.T) {
 	m := (&modelB{ins: []pb{vi("x", 1, 64)}, outs: []pb{vi("y")}}).
 		init("w", []int64{64, 64}, weights(64, 64, 0)).node("MatMul", "mm", []string{"x", "w"}, []string{"y"}).parse(t)
-	for _, o := range []Options{{Format: "nf4"}, {Format: E0M4, Group: 48}, {Format: E0M4, MinSize: -1}} {
+	for _, o := range []Options{{Format: quant.Format(99)}, {Format: quant.E0M4, Group: 48}, {Format: quant.E0M4, MinSize: -1}} {
 		if _, err := Quantize(m, o); err == nil {
 			t.Errorf("Quantize with %+v: no error", o)
 		}

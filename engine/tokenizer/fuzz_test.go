@@ -10,7 +10,7 @@ import (
 // byte-level BPE round-trips every valid UTF-8 text exactly, and streamed
 // decoding equals full decoding.
 //
-//	go test ./models/tokenizer/ -run '^$' -fuzz FuzzEncode -fuzztime 60s
+//	go test ./engine/tokenizer/ -run '^$' -fuzz FuzzEncode -fuzztime 60s
 func FuzzEncode(f *testing.F) {
 	byteLevel := loadTok(f, "default/tokenizer.json")
 	llama3 := loadTok(f, "tokenizers/llama3.tokenizer.json")
