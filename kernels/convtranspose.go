@@ -116,9 +116,10 @@ func (p ConvTransposeParams) useGEMM() bool {
 	return p.C/g >= 8 && p.OutC/g*p.KH*p.KW >= 4
 }
 
-// ScratchElems is how many elements (in the activation storage) of scratch
-// ConvTranspose2D can use for its GEMM route, the whole batch's W^T X
-// products (N * OutC*KH*KW * H*W); 0 when the direct kernel is the route.
+// ScratchElems is how many float32 elements (4 bytes each, whatever the
+// activation storage) of scratch ConvTranspose2D can use for its GEMM
+// route, the whole batch's W^T X products (N * OutC*KH*KW * H*W); 0 when
+// the direct kernel is the route.
 // Less scratch still works: ConvTranspose2D takes as many images at a time
 // as fit, and gathers directly when not even one does.
 func (p ConvTransposeParams) ScratchElems() int {
@@ -131,7 +132,7 @@ func (p ConvTransposeParams) ScratchElems() int {
 
 // ConvTranspose2D computes y = conv_transpose(x, w) + bias as p describes; x
 // and y are stored in s, the weight and bias in p.Weight. With scratch
-// (ScratchElems elements; Mem nil for none) it runs as a GEMM, W^T X per
+// (ScratchElems float32 elements; Mem nil for none) it runs as a GEMM, W^T X per
 // image and group, followed by a gather of each output's taps; without, the
 // direct kernel runs, correct but much slower on wide layers. An empty output
 // launches nothing.
@@ -183,7 +184,7 @@ func (l *Lib) convTranspose2D(s Storage, x, w, y, scratch Buf, p ConvTransposePa
 		if scratch.Off < 0 {
 			return fmt.Errorf("scratch: negative offset")
 		}
-		imgs = min(p.N, (scratch.Mem.Size()/s.Size()-scratch.Off)/(p.Groups*mk*hw))
+		imgs = min(p.N, (scratch.Mem.Size()/F32.Size()-scratch.Off)/(p.Groups*mk*hw))
 	}
 	if imgs == 0 {
 		k, err := l.kernel("convtranspose", convTransposeSrc, opts, "convt_direct")
@@ -199,7 +200,7 @@ func (l *Lib) convTranspose2D(s Storage, x, w, y, scratch Buf, p ConvTransposePa
 	}
 	// Per (image, group): Col[m, pix] = sum over k of W[k, m] X[k, pix],
 	// m = (ocg, kh, kw), k an input channel of the group.
-	g := gemm{a: w, at: p.Weight, b: x, bt: s, c: scratch, ct: s,
+	g := gemm{a: w, at: p.Weight, b: x, bt: s, c: scratch, ct: F32,
 		am: 1, ak: mk, bk: hw, bn: 1, cm: hw, cn: 1,
 		m: mk, n: hw, k: cg, nb1: p.Groups, alpha: 1,
 		sA: [2]int{0, cg * mk}, sB: [2]int{p.C * hw, cg * hw}, sC: [2]int{p.Groups * mk * hw, mk * hw}}

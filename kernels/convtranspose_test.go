@@ -221,7 +221,7 @@ func TestConvTransposeShapes(t *testing.T) {
 					}
 					var sb Buf
 					if scratch > 0 {
-						sb = alloc(t, s, scratch)
+						sb = alloc(t, F32, scratch) // float32 whatever s
 					}
 					y0 := laRand(44, ny, s)
 					yb := upload(t, s, y0)

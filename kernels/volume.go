@@ -388,7 +388,7 @@ func MaxPoolIndicesRef(x, y []float32, idx []int64, colMajor bool, p Pool3DParam
 	in := [3]int{p.D, p.H, p.W}
 	planes := p.N * p.C
 	vol := in[0] * in[1] * in[2]
-	if len(x) < planes*vol || len(y) < planes*o[0]*o[1]*o[2] || len(idx) < len(y) {
+	if ny := planes * o[0] * o[1] * o[2]; len(x) < planes*vol || len(y) < ny || len(idx) < ny {
 		return fmt.Errorf("kernels: MaxPoolIndicesRef: a slice is shorter than %+v needs", p)
 	}
 	kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]

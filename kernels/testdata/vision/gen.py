@@ -9,7 +9,7 @@ onnx 1.12):
   torch_cases.json  PyTorch 1.13 outputs on small odd shapes: interpolate
                     (nearest, nearest-exact, bilinear/bicubic/trilinear with
                     and without align_corners, antialias), conv_transpose2d,
-                    conv3d, max_pool3d, avg_pool3d, prelu.
+                    conv_transpose3d, conv3d, max_pool3d, avg_pool3d, prelu.
 
 Usage: /usr/bin/python3 kernels/testdata/vision/gen.py  (from the repository root)
 """
@@ -153,6 +153,22 @@ def torch_cases():
         H, W = full.shape[2], full.shape[3]
         y = full[:, :, pads[0]:H - pads[2], pads[1]:W - pads[3]] + b.view(1, -1, 1, 1)
         add("conv_transpose2d", {"strides": list(s), "dilations": list(d), "pads": list(pads),
+                                 "output_padding": list(op), "group": g},
+            {"x": x, "w": wt, "b": b}, y)
+
+    for (n, c, dd, h, w, oc, k, s, dl, pads, op, g) in [
+        (1, 8, 3, 4, 5, 4, (2, 2, 2), (2, 2, 2), (1, 1, 1), (0, 0, 0, 0, 0, 0), (0, 0, 0), 1),
+        (2, 6, 3, 3, 4, 6, (3, 2, 3), (2, 1, 2), (1, 2, 1), (1, 0, 1, 0, 1, 2), (1, 0, 1), 2),
+    ]:
+        seed += 1
+        x = rnd(n, c, dd, h, w, seed=seed)
+        wt = rnd(c, oc // g, *k, seed=seed + 1000)
+        b = rnd(oc, seed=seed + 2000)
+        full = F.conv_transpose3d(x, wt, None, stride=s, groups=g, dilation=dl)
+        full = F.pad(full, (0, op[2], 0, op[1], 0, op[0]))
+        D, H, W = full.shape[2:]
+        y = full[:, :, pads[0]:D - pads[3], pads[1]:H - pads[4], pads[2]:W - pads[5]] + b.view(1, -1, 1, 1, 1)
+        add("conv_transpose3d", {"strides": list(s), "dilations": list(dl), "pads": list(pads),
                                  "output_padding": list(op), "group": g},
             {"x": x, "w": wt, "b": b}, y)
 
