@@ -91,20 +91,9 @@ type Device interface {
 	Gather(esize int, data Buf, shape []int, axis int, indices Buf, it dtype.Type, nidx int, dst Buf) error
 	GatherElements(esize int, data Buf, dataShape []int, axis int, indices Buf, it dtype.Type, idxShape []int, dst Buf) error
 	Pad(esize int, src Buf, shape, pads []int, mode PadMode, value uint64, dst Buf) error
-	// Resize interpolates x (shape p.In) into y (shape p.Out) as ONNX Resize
-	// and Upsample do; scratch, when set, holds p.ScratchElems() elements.
-	Resize(s Storage, x, y, scratch Buf, p ResizeParams) error
-	// ConvTranspose2D computes a 2-D transposed convolution; scratch, when
-	// set, holds p.ScratchElems() elements for the GEMM route.
-	ConvTranspose2D(s Storage, x, w, y, scratch Buf, p ConvTransposeParams) error
-	// Conv3D computes a 3-D convolution; scratch, when set, holds
-	// p.ScratchElems() elements for the GEMM route.
-	Conv3D(s Storage, x, w, y, scratch Buf, p Conv3DParams) error
-	// MaxPool3D and AvgPool3D pool NCDHW volumes.
-	MaxPool3D(s Storage, x, y Buf, p Pool3DParams) error
-	AvgPool3D(s Storage, x, y Buf, p Pool3DParams) error
-	// MaxPoolWithIndices is MaxPool with its Indices output (int64) in idx.
-	MaxPoolWithIndices(s Storage, x, y, idx Buf, colMajor bool, p Pool3DParams) error
+	// VisionDevice: Resize, transposed and 3-D convolution, 3-D pooling
+	// and MaxPool's Indices.
+	VisionDevice
 	// KVWrite writes new K or V rows into a cache at the given slots.
 	KVWrite(esize int, cache Buf, cv View, src Buf, sv View, pos Buf, pt dtype.Type, perBatch bool) error
 	// Attention computes fused scaled-dot-product attention.
