@@ -230,7 +230,7 @@ func lowerResize(lc *lowerCtx) (*stepDef, error) {
 	return sd, nil
 }
 
-// lowerConvTranspose lowers a 1-D or 2-D transposed convolution.
+// lowerConvTranspose lowers a 1-D, 2-D or 3-D transposed convolution.
 func lowerConvTranspose(lc *lowerCtx) (*stepDef, error) {
 	x, w, bias, y := lc.in(0), lc.in(1), lc.in(2), lc.out(0)
 	if x == nil || w == nil {
@@ -244,8 +244,8 @@ func lowerConvTranspose(lc *lowerCtx) (*stepDef, error) {
 		return nil, err
 	}
 	rank := len(x.shape)
-	if rank != 3 && rank != 4 {
-		return nil, lc.unsupported("input of rank %d; only 1-D and 2-D transposed convolutions are supported", rank)
+	if rank < 3 || rank > 5 {
+		return nil, lc.unsupported("input of rank %d; only 1-D, 2-D and 3-D transposed convolutions are supported", rank)
 	}
 	if len(w.shape) != rank {
 		return nil, lc.unsupported("weight of rank %d for input of rank %d", len(w.shape), rank)
@@ -300,53 +300,61 @@ func lowerConvTranspose(lc *lowerCtx) (*stepDef, error) {
 	if groups <= 0 {
 		return nil, lc.unsupported("group %d", groups)
 	}
-	// geometry turns the input's and weight's shapes into kernel params.
-	geometry := func(xs, ws []int) (kernels.ConvTransposeParams, error) {
-		p := kernels.ConvTransposeParams{N: xs[0], C: xs[1], OutC: ws[1] * groups, Groups: groups, Weight: s}
+	// geometry turns the input's and weight's shapes into kernel params, in
+	// 3-D form (1-D and 2-D as leading axes of size one).
+	geometry := func(xs, ws []int) (kernels.ConvTranspose3DParams, error) {
+		p := kernels.ConvTranspose3DParams{N: xs[0], C: xs[1], OutC: ws[1] * groups, Groups: groups, Weight: s}
 		if ws[0] != xs[1] {
 			return p, fmt.Errorf("weight %v does not take %d input channels", ws, xs[1])
 		}
-		type axis struct{ in, k, s, d, op, pb, pe, os int }
-		var ax []axis
+		in := [3]int{1, 1, 1}
+		off := 3 - nd
+		p.Kernel, p.Stride, p.Dilation = [3]int{1, 1, 1}, [3]int{1, 1, 1}, [3]int{1, 1, 1}
 		for i := 0; i < nd; i++ {
-			ax = append(ax, axis{xs[2+i], ws[2+i], strides[i], dil[i], outPad[i], pads[i], pads[nd+i], outShape[i]})
-		}
-		if nd == 1 {
-			ax = append([]axis{{1, 1, 1, 1, 0, 0, 0, -1}}, ax...)
-		}
-		var pb, pe [2]int
-		for i, a := range ax {
-			b, e, _, err := kernels.ConvTransposeAxis(a.in, a.k, a.s, a.d, a.op, a.pb, a.pe, autoPad, a.os)
+			a := off + i
+			in[a], p.Kernel[a], p.Stride[a], p.Dilation[a], p.OutPad[a] = xs[2+i], ws[2+i], strides[i], dil[i], outPad[i]
+			b, e, _, err := kernels.ConvTransposeAxis(xs[2+i], ws[2+i], strides[i], dil[i], outPad[i], pads[i], pads[nd+i], autoPad, outShape[i])
 			if err != nil {
 				return p, err
 			}
-			pb[i], pe[i] = b, e
+			p.PadBegin[a], p.PadEnd[a] = b, e
 		}
-		p.H, p.W, p.KH, p.KW = ax[0].in, ax[1].in, ax[0].k, ax[1].k
-		p.StrideH, p.StrideW, p.DilationH, p.DilationW = ax[0].s, ax[1].s, ax[0].d, ax[1].d
-		p.OutPadH, p.OutPadW = ax[0].op, ax[1].op
-		p.PadTop, p.PadLeft, p.PadBottom, p.PadRight = pb[0], pb[1], pe[0], pe[1]
+		p.D, p.H, p.W = in[0], in[1], in[2]
 		return p, nil
 	}
-	_, esz, _ := storeFor(x.dt, lc.fs)
+	// flat is the 2-D kernel's params for a 1-D or 2-D transposed convolution.
+	flat := func(p kernels.ConvTranspose3DParams) kernels.ConvTransposeParams {
+		return kernels.ConvTransposeParams{N: p.N, C: p.C, H: p.H, W: p.W, OutC: p.OutC, KH: p.Kernel[1], KW: p.Kernel[2],
+			StrideH: p.Stride[1], StrideW: p.Stride[2], PadTop: p.PadBegin[1], PadLeft: p.PadBegin[2],
+			PadBottom: p.PadEnd[1], PadRight: p.PadEnd[2], DilationH: p.Dilation[1], DilationW: p.Dilation[2],
+			OutPadH: p.OutPad[1], OutPadW: p.OutPad[2], Groups: p.Groups, Bias: p.Bias, Weight: p.Weight}
+	}
+	scratchElems := func(p kernels.ConvTranspose3DParams) int {
+		if nd == 3 {
+			return p.ScratchElems()
+		}
+		return flat(p).ScratchElems()
+	}
 	sd := &stepDef{kernel: "conv"}
+	// The GEMM route's columns are float32 whatever the activation storage.
+	const colBytes = 4
 	if xs, ok := constShape(x.shape); ok {
 		if ws, ok := constShape(w.shape); ok {
 			p, err := geometry(xs, ws)
 			if err != nil {
 				return nil, lc.unsupported("%v", err)
 			}
-			if k := p.ScratchElems(); k > 0 {
-				sd.scratch = []symshape.Expr{symshape.Const(int64(k * esz))}
+			if k := scratchElems(p); k > 0 {
+				sd.scratch = []symshape.Expr{symshape.Const(int64(k * colBytes))}
 			}
 		}
 	} else if ws, ok := constShape(w.shape); ok {
-		// The GEMM route's W^T X products: N * OutC*K * H*W elements.
+		// N * OutC*K * input spatial elements.
 		kvol := ws[1] * groups
 		for _, k := range ws[2:] {
 			kvol *= k
 		}
-		e := symshape.Mul(x.shape[0], symshape.Const(int64(kvol*esz)))
+		e := symshape.Mul(x.shape[0], symshape.Const(int64(kvol*colBytes)))
 		for _, d := range x.shape[2:] {
 			e = symshape.Mul(e, d)
 		}
@@ -358,10 +366,10 @@ func lowerConvTranspose(lc *lowerCtx) (*stepDef, error) {
 		if err != nil {
 			return err
 		}
-		oh, ow := p.OutSize()
-		if want := []int{p.N, p.OutC, oh, ow}; nd == 1 && (ys[0] != p.N || ys[1] != p.OutC || ys[2] != ow) ||
-			nd == 2 && (ys[0] != want[0] || ys[1] != want[1] || ys[2] != want[2] || ys[3] != want[3]) {
-			return fmt.Errorf("ConvTranspose of %v by %v gives %dx%d; the plan has %v", xs, ws, oh, ow, ys)
+		o := p.OutSize()
+		want := append([]int{p.N, p.OutC}, o[3-nd:]...)
+		if !equalInts(want, ys) {
+			return fmt.Errorf("ConvTranspose of %v by %v gives %v; the plan has %v", xs, ws, want, ys)
 		}
 		if bias != nil {
 			p.Bias = ex.ref(bias).buf()
@@ -370,7 +378,10 @@ func lowerConvTranspose(lc *lowerCtx) (*stepDef, error) {
 		if len(ex.scratch) > 0 {
 			scratch = ex.scratch[0].buf()
 		}
-		return ex.dev.ConvTranspose2D(s, ex.ref(x).buf(), ex.ref(w).buf(), ex.ref(y).buf(), scratch, p)
+		if nd == 3 {
+			return ex.dev.ConvTranspose3D(s, ex.ref(x).buf(), ex.ref(w).buf(), ex.ref(y).buf(), scratch, p)
+		}
+		return ex.dev.ConvTranspose2D(s, ex.ref(x).buf(), ex.ref(w).buf(), ex.ref(y).buf(), scratch, flat(p))
 	}
 	return sd, nil
 }
