@@ -11,19 +11,6 @@ import (
 	"github.com/tlite/tlite/symshape"
 )
 
-// # Limits
-//
-// A derivation step can be valid only for some sizes: GPT-2's causal mask is
-// sliced out of a 256 x 256 buffer, so its rows derive as
-// min(past + seq, 256) - min(past, 256) and unify with the scores' seq only
-// while past + seq <= 256; a Gather into a learned position table is in
-// range only while the positions are. Run records each such condition as a
-// Limit (a maximum of an expression in the remaining symbols, or of a graph
-// input's values) with the node that relies on it. An engine must refuse
-// sizes beyond them (see Result.Check) and can size a context from them
-// (Result.ExprMax): past them, the model computes something else than its
-// exporter's framework, or nothing at all.
-
 // Limit is a maximum that a derivation step relies on.
 type Limit struct {
 	// Expr is the bounded quantity, in the remaining symbols (e.g.
