@@ -277,7 +277,8 @@ func pinMeaning(e Equality, top int64) string {
 	}
 	return fixed + ", although the graph inputs declare it a dynamic axis: a size was recorded as a " +
 		"constant when the model was exported (torch.onnx traces Python ints read from tensor sizes as " +
-		"constants, and torch 1.13 exports repeat_interleave with the repeat count of the example input). " +
+		"constants, and torch 1.13 exports repeat_interleave along a fixed-size axis with constant shape " +
+		"vectors that cannot follow the other, dynamic axes). " +
 		"Re-export with that size computed from the tensor (for grouped-query attention, repeat K/V by " +
 		"unsqueeze + expand + reshape as Hugging Face's repeat_kv does, not by repeat_interleave), or " +
 		"export with an example input of the size you will run"
