@@ -3,6 +3,7 @@ package fuse
 import (
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/symshape"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // Attention replaces scaled-dot-product attention written out op by op:
@@ -31,8 +32,8 @@ import (
 // repeated for grouped-query attention (Unsqueeze at axis 2, Expand,
 // Reshape to [batch, kv_heads*group, seq, head_dim]) are read unrepeated:
 // the kernel maps query head h to K/V head h / group.
-func Attention(g *graph.Graph) error {
-	r := newRewriter(g)
+func Attention(g *graph.Graph, res *infer.Result) error {
+	r := newRewriter(g, res)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
 		if n.Graph() != g {
 			continue

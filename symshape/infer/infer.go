@@ -749,7 +749,7 @@ func (c *ctx) checkDeclaredOutputs(g *graph.Graph) error {
 		if len(v.Declared) != len(v.Shape) {
 			c.res.Assumptions = append(c.res.Assumptions, Assumption{
 				Kept: symshape.Const(int64(len(v.Shape))),
-				What: fmt.Sprintf("graph output %q is declared with rank %d but derives as %s", v.Name, len(v.Declared), fmtShape(v.Shape)),
+				What: fmt.Sprintf("graph output %q is declared with rank %d but derives as %s", v.Name, len(v.Declared), symshape.FormatShape(v.Shape)),
 			})
 			continue
 		}
@@ -780,16 +780,4 @@ func (c *ctx) checkDeclaredOutputs(g *graph.Graph) error {
 		}
 	}
 	return nil
-}
-
-// fmtShape prints a shape as "[batch, seq, 64]".
-func fmtShape(s []symshape.Expr) string {
-	if s == nil {
-		return "<unknown>"
-	}
-	parts := make([]string, len(s))
-	for i, e := range s {
-		parts[i] = e.String()
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
 }

@@ -208,7 +208,7 @@ func TestExportedModels(t *testing.T) {
 				}
 				for _, d := range v.Shape {
 					if !d.IsValid() {
-						t.Errorf("value %q has an invalid dim: %s", v.Name, fmtShape(v.Shape))
+						t.Errorf("value %q has an invalid dim: %s", v.Name, symshape.FormatShape(v.Shape))
 					}
 				}
 			}
@@ -220,7 +220,7 @@ func TestExportedModels(t *testing.T) {
 					}
 					found++
 					if got := v.Shape[p.axis].String(); got != "past + seq" {
-						t.Errorf("%s length = %s, want past + seq (shape %s)", v.Name, got, fmtShape(v.Shape))
+						t.Errorf("%s length = %s, want past + seq (shape %s)", v.Name, got, symshape.FormatShape(v.Shape))
 					}
 				}
 				if found == 0 {
@@ -252,11 +252,11 @@ func TestExportedModels(t *testing.T) {
 					}
 					got, err := evalShape(v.Shape, b)
 					if err != nil {
-						t.Errorf("%s: output %q shape %s at %v: %v", dir, o.Name, fmtShape(v.Shape), mf.Symbols, err)
+						t.Errorf("%s: output %q shape %s at %v: %v", dir, o.Name, symshape.FormatShape(v.Shape), mf.Symbols, err)
 						continue
 					}
 					if fmt.Sprint(got) != fmt.Sprint(want) {
-						t.Errorf("%s: output %q: derived %s = %v at %v, reference %v", dir, o.Name, fmtShape(v.Shape), got, mf.Symbols, want)
+						t.Errorf("%s: output %q: derived %s = %v at %v, reference %v", dir, o.Name, symshape.FormatShape(v.Shape), got, mf.Symbols, want)
 					}
 				}
 			}
@@ -309,25 +309,25 @@ func checkAgainstFixed(t *testing.T, load func() *graph.Model, ranges map[string
 			w := byName[v.Name]
 			got, err := evalShape(v.Shape, b)
 			if err != nil {
-				t.Errorf("%q: shape %s at %v: %v", v.Name, fmtShape(v.Shape), fixed, err)
+				t.Errorf("%q: shape %s at %v: %v", v.Name, symshape.FormatShape(v.Shape), fixed, err)
 				bad++
 				continue
 			}
 			want, ok := constDims(w.Shape)
 			if !ok {
-				t.Errorf("%q: fixed run derived %s, not constant", v.Name, fmtShape(w.Shape))
+				t.Errorf("%q: fixed run derived %s, not constant", v.Name, symshape.FormatShape(w.Shape))
 				bad++
 				continue
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Errorf("%q: %s at %v = %v, fixed run derived %v", v.Name, fmtShape(v.Shape), fixed, got, want)
+				t.Errorf("%q: %s at %v = %v, fixed run derived %v", v.Name, symshape.FormatShape(v.Shape), fixed, got, want)
 				bad++
 			}
 			if v.Elems != nil && w.Elems != nil {
 				ge, err := evalShape(v.Elems, b)
 				we, ok := constInts(w.Elems)
 				if err == nil && ok && fmt.Sprint(ge) != fmt.Sprint(we) {
-					t.Errorf("%q: contents %s at %v = %v, fixed run derived %v", v.Name, fmtShape(v.Elems), fixed, ge, we)
+					t.Errorf("%q: contents %s at %v = %v, fixed run derived %v", v.Name, symshape.FormatShape(v.Elems), fixed, ge, we)
 					bad++
 				}
 			}
@@ -372,11 +372,11 @@ func TestRunTwice(t *testing.T) {
 	}
 	for _, v := range allValues(m.Graph) {
 		if _, ok := constDims(v.Shape); !ok {
-			t.Fatalf("%q still has a symbolic shape %s after a fixed Run", v.Name, fmtShape(v.Shape))
+			t.Fatalf("%q still has a symbolic shape %s after a fixed Run", v.Name, symshape.FormatShape(v.Shape))
 		}
 	}
 	v := m.Graph.Lookup("present.0.key")
-	if got := fmtShape(v.Shape); got != "[2, 2, 8, 16]" {
+	if got := symshape.FormatShape(v.Shape); got != "[2, 2, 8, 16]" {
 		t.Errorf("present.0.key = %s, want [2, 2, 8, 16]", got)
 	}
 }

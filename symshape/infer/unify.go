@@ -222,7 +222,7 @@ func fmtShapes(shapes [][]symshape.Expr) string {
 		if i > 0 {
 			s += " and "
 		}
-		s += fmtShape(sh)
+		s += symshape.FormatShape(sh)
 	}
 	return s
 }
