@@ -10,6 +10,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/graphtest"
 )
 
 func withInputs(base map[string]*tensor.Dense, edit func(m map[string]*tensor.Dense)) map[string]*tensor.Dense {
@@ -101,14 +102,14 @@ func TestBadInputs(t *testing.T) {
 // TestUnsupportedOp: an operator without lowering fails at Open with the
 // node, op type and opset.
 func TestUnsupportedOp(t *testing.T) {
-	g := graphPB("g", []pb{nodePB("Det", "/x/Det", []string{"x"}, []string{"y"})}, nil,
-		[]pb{tvi("x", dtype.Float32, 3, 3)}, []pb{tvi("y", dtype.Float32)})
+	g := graphPB("g", []pb{nodePB("LpPool", "/x/LpPool", []string{"x"}, []string{"y"}, graphtest.Ints("kernel_shape", 2, 2))}, nil,
+		[]pb{tvi("x", dtype.Float32, 1, 1, 3, 3)}, []pb{tvi("y", dtype.Float32)})
 	m, err := graph.Parse(modelPB(17, g), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = OpenModel(m, Options{Kernels: testLib, Rewrites: []Rewrite{}})
-	want := `node "/x/Det" (Det, opset 17): operator not supported on the OpenCL backend`
+	want := `node "/x/LpPool" (LpPool, opset 17): operator not supported on the OpenCL backend`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("got %v, want an error containing %q", err, want)
 	}

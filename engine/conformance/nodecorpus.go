@@ -257,7 +257,7 @@ var (
 	randomOps = map[string]bool{"RandomNormal": true, "RandomUniform": true, "RandomNormalLike": true,
 		"RandomUniformLike": true, "Bernoulli": true, "Multinomial": true}
 	stringOps = map[string]bool{"StringNormalizer": true, "RegexFullMatch": true, "StringConcat": true,
-		"StringSplit": true, "TfIdfVectorizer": false}
+		"StringSplit": true}
 )
 
 // outOfScopeParse classifies a model the loader refuses for a value that
@@ -372,8 +372,8 @@ func init() {
 		"Softmax", "LogSoftmax", "Celu", "Elu", "HardSigmoid", "HardSwish", "Shrink", "ThresholdedRelu",
 		"Selu", "LeakyRelu", "Relu", "PRelu", "Mish", "Softplus", "Softsign", "Clip", "Range",
 		"MeanVarianceNormalization", "DynamicQuantizeLinear", "Bernoulli", "GroupNormalization",
-		"CastLike", "Expand", "Reshape", "Sequence", "Loop", "If", "Scan", "Gemm", "Gelu", "BlackmanWindow",
-		"HannWindow", "HammingWindow", "Center", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"} {
+		"CastLike", "Expand", "Reshape", "Loop", "If", "Scan", "Gemm", "Gelu", "BlackmanWindow",
+		"HannWindow", "HammingWindow", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"} {
 		knownOps[op] = true
 	}
 }
