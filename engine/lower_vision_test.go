@@ -59,8 +59,8 @@ func visionCases(t *testing.T) []visionCase {
 		y := make([]float32, numel(p.Out))
 		must(kernels.ResizeRef(x, y, p))
 		cases = append(cases, visionCase{name: "resize-linear",
-			node:  nodePB("Resize", "rs", []string{"x", "", "scales"}, []string{"y"}, graphtest.String("mode", "linear")),
-			inits: []pb{tensorPB("scales", dtype.Float32, []int64{4}, f32Raw(1, 1, 1.7, 1.5))},
+			node:   nodePB("Resize", "rs", []string{"x", "", "scales"}, []string{"y"}, graphtest.String("mode", "linear")),
+			inits:  []pb{tensorPB("scales", dtype.Float32, []int64{4}, f32Raw(1, 1, 1.7, 1.5))},
 			xShape: in, yShape: p.Out, x: x, want: y})
 	}
 	// Resize, cubic, align_corners, sizes, on three axes (scratch between
@@ -93,7 +93,7 @@ func visionCases(t *testing.T) []visionCase {
 			node: nodePB("ConvTranspose", "ct", []string{"x", "w", "b"}, []string{"y"}, aInt("group", 2),
 				graphtest.Ints("strides", 2, 3), graphtest.Ints("dilations", 2, 1), graphtest.Ints("pads", 1, 0, 2, 1),
 				graphtest.Ints("output_padding", 1, 2)),
-			inits: []pb{tensorPB("w", dtype.Float32, []int64{4, 3, 3, 2}, f32Raw(w...)), tensorPB("b", dtype.Float32, []int64{6}, f32Raw(b...))},
+			inits:  []pb{tensorPB("w", dtype.Float32, []int64{4, 3, 3, 2}, f32Raw(w...)), tensorPB("b", dtype.Float32, []int64{6}, f32Raw(b...))},
 			xShape: []int{2, 4, 5, 3}, yShape: []int{2, 6, oh, ow}, x: x, want: y})
 	}
 	// Conv 3-D with SAME_UPPER padding and strides, wide enough for the
