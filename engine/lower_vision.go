@@ -135,6 +135,24 @@ func lowerResize(lc *lowerCtx) (*stepDef, error) {
 			roi = f
 		}
 	}
+	if old && p.Mode == kernels.ResizeNearest {
+		// Upsample and Resize-10 pick the nearest input by truncating
+		// x / scale; ONNX's opset-10 cases (and ONNX Runtime) round up
+		// instead on axes that shrink. The kernel has one rounding for all
+		// axes, so a resize that grows one axis and shrinks another is
+		// refused.
+		up, down := false, false
+		for _, sc := range scales {
+			up = up || sc > 1
+			down = down || sc < 1
+		}
+		if up && down {
+			return nil, lc.unsupported("nearest resize that grows some axes and shrinks others before opset 11")
+		}
+		if down {
+			p.Nearest = kernels.NearestCeil
+		}
+	}
 	nax := rank
 	if axes != nil {
 		nax = len(axes)

@@ -38,6 +38,8 @@ type visionCase struct {
 	want   []float32
 	// idx, when set, is MaxPool's expected Indices.
 	idx []int64
+	// opset of the model; 0 means 13.
+	opset int64
 }
 
 func visionCases(t *testing.T) []visionCase {
@@ -77,6 +79,42 @@ func visionCases(t *testing.T) []visionCase {
 			node: nodePB("Resize", "rs", []string{"x", "", "", "sizes"}, []string{"y"}, graphtest.String("mode", "cubic"),
 				graphtest.String("coordinate_transformation_mode", "align_corners"), aFloat("cubic_coeff_a", -0.5)),
 			inits:  []pb{tensorPB("sizes", dtype.Int64, []int64{4}, i64Raw(2, 6, 3, 7))},
+			xShape: in, yShape: out, x: x, want: y})
+	}
+	// Resize-10 shrinking with nearest: ONNX's own opset-10 example, where
+	// x / scale rounds up (1.67 -> 2).
+	cases = append(cases, visionCase{name: "resize10-nearest-down", opset: 10,
+		node:   nodePB("Resize", "rs", []string{"x", "scales"}, []string{"y"}, graphtest.String("mode", "nearest")),
+		inits:  []pb{tensorPB("scales", dtype.Float32, []int64{4}, f32Raw(1, 1, 0.6, 0.6))},
+		xShape: []int{1, 1, 2, 4}, yShape: []int{1, 1, 1, 2}, x: []float32{1, 2, 3, 4, 5, 6, 7, 8}, want: []float32{1, 3}})
+	// Upsample-9, nearest growing: x / scale truncated.
+	{
+		in := []int{2, 3, 3, 2}
+		p := kernels.ResizeParams{In: in, Out: []int{2, 3, 6, 5}, Scales: []float64{1, 1, 2, 2.5},
+			Mode: kernels.ResizeNearest, Coord: kernels.CoordAsymmetric, Nearest: kernels.NearestFloor}
+		x := randF32(r, numel(in))
+		y := make([]float32, numel(p.Out))
+		must(kernels.ResizeRef(x, y, p))
+		cases = append(cases, visionCase{name: "upsample9-nearest", opset: 9,
+			node:   nodePB("Upsample", "up", []string{"x", "scales"}, []string{"y"}),
+			inits:  []pb{tensorPB("scales", dtype.Float32, []int64{4}, f32Raw(1, 1, 2, 2.5))},
+			xShape: in, yShape: p.Out, x: x, want: y})
+	}
+	// Resize-18: axes, sizes with keep_aspect_ratio_policy not_larger, and
+	// an antialiased linear downscale.
+	{
+		in := []int{2, 3, 9, 13}
+		out, sc, err := kernels.ResizeShape(in, nil, []int{5, 6}, []int{2, 3}, "not_larger")
+		must(err)
+		p := kernels.ResizeParams{In: in, Out: out, Scales: sc, Mode: kernels.ResizeLinear, Coord: kernels.CoordHalfPixel,
+			CubicA: -0.75, Antialias: true}
+		x := randF32(r, numel(in))
+		y := make([]float32, numel(out))
+		must(kernels.ResizeRef(x, y, p))
+		cases = append(cases, visionCase{name: "resize18-axes-aspect-antialias", opset: 18,
+			node: nodePB("Resize", "rs", []string{"x", "", "", "sizes"}, []string{"y"}, graphtest.String("mode", "linear"),
+				graphtest.Ints("axes", 2, 3), graphtest.String("keep_aspect_ratio_policy", "not_larger"), aInt("antialias", 1)),
+			inits:  []pb{tensorPB("sizes", dtype.Int64, []int64{2}, i64Raw(5, 6))},
 			xShape: in, yShape: out, x: x, want: y})
 	}
 	// ConvTranspose 2-D: groups, dilations, strides, pads, output_padding.
@@ -165,7 +203,11 @@ func TestVisionLowerings(t *testing.T) {
 				outs = append(outs, tvi("i", dtype.Int64, dims(c.yShape)...))
 			}
 			g := graphPB("g", []pb{c.node}, c.inits, []pb{tvi("x", dtype.Float32, dims(c.xShape)...)}, outs)
-			model := modelPB(13, g)
+			opset := c.opset
+			if opset == 0 {
+				opset = 13
+			}
+			model := modelPB(opset, g)
 			x := tensor.New(tensor.WithShape(c.xShape...), tensor.WithBacking(c.x))
 			for _, d := range []struct {
 				name string
