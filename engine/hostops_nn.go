@@ -1237,3 +1237,187 @@ func hostTfIdf(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 	}
 	return []*hostTensor{y}, nil
 }
+
+func init() {
+	registerHost(hostDFT, "DFT")
+	registerHost(hostRoiAlign, "RoiAlign")
+}
+
+// hostDFT is the discrete Fourier transform along one axis of a real
+// ([..., 1]) or complex ([..., 2]) signal, forward or inverse (scaled by
+// 1/n), optionally one-sided, in float64 by the definition (O(n^2)).
+func hostDFT(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 1); err != nil {
+		return nil, err
+	}
+	x := ins[0]
+	r := len(x.shape)
+	if r < 3 || (x.shape[r-1] != 1 && x.shape[r-1] != 2) {
+		return nil, fmt.Errorf("input %v: want [batch, signal..., 1 or 2]", x.shape)
+	}
+	axis, err := normAxisHost(hc.n.AttrInt("axis", 1), r)
+	if err != nil {
+		return nil, err
+	}
+	if axis == 0 || axis == r-1 {
+		return nil, fmt.Errorf("axis %d is the batch or the complex axis", axis)
+	}
+	v, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	n := x.shape[axis]
+	if len(ins) > 1 && ins[1] != nil {
+		l, err := scalar(ins[1])
+		if err != nil {
+			return nil, fmt.Errorf("dft_length: %w", err)
+		}
+		if n = int(l); n < 1 {
+			return nil, fmt.Errorf("dft_length %d", n)
+		}
+	}
+	inverse := hc.n.AttrInt("inverse", 0) != 0
+	outLen := n
+	if hc.n.AttrInt("onesided", 0) != 0 {
+		outLen = n/2 + 1
+	}
+	cplx := x.shape[r-1]
+	outer, inLen := prod(x.shape, 0, axis), x.shape[axis]
+	inner := prod(x.shape, axis+1, r-1)
+	shape := append([]int(nil), x.shape...)
+	shape[axis], shape[r-1] = outLen, 2
+	y := newHostTensor(x.dt, shape)
+	sign := -1.0
+	if inverse {
+		sign = 1
+	}
+	for o := 0; o < outer; o++ {
+		for in := 0; in < inner; in++ {
+			for k := 0; k < outLen; k++ {
+				var re, im float64
+				for j := 0; j < min(n, inLen); j++ {
+					base := ((o*inLen+j)*inner + in) * cplx
+					a, b := v[base], 0.0
+					if cplx == 2 {
+						b = v[base+1]
+					}
+					ang := sign * 2 * math.Pi * float64(j*k%n) / float64(n)
+					c, s := math.Cos(ang), math.Sin(ang)
+					re += a*c - b*s
+					im += a*s + b*c
+				}
+				if inverse {
+					re, im = re/float64(n), im/float64(n)
+				}
+				dst := ((o*outLen+k)*inner + in) * 2
+				putFloat(x.dt, y.data, dst, re)
+				putFloat(x.dt, y.data, dst+1, im)
+			}
+		}
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostRoiAlign pools each region of interest into output_height x
+// output_width bins, averaging (or taking the maximum of) bilinear samples
+// on a sampling_ratio grid per bin, as ONNX Runtime does.
+func hostRoiAlign(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 3); err != nil {
+		return nil, err
+	}
+	x, rois, bidx := ins[0], ins[1], ins[2]
+	if len(x.shape) != 4 || len(rois.shape) != 2 || rois.shape[1] != 4 || numel(bidx.shape) != rois.shape[0] {
+		return nil, fmt.Errorf("X %v, rois %v, batch_indices %v", x.shape, rois.shape, bidx.shape)
+	}
+	n := hc.n
+	oh, ow := int(n.AttrInt("output_height", 1)), int(n.AttrInt("output_width", 1))
+	ratio := int(n.AttrInt("sampling_ratio", 0))
+	scale := float64(n.AttrFloat("spatial_scale", 1))
+	half := n.AttrString("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+	if hc.opset < 16 {
+		half = false
+	}
+	maxMode := n.AttrString("mode", "avg") == "max"
+	xv, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	rv, err := rois.floats()
+	if err != nil {
+		return nil, err
+	}
+	bv, err := bidx.ints()
+	if err != nil {
+		return nil, err
+	}
+	N, C, H, W := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+	nr := rois.shape[0]
+	y := newHostTensor(x.dt, []int{nr, C, oh, ow})
+	off := 0.0
+	if half {
+		off = 0.5
+	}
+	for r := 0; r < nr; r++ {
+		b := int(bv[r])
+		if b < 0 || b >= N {
+			return nil, fmt.Errorf("batch index %d of roi %d outside batch %d", b, r, N)
+		}
+		x1, y1 := rv[r*4]*scale-off, rv[r*4+1]*scale-off
+		x2, y2 := rv[r*4+2]*scale-off, rv[r*4+3]*scale-off
+		rw, rh := x2-x1, y2-y1
+		if !half {
+			rw, rh = math.Max(rw, 1), math.Max(rh, 1)
+		}
+		bh, bw := rh/float64(oh), rw/float64(ow)
+		gh, gw := ratio, ratio
+		if ratio <= 0 {
+			gh, gw = int(math.Ceil(rh/float64(oh))), int(math.Ceil(rw/float64(ow)))
+		}
+		count := float64(max(gh*gw, 1))
+		for c := 0; c < C; c++ {
+			plane := xv[(b*C+c)*H*W : (b*C+c+1)*H*W]
+			for ph := 0; ph < oh; ph++ {
+				for pw := 0; pw < ow; pw++ {
+					var acc float64
+					first := true
+					for iy := 0; iy < gh; iy++ {
+						yy := y1 + float64(ph)*bh + (float64(iy)+0.5)*bh/float64(gh)
+						for ix := 0; ix < gw; ix++ {
+							xx := x1 + float64(pw)*bw + (float64(ix)+0.5)*bw/float64(gw)
+							var ws [4]float64
+							var vs [4]float64
+							if !(yy < -1 || yy > float64(H) || xx < -1 || xx > float64(W)) {
+								sy, sx := math.Max(yy, 0), math.Max(xx, 0)
+								yl, xl := int(sy), int(sx)
+								yh, xh := yl+1, xl+1
+								if yl >= H-1 {
+									yl, yh, sy = H-1, H-1, float64(H-1)
+								}
+								if xl >= W-1 {
+									xl, xh, sx = W-1, W-1, float64(W-1)
+								}
+								ly, lx := sy-float64(yl), sx-float64(xl)
+								ws = [4]float64{(1 - ly) * (1 - lx), (1 - ly) * lx, ly * (1 - lx), ly * lx}
+								vs = [4]float64{plane[yl*W+xl], plane[yl*W+xh], plane[yh*W+xl], plane[yh*W+xh]}
+							}
+							if maxMode {
+								m := math.Max(math.Max(ws[0]*vs[0], ws[1]*vs[1]), math.Max(ws[2]*vs[2], ws[3]*vs[3]))
+								if first || m > acc {
+									acc = m
+								}
+								first = false
+							} else {
+								acc += ws[0]*vs[0] + ws[1]*vs[1] + ws[2]*vs[2] + ws[3]*vs[3]
+							}
+						}
+					}
+					if !maxMode {
+						acc /= count
+					}
+					putFloat(x.dt, y.data, ((r*C+c)*oh+ph)*ow+pw, acc)
+				}
+			}
+		}
+	}
+	return []*hostTensor{y}, nil
+}

@@ -190,3 +190,41 @@ func rnnRule(c *ctx, n *graph.Node) error {
 	}
 	return nil
 }
+
+func init() {
+	register("", dftRule, "DFT")
+}
+
+// dftRule: the input's shape with a last axis of 2 (complex), the signal
+// axis dft_length long (when given) and halved plus one when onesided.
+func dftRule(c *ctx, n *graph.Node) error {
+	x, err := c.shapeOf(n, 0)
+	if err != nil {
+		return err
+	}
+	if len(x) < 3 {
+		return fmt.Errorf("input %s: want [batch, signal..., 1 or 2]", symshape.FormatShape(x))
+	}
+	axis, err := normAxis(n.AttrInt("axis", 1), len(x))
+	if err != nil {
+		return err
+	}
+	if axis == 0 || axis == len(x)-1 {
+		return fmt.Errorf("axis %d is the batch or the complex axis", axis)
+	}
+	out := copyShape(x)
+	out[len(out)-1] = symshape.Const(2)
+	if input(n, 1) != nil {
+		l, ok := c.elems(n, 1)
+		if !ok || len(l) != 1 {
+			out[axis] = c.fresh(output(n, 0), axis, "DFT dft_length is only known at run time")
+		} else {
+			out[axis] = l[0]
+		}
+	}
+	if n.AttrInt("onesided", 0) != 0 {
+		out[axis] = symshape.Add(symshape.FloorDiv(out[axis], symshape.Const(2)), symshape.Const(1))
+	}
+	c.setOut(n, 0, out, typeOf(n, 0))
+	return nil
+}
