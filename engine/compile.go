@@ -252,8 +252,16 @@ func (c *compiler) alias(lc *lowerCtx) error {
 	if len(n.Inputs) == 0 || n.Inputs[0] == nil || len(n.Outputs) == 0 || n.Outputs[0] == nil {
 		return lc.unsupported("a view needs an input and an output")
 	}
+	if n.OpType == "Dropout" && lc.in(2) != nil {
+		// Training mode drops at random: only a training_mode known to be
+		// false at Open makes Dropout the identity.
+		if tm, ok := lc.constInts(lc.in(2)); !ok || len(tm) != 1 || tm[0] != 0 {
+			return lc.unsupported("training_mode is not a constant false (training mode draws a random mask)")
+		}
+	}
 	if n.OpType == "Dropout" && lc.used(1) {
-		return lc.unsupported("Dropout's mask output (inference only)")
+		// The mask (all true at inference) is computed on the host.
+		return c.hostInstr(n)
 	}
 	in, out := c.info(n.Inputs[0]), c.info(n.Outputs[0])
 	if in.dt != out.dt {
@@ -345,7 +353,7 @@ func (c *compiler) needOnDevice(v *vinfo) {
 func (c *compiler) runHost(n *graph.Node, ins []*hostTensor, bind symshape.Binding) ([]*hostTensor, error) {
 	key := opKey(n.Domain, n.OpType)
 	opset := c.m.Opset(n.Domain)
-	if aliasOps[key] {
+	if aliasOps[key] && !(hostOps[key] != nil && len(n.Outputs) > 1 && n.Outputs[1] != nil) {
 		if len(ins) == 0 || ins[0] == nil || len(n.Outputs) == 0 || n.Outputs[0] == nil {
 			return nil, fmt.Errorf("a view needs an input and an output")
 		}

@@ -1421,3 +1421,32 @@ func hostRoiAlign(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 	}
 	return []*hostTensor{y}, nil
 }
+
+func init() {
+	registerHost(hostDropout, "Dropout")
+}
+
+// hostDropout is inference-mode Dropout when its mask is read: the input
+// unchanged and a mask of all true. Training mode draws random numbers and
+// is refused.
+func hostDropout(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 1); err != nil {
+		return nil, err
+	}
+	if len(ins) > 2 && ins[2] != nil {
+		tm, err := ins[2].ints()
+		if err != nil {
+			return nil, err
+		}
+		if len(tm) == 1 && tm[0] != 0 {
+			return nil, hc.unsupported("training_mode draws a random mask")
+		}
+	}
+	x := ins[0]
+	y := &hostTensor{dt: x.dt, shape: x.shape, data: append([]byte(nil), x.data...)}
+	mask := newHostTensor(dtype.Bool, x.shape)
+	for i := range mask.data {
+		mask.data[i] = 1
+	}
+	return []*hostTensor{y, mask}, nil
+}
