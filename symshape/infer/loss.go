@@ -228,3 +228,59 @@ func dftRule(c *ctx, n *graph.Node) error {
 	c.setOut(n, 0, out, typeOf(n, 0))
 	return nil
 }
+
+func init() {
+	register("", stftRule, "STFT")
+	register("", melRule, "MelWeightMatrix")
+}
+
+// stftRule: [batch, frames, bins, 2], frames = (length - frame) / step + 1
+// and bins = frame / 2 + 1 when onesided (the default); the frame length is
+// frame_length's value, else the window's length.
+func stftRule(c *ctx, n *graph.Node) error {
+	x, err := c.shapeOf(n, 0)
+	if err != nil {
+		return err
+	}
+	if len(x) != 3 {
+		return fmt.Errorf("signal %s: want [batch, length, 1 or 2]", symshape.FormatShape(x))
+	}
+	step, ok := c.elems(n, 1)
+	if !ok || len(step) != 1 {
+		return fmt.Errorf("frame_step is not known")
+	}
+	var frame symshape.Expr
+	if l, ok := c.elems(n, 3); ok && len(l) == 1 {
+		frame = l[0]
+	} else if input(n, 2) != nil {
+		w, err := c.shapeOf(n, 2)
+		if err != nil {
+			return err
+		}
+		if len(w) != 1 {
+			return fmt.Errorf("window %s is not 1-D", symshape.FormatShape(w))
+		}
+		frame = w[0]
+	} else {
+		return fmt.Errorf("neither frame_length nor a window gives the frame length")
+	}
+	frames := symshape.Add(symshape.FloorDiv(symshape.Sub(x[1], frame), step[0]), symshape.Const(1))
+	bins := frame
+	if n.AttrInt("onesided", 1) != 0 {
+		bins = symshape.Add(symshape.FloorDiv(frame, symshape.Const(2)), symshape.Const(1))
+	}
+	c.setOut(n, 0, []symshape.Expr{x[0], frames, bins, symshape.Const(2)}, typeOf(n, 0))
+	return nil
+}
+
+// melRule: [dft_length / 2 + 1, num_mel_bins] of output_datatype.
+func melRule(c *ctx, n *graph.Node) error {
+	bins, ok1 := c.elems(n, 0)
+	dft, ok2 := c.elems(n, 1)
+	if !ok1 || !ok2 || len(bins) != 1 || len(dft) != 1 {
+		return fmt.Errorf("num_mel_bins and dft_length are not known")
+	}
+	t := dtype.Type(n.AttrInt("output_datatype", int64(dtype.Float32)))
+	c.setOut(n, 0, []symshape.Expr{symshape.Add(symshape.FloorDiv(dft[0], symshape.Const(2)), symshape.Const(1)), bins[0]}, t)
+	return nil
+}
