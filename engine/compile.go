@@ -367,17 +367,24 @@ func (c *compiler) runHost(n *graph.Node, ins []*hostTensor, bind symshape.Bindi
 		}
 		return []*hostTensor{{dt: ins[0].dt, shape: dims, data: ins[0].data}}, nil
 	}
-	if fn := hostOps[key]; fn != nil {
-		return fn(&hostCtx{c: c, n: n, opset: opset, bind: bind}, ins)
-	}
+	// An op with both a lowering and a host op runs the lowering on the CPU
+	// executor, and the host op for the uses the lowering refuses.
+	hostFn := hostOps[key]
 	sd := c.hostSteps[n]
 	if sd == nil {
 		fn := lowerings[key]
 		if fn == nil {
+			if hostFn != nil {
+				return hostFn(&hostCtx{c: c, n: n, opset: opset, bind: bind}, ins)
+			}
 			return nil, &UnsupportedError{Node: n.Name, Op: n.OpType, Domain: n.Domain, Opset: opset, Backend: c.backendName(true)}
 		}
 		var err error
 		sd, err = fn(&lowerCtx{c: c, n: n, opset: opset, host: true, fs: kernels.F32})
+		var ue *UnsupportedError
+		if err != nil && hostFn != nil && errors.As(err, &ue) {
+			return hostFn(&hostCtx{c: c, n: n, opset: opset, bind: bind}, ins)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -1450,3 +1450,230 @@ func hostDropout(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 	}
 	return []*hostTensor{y, mask}, nil
 }
+
+func init() {
+	registerHost(hostPool, "MaxPool", "AveragePool")
+	registerHost(hostPad, "Pad")
+}
+
+// hostPool is MaxPool and AveragePool over any number of spatial axes and
+// any element type, for the uses the pooling kernels refuse (integer
+// tensors, padding wider than half the window).
+func hostPool(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 1); err != nil {
+		return nil, err
+	}
+	n := hc.n
+	if len(n.Outputs) > 1 && n.Outputs[1] != nil {
+		return nil, hc.unsupported("the Indices output on the host")
+	}
+	x := ins[0]
+	r := len(x.shape) - 2
+	if r < 1 {
+		return nil, fmt.Errorf("input %v: want [N, C, spatial...]", x.shape)
+	}
+	get := func(name string, def, size int) ([]int, error) {
+		out := make([]int, size)
+		for i := range out {
+			out[i] = def
+		}
+		if v, ok := n.AttrInts(name); ok {
+			if len(v) != size {
+				return nil, fmt.Errorf("%s %v for %d spatial dims", name, v, r)
+			}
+			for i, k := range v {
+				out[i] = int(k)
+			}
+		}
+		return out, nil
+	}
+	k, err := get("kernel_shape", 0, r)
+	if err != nil {
+		return nil, err
+	}
+	st, err := get("strides", 1, r)
+	if err != nil {
+		return nil, err
+	}
+	dl, err := get("dilations", 1, r)
+	if err != nil {
+		return nil, err
+	}
+	pd, err := get("pads", 0, 2*r)
+	if err != nil {
+		return nil, err
+	}
+	ap := n.AttrString("auto_pad", "NOTSET")
+	ceil := n.AttrInt("ceil_mode", 0) != 0
+	avg := n.OpType == "AveragePool"
+	incl := n.AttrInt("count_include_pad", 0) != 0
+	in := x.shape[2:]
+	out := make([]int, r)
+	for i := 0; i < r; i++ {
+		if k[i] <= 0 || st[i] <= 0 || dl[i] <= 0 {
+			return nil, fmt.Errorf("kernel_shape %v, strides %v, dilations %v", k, st, dl)
+		}
+		ext := (k[i]-1)*dl[i] + 1
+		switch ap {
+		case "SAME_UPPER", "SAME_LOWER":
+			out[i] = (in[i] + st[i] - 1) / st[i]
+			tot := max(0, (out[i]-1)*st[i]+ext-in[i])
+			if ap == "SAME_UPPER" {
+				pd[i], pd[r+i] = tot/2, tot-tot/2
+			} else {
+				pd[i], pd[r+i] = tot-tot/2, tot/2
+			}
+		case "VALID":
+			pd[i], pd[r+i] = 0, 0
+			fallthrough
+		default:
+			span := in[i] + pd[i] + pd[r+i] - ext
+			if span < 0 {
+				return nil, fmt.Errorf("window %d larger than the padded axis %d", ext, in[i]+pd[i]+pd[r+i])
+			}
+			if ceil {
+				out[i] = (span+st[i]-1)/st[i] + 1
+				if (out[i]-1)*st[i] >= in[i]+pd[i] {
+					out[i]--
+				}
+			} else {
+				out[i] = span/st[i] + 1
+			}
+		}
+	}
+	v, err := x.floats()
+	if err != nil {
+		return nil, err
+	}
+	shape := append(append([]int(nil), x.shape[:2]...), out...)
+	y := newHostTensor(x.dt, shape)
+	ist, ost := strides(in), strides(out)
+	planes, ivol, ovol := x.shape[0]*x.shape[1], numel(in), numel(out)
+	kvol := numel(k)
+	kst := strides(k)
+	pos := make([]int, r)
+	for p := 0; p < planes; p++ {
+		for o := 0; o < ovol; o++ {
+			acc, cnt, best, seen := 0.0, 0, math.Inf(-1), false
+			for t := 0; t < kvol; t++ {
+				inside, off := true, 0
+				padded := true
+				for a := 0; a < r; a++ {
+					pos[a] = o/ost[a]%out[a]*st[a] - pd[a] + t/kst[a]%k[a]*dl[a]
+					if pos[a] < 0 || pos[a] >= in[a] {
+						inside = false
+					}
+					if pos[a] < -pd[a] || pos[a] >= in[a]+pd[r+a] {
+						padded = false
+					}
+					off += pos[a] * ist[a]
+				}
+				if !inside {
+					if avg && incl && padded {
+						cnt++
+					}
+					continue
+				}
+				e := v[p*ivol+off]
+				acc += e
+				cnt++
+				if !seen || e > best {
+					best, seen = e, true
+				}
+			}
+			res := best
+			if avg {
+				res = acc / float64(max(cnt, 1))
+			}
+			putFloat(x.dt, y.data, p*ovol+o, res)
+		}
+	}
+	return []*hostTensor{y}, nil
+}
+
+// hostPad is constant-mode Pad with a constant_value computed at run time
+// (the device kernel takes it at Open); other modes are the kernel's.
+func hostPad(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 1); err != nil {
+		return nil, err
+	}
+	n := hc.n
+	if m := n.AttrString("mode", "constant"); m != "constant" {
+		return nil, hc.unsupported("mode %q on the host", m)
+	}
+	x := ins[0]
+	r := len(x.shape)
+	var pads []int64
+	if hc.opset < 11 {
+		pads, _ = n.AttrInts("pads")
+	} else if len(ins) > 1 && ins[1] != nil {
+		p, err := ins[1].ints()
+		if err != nil {
+			return nil, err
+		}
+		pads = p
+	}
+	axes := make([]int, r)
+	for i := range axes {
+		axes[i] = i
+	}
+	if len(ins) > 3 && ins[3] != nil {
+		a, err := ins[3].ints()
+		if err != nil {
+			return nil, err
+		}
+		axes = axes[:0]
+		for _, v := range a {
+			ax, err := normAxis(v, r)
+			if err != nil {
+				return nil, err
+			}
+			axes = append(axes, ax)
+		}
+	}
+	if len(pads) != 2*len(axes) {
+		return nil, fmt.Errorf("pads %v for %d axes", pads, len(axes))
+	}
+	pb, pe := make([]int, r), make([]int, r)
+	for j, a := range axes {
+		pb[a], pe[a] = int(pads[j]), int(pads[len(axes)+j])
+	}
+	val := 0.0
+	if hc.opset < 11 {
+		val = float64(n.AttrFloat("value", 0))
+	} else if len(ins) > 2 && ins[2] != nil {
+		c, err := scalar(ins[2])
+		if err != nil {
+			return nil, fmt.Errorf("constant_value: %w", err)
+		}
+		val = c
+	}
+	shape := make([]int, r)
+	for a := range shape {
+		shape[a] = x.shape[a] + pb[a] + pe[a]
+		if shape[a] < 0 {
+			return nil, fmt.Errorf("pads %v leave axis %d of %v negative", pads, a, x.shape)
+		}
+	}
+	esz := hostSize(x.dt)
+	y := newHostTensor(x.dt, shape)
+	for i := 0; i < numel(shape); i++ {
+		putFloat(x.dt, y.data, i, val)
+	}
+	ist, ost := strides(x.shape), strides(shape)
+	for i := 0; i < numel(x.shape); i++ {
+		o, ok := 0, true
+		for a := 0; a < r; a++ {
+			c := i/ist[a]%x.shape[a] + pb[a]
+			if c < 0 || c >= shape[a] {
+				ok = false
+				break
+			}
+			o += c * ost[a]
+		}
+		if ok {
+			copy(y.data[o*esz:(o+1)*esz], x.data[i*esz:(i+1)*esz])
+		}
+	}
+	return []*hostTensor{y}, nil
+}
