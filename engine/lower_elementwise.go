@@ -240,8 +240,8 @@ func (b *chainBuilder) emit(n *graph.Node, opset int64) error {
 	args := make([]int, len(n.Inputs))
 	for i, v := range n.Inputs {
 		args[i] = -1
-		if v == nil {
-			continue
+		if v == nil || n.OpType == "CastLike" && i == 1 {
+			continue // CastLike's second input gives only its type
 		}
 		k, ok := b.node[v]
 		if !ok {
@@ -309,7 +309,8 @@ func (b *chainBuilder) emit(n *graph.Node, opset int64) error {
 		}
 		to := dtype.Type(n.AttrInt("to", 0))
 		if key == "CastLike" {
-			if err = need(2); err != nil {
+			if len(n.Inputs) < 2 || n.Inputs[1] == nil {
+				err = fmt.Errorf("CastLike needs its target_type input")
 				break
 			}
 			to = n.Inputs[1].Type
