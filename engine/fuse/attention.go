@@ -33,6 +33,9 @@ import (
 // Reshape to [batch, kv_heads*group, seq, head_dim]) are read unrepeated:
 // the kernel maps query head h to K/V head h / group.
 func Attention(g *graph.Graph, res *infer.Result) error {
+	if err := dropNoOpCasts(g); err != nil {
+		return err
+	}
 	r := newRewriter(g, res)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
 		if n.Graph() != g {
@@ -43,6 +46,29 @@ func Attention(g *graph.Graph, res *infer.Result) error {
 		}
 	}
 	return r.finish()
+}
+
+// dropNoOpCasts removes Casts to the type their input already has: the
+// exporter writes them around softmax (Hugging Face's
+// softmax(..., dtype=float32).to(query.dtype)), and they would hide the
+// product the softmax feeds.
+func dropNoOpCasts(g *graph.Graph) error {
+	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
+		if !is(n, "Cast") || len(n.Inputs) != 1 || len(n.Outputs) != 1 || n.Inputs[0] == nil || n.Outputs[0] == nil {
+			continue
+		}
+		x, y := n.Inputs[0], n.Outputs[0]
+		if x.Type != y.Type || !shapeEqual(x.Shape, y.Shape) || isOutput(g, y) {
+			continue
+		}
+		if err := g.ReplaceAllUses(y, x); err != nil {
+			return err
+		}
+		if err := g.RemoveNode(n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // operand is how the fused node reads one of Q, K^T or V.

@@ -319,6 +319,9 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 	if err := replacePastPositions(g, ids, past, seq); err != nil {
 		return rw, err
 	}
+	if err := unsliceGatheredTables(g); err != nil {
+		return rw, err
+	}
 	g.RemoveDeadNodes()
 
 	// Inputs nothing reads any more: the pasts, the padding mask.
@@ -461,6 +464,59 @@ func replacePastPositions(g *graph.Graph, ids *graph.Value, past string, seq sym
 		if err := g.ReplaceAllUses(out, flat); err != nil {
 			return err
 		}
+		if err := g.RemoveNode(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unsliceGatheredTables lets Gathers read whole constant tables that the
+// export first cuts to the current length: Hugging Face's rotary caches
+// cos_cached[:seq_len] with seq_len = past + seq, then gathered by
+// position_ids. Gathering rows of the whole table gives the same rows, and
+// the cut was the only thing tying the table to the past length.
+func unsliceGatheredTables(g *graph.Graph) error {
+	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
+		if n.Graph() != g || n.Domain != "" || n.OpType != "Slice" || len(n.Inputs) < 3 || len(n.Outputs) != 1 {
+			continue
+		}
+		table, out := n.Inputs[0], n.Outputs[0]
+		if table == nil || out == nil || table.Const == nil || len(table.Shape) == 0 || isOutput(g, out) || len(out.Consumers) == 0 {
+			continue
+		}
+		starts, ok := knownInts(in(n, 1))
+		if !ok || len(starts) != 1 || !starts[0].Equal(symshape.Const(0)) {
+			continue
+		}
+		if a := in(n, 3); a != nil {
+			axes, ok := knownInts(a)
+			if !ok || len(axes) != 1 {
+				continue
+			}
+			if k, ok := axes[0].Const(); !ok || (k != 0 && k != -int64(len(table.Shape))) {
+				continue
+			}
+		}
+		if st := in(n, 4); st != nil {
+			steps, ok := knownInts(st)
+			if !ok || len(steps) != 1 || !steps[0].Equal(symshape.Const(1)) {
+				continue
+			}
+		}
+		gathers := true
+		for _, m := range out.Consumers {
+			if m.Domain != "" || m.OpType != "Gather" || m.AttrInt("axis", 0) != 0 || in(m, 0) != out || in(m, 1) == out {
+				gathers = false
+			}
+		}
+		if !gathers {
+			continue
+		}
+		for _, m := range append([]*graph.Node(nil), out.Consumers...) {
+			m.Inputs[0] = table
+		}
+		g.Relink()
 		if err := g.RemoveNode(n); err != nil {
 			return err
 		}
