@@ -1,6 +1,8 @@
 package fuse
 
 import (
+	"math"
+
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
@@ -69,6 +71,65 @@ func dropNoOpCasts(g *graph.Graph) error {
 		}
 	}
 	return nil
+}
+
+// shapeScalar evaluates a scalar that an export computes at run time from
+// sizes and constants, as GPT-2 computes its score scale:
+// Add(ConstantOfShape([]), Pow(Cast(Squeeze(Slice(Shape(v)))), 0.5)).
+func shapeScalar(v *graph.Value, depth int) (float64, bool) {
+	if v == nil || depth > 8 || len(v.Shape) > 1 || (len(v.Shape) == 1 && !isOne(v.Shape[0])) {
+		return 0, false
+	}
+	if v.Const != nil || len(v.Elems) == 1 {
+		if v.Const != nil && v.Const.NumElements() != 1 {
+			return 0, false
+		}
+		return scalar(v)
+	}
+	p := v.Producer
+	if p == nil || p.Domain != "" {
+		return 0, false
+	}
+	arg := func(i int) (float64, bool) { return shapeScalar(in(p, i), depth+1) }
+	switch p.OpType {
+	case "Identity", "Cast", "Squeeze", "Unsqueeze", "Reshape":
+		return arg(0)
+	case "ConstantOfShape":
+		if len(v.Shape) != 0 {
+			return 0, false
+		}
+		t := p.AttrTensor("value")
+		if t == nil {
+			return 0, true
+		}
+		f, err := t.Float32s()
+		if err != nil || len(f) != 1 {
+			return 0, false
+		}
+		return float64(f[0]), true
+	case "Sqrt":
+		a, ok := arg(0)
+		return math.Sqrt(a), ok && a >= 0
+	case "Add", "Sub", "Mul", "Div", "Pow":
+		a, ok1 := arg(0)
+		b, ok2 := arg(1)
+		if !ok1 || !ok2 {
+			return 0, false
+		}
+		switch p.OpType {
+		case "Add":
+			return a + b, true
+		case "Sub":
+			return a - b, true
+		case "Mul":
+			return a * b, true
+		case "Div":
+			return a / b, b != 0 && isFloat(v.Type)
+		default:
+			return math.Pow(a, b), isFloat(v.Type) && a > 0
+		}
+	}
+	return 0, false
 }
 
 // operand is how the fused node reads one of Q, K^T or V.
