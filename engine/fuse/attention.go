@@ -237,6 +237,88 @@ func gqa(o operand) (*graph.Value, []*graph.Node, symshape.Expr, bool) {
 	return x, []*graph.Node{rs, ex, us}, es[1], true
 }
 
+// isZeros reports whether v is all zeros: a ConstantOfShape of 0, or
+// such a value times a scalar.
+func isZeros(v *graph.Value, depth int) bool {
+	if v == nil || depth > 2 {
+		return false
+	}
+	p := v.Producer
+	switch {
+	case is(p, "ConstantOfShape"):
+		t := p.AttrTensor("value")
+		if t == nil {
+			return true
+		}
+		f, err := t.Float32s()
+		return err == nil && len(f) == 1 && f[0] == 0
+	case is(p, "Mul") && len(p.Inputs) == 2:
+		for i, x := range p.Inputs {
+			if isZeros(x, depth+1) {
+				if _, ok := scalar(p.Inputs[1-i]); ok && shapeEqual(x.Shape, v.Shape) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// walkOperand3 follows an operand of a 3-D score product ([batch*heads,
+// ., .]) back through 3-D Transposes and scalar scalings to the Reshape
+// that merged batch and heads of a 4-D tensor, which it returns as the
+// operand (read through the lifted permutation).
+func walkOperand3(v *graph.Value, scaled bool) (operand, bool) {
+	op := operand{perm: identity4, scale: 1}
+	perm := [3]int{0, 1, 2}
+	for steps := 0; steps < 8 && len(v.Shape) == 3; steps++ {
+		p := v.Producer
+		switch {
+		case scaled && is(p, "Mul", "Div"):
+			moved := false
+			for _, x := range p.Inputs {
+				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, v.Shape) {
+					op.scale *= f
+					op.nodes = append(op.nodes, p)
+					v, moved = x, true
+					break
+				}
+			}
+			if !moved {
+				return op, false
+			}
+		case is(p, "Transpose") && len(p.Inputs) == 1 && len(p.Inputs[0].Shape) == 3:
+			tp, ok := p.AttrInts("perm")
+			if !ok {
+				tp = []int64{2, 1, 0}
+			}
+			if len(tp) != 3 {
+				return op, false
+			}
+			var np [3]int
+			for l := range np {
+				np[l] = int(tp[perm[l]])
+			}
+			perm = np
+			op.nodes = append(op.nodes, p)
+			v = p.Inputs[0]
+		case is(p, "Reshape") && len(p.Inputs) == 2 && len(p.Inputs[0].Shape) == 4:
+			x := p.Inputs[0]
+			xs := x.Shape
+			if perm[0] != 0 || !shapeEqual(v.Shape, []symshape.Expr{symshape.Mul(xs[0], xs[1]), xs[2], xs[3]}) {
+				return op, false
+			}
+			op.src = x
+			op.perm = [4]int{0, 1, perm[1] + 1, perm[2] + 1}
+			op.nodes = append(op.nodes, p)
+			return op, true
+		default:
+			return op, false
+		}
+	}
+	return op, false
+}
+
 // scores is the chain from the score MatMul to the Softmax.
 type scores struct {
 	mm     *graph.Node
@@ -246,6 +328,7 @@ type scores struct {
 	nodes  []*graph.Node // single-use nodes between the MatMul and the Softmax
 	dead   []*graph.Node // the causal condition's producers
 	scaled bool          // a scaling was seen (walking back): no mask may come before it
+	merged bool          // the product is 3-D, [batch*heads, seq_q, seq_kv] (baddbmm)
 }
 
 // walkScores follows the Softmax input v (read by consumer) back to the
@@ -276,6 +359,35 @@ func (r *rewriter) walkScores(v *graph.Value, consumer *graph.Node, sc scores) (
 			if !moved {
 				return sc, false
 			}
+		case r.dev(p, "Reshape") && !sc.merged && len(p.Inputs) == 2 && len(full) == 4 && len(p.Inputs[0].Shape) == 3 &&
+			shapeEqual(p.Inputs[0].Shape, []symshape.Expr{symshape.Mul(full[0], full[1]), full[2], full[3]}):
+			// GPT-NeoX's baddbmm: the scores are computed per (batch,
+			// head) pair and viewed as [batch, heads, seq_q, seq_kv].
+			sc.merged = true
+			sc.nodes = append(sc.nodes, p)
+			consumer, v = p, p.Inputs[0]
+			full = v.Shape
+		case r.dev(p, "Add") && len(p.Inputs) == 2 && (isZeros(p.Inputs[0], 0) || isZeros(p.Inputs[1], 0)):
+			// baddbmm's beta*input with an all-zero input.
+			x, z := p.Inputs[0], p.Inputs[1]
+			if isZeros(x, 0) {
+				x, z = z, x
+			}
+			if !shapeEqual(x.Shape, full) || !broadcastsTo(z.Shape, full) {
+				return sc, false
+			}
+			sc.nodes = append(sc.nodes, p)
+			if z.Producer != nil {
+				sc.dead = append(sc.dead, z.Producer)
+				if zp := z.Producer; is(zp, "Mul") {
+					for _, zi := range zp.Inputs {
+						if zi != nil && zi.Producer != nil {
+							sc.dead = append(sc.dead, zi.Producer)
+						}
+					}
+				}
+			}
+			consumer, v = p, x
 		case r.dev(p, "Add") && sc.mask == nil && !sc.scaled && len(p.Inputs) == 2:
 			// Either operand may be the scores; try both.
 			for i := 0; i < 2; i++ {
@@ -506,8 +618,18 @@ func (r *rewriter) attention(sm *graph.Node) error {
 	if len(mm.Inputs) != 2 || mm.Inputs[0] == nil || mm.Inputs[1] == nil {
 		return nil
 	}
-	q := walkOperand(mm.Inputs[0], true)
-	kt := walkOperand(mm.Inputs[1], true)
+	var q, kt operand
+	if sc.merged {
+		var ok1, ok2 bool
+		q, ok1 = walkOperand3(mm.Inputs[0], true)
+		kt, ok2 = walkOperand3(mm.Inputs[1], true)
+		if !ok1 || !ok2 {
+			return nil
+		}
+	} else {
+		q = walkOperand(mm.Inputs[0], true)
+		kt = walkOperand(mm.Inputs[1], true)
+	}
 	v := walkOperand(mm2.Inputs[1], false)
 	// K is K^T with its last two logical axes swapped.
 	k := kt

@@ -323,12 +323,16 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 		return rw, err
 	}
 	g.RemoveDeadNodes()
-
-	// Inputs nothing reads any more: the pasts, the padding mask.
 	sources := map[*graph.Value]bool{}
 	for _, c := range concats {
 		sources[c.src] = true
 	}
+	if err := boundTablesByCapacity(g, res, ids, sources, past, maxContext); err != nil {
+		return rw, err
+	}
+	g.RemoveDeadNodes()
+
+	// Inputs nothing reads any more: the pasts, the padding mask.
 	var ins []*graph.Value
 	for _, v := range g.Inputs {
 		if len(v.Consumers) == 0 && (sources[v] || v.Name == "attention_mask") {
@@ -522,6 +526,215 @@ func unsliceGatheredTables(g *graph.Graph) error {
 		}
 	}
 	return nil
+}
+
+// mentions reports whether any expression of es uses symbol sym.
+func mentions(es []symshape.Expr, sym string) bool {
+	for _, e := range es {
+		for _, s := range e.Symbols() {
+			if s == sym {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// boundTablesByCapacity handles the last legitimate use of the past length
+// once attention reads the cache: cutting constant tables to past + seq
+// rows before reading rows of them by position (GPT-NeoX's cos_cached[:seq_len]
+// expanded, tiled and read with GatherElements). The cut length only has
+// to cover every position, so past becomes capacity - seq (the cut covers
+// the whole cache) and the reads of the past inputs' shapes are given
+// those sizes. Any other use of the past length that is still live (data
+// computed from it, an output sized by it) is left for checkNoPast to
+// name.
+func boundTablesByCapacity(g *graph.Graph, res *infer.Result, ids *graph.Value, sources map[*graph.Value]bool, past string, capacity int) error {
+	vals := func(n *graph.Node) []*graph.Value { return append(append([]*graph.Value(nil), n.Inputs...), n.Outputs...) }
+	uses := false
+	for _, n := range g.Nodes {
+		for _, v := range vals(n) {
+			if v != nil && (mentions(v.Shape, past) || mentions(v.Elems, past)) {
+				uses = true
+			}
+		}
+	}
+	if !uses {
+		return nil
+	}
+	folded := func(n *graph.Node) bool {
+		c, ok := res.Class[n]
+		return ok && c == infer.Folded
+	}
+	// Values holding rows of a cut constant table.
+	cut := map[*graph.Value]bool{}
+	for _, n := range g.Nodes {
+		if n.Domain != "" || len(n.Outputs) != 1 || n.Outputs[0] == nil || folded(n) {
+			continue
+		}
+		x := in(n, 0)
+		switch n.OpType {
+		case "Slice":
+			if x != nil && (x.Const != nil || cut[x]) {
+				cut[n.Outputs[0]] = true
+			}
+		case "Expand", "Tile", "Unsqueeze", "Reshape", "Transpose", "Squeeze", "Identity":
+			if x != nil && cut[x] {
+				cut[n.Outputs[0]] = true
+			}
+		}
+	}
+	for _, n := range g.Nodes {
+		if folded(n) {
+			continue
+		}
+		tainted := false
+		for _, v := range n.Inputs {
+			if v != nil && (mentions(v.Shape, past) || mentions(v.Elems, past)) {
+				tainted = true
+			}
+		}
+		if !tainted {
+			continue
+		}
+		ok := n.Domain == "" && len(n.Outputs) == 1 && cut[n.Outputs[0]]
+		if n.Domain == "" && (n.OpType == "Gather" || n.OpType == "GatherElements") && cut[in(n, 0)] &&
+			in(n, 1) != nil && !mentions(in(n, 1).Shape, past) && !mentions(in(n, 1).Elems, past) &&
+			len(n.Outputs) == 1 && !mentions(n.Outputs[0].Shape, past) {
+			ok = true
+		}
+		if !ok {
+			return nil // not only table cuts: checkNoPast names the node
+		}
+	}
+	for _, v := range g.Outputs {
+		if mentions(v.Shape, past) {
+			return nil
+		}
+	}
+	// The past inputs' shapes, with past = capacity - seq.
+	seq := ids.Shape[1]
+	repl := map[string]symshape.Expr{past: symshape.Sub(symshape.Const(int64(capacity)), seq)}
+	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
+		x := in(n, 0)
+		if x == nil || !sources[x] {
+			continue
+		}
+		if !folded(n) || n.Domain != "" || n.OpType != "Shape" || len(n.Outputs) != 1 {
+			return nil
+		}
+		if err := pastShape(g, res, n, ids, repl); err != nil {
+			return err
+		}
+	}
+	for _, n := range g.Nodes {
+		for _, v := range vals(n) {
+			if v == nil {
+				continue
+			}
+			for i, e := range v.Shape {
+				v.Shape[i] = e.Substitute(repl)
+			}
+			for i, e := range v.Elems {
+				v.Elems[i] = e.Substitute(repl)
+			}
+		}
+	}
+	return nil
+}
+
+// pastShape replaces sh = Shape(past input) (start/end attributes
+// included) by the same sizes with the past length substituted, computed
+// from input_ids' shape: Concat of Shape(input_ids) pieces and constants,
+// all folded.
+func pastShape(g *graph.Graph, res *infer.Result, sh *graph.Node, ids *graph.Value, repl map[string]symshape.Expr) error {
+	out := sh.Outputs[0]
+	want := make([]symshape.Expr, len(out.Elems))
+	for i, e := range out.Elems {
+		want[i] = e.Substitute(repl)
+	}
+	// input_ids' shape is [batch, seq]: each wanted element is a
+	// constant, or batch, or capacity - seq; make them one by one.
+	idsShape := g.NewValue(out.Name + "_ids_shape")
+	idsShape.Type, idsShape.Shape, idsShape.Elems = dtype.Int64, []symshape.Expr{symshape.Const(2)}, append([]symshape.Expr(nil), ids.Shape...)
+	nodes := []*graph.Node{{Name: sh.Name + "_ids", OpType: "Shape", Inputs: []*graph.Value{ids}, Outputs: []*graph.Value{idsShape}}}
+	var parts []*graph.Value
+	for i, e := range want {
+		part := g.NewValue(fmt.Sprintf("%s_%d", out.Name, i))
+		part.Type, part.Shape, part.Elems = dtype.Int64, []symshape.Expr{symshape.Const(1)}, []symshape.Expr{e}
+		k, isConst := e.Const()
+		switch {
+		case isConst:
+			t, err := graph.Int64Tensor(part.Name, []int64{1}, []int64{k})
+			if err != nil {
+				return err
+			}
+			part.Const = t
+			part.Type = dtype.Int64
+			g.Initializers = append(g.Initializers, part)
+		default:
+			// e is batch or capacity - seq: Slice input_ids' shape, and
+			// for the latter subtract it from the capacity.
+			axis := int64(0)
+			if !e.Equal(ids.Shape[0]) {
+				axis = 1
+			}
+			idx, err := constInt64(g, fmt.Sprintf("%s_%d_idx", out.Name, i), axis)
+			if err != nil {
+				return err
+			}
+			idx2, err := constInt64(g, fmt.Sprintf("%s_%d_end", out.Name, i), axis+1)
+			if err != nil {
+				return err
+			}
+			sl := part
+			if axis == 1 {
+				sl = g.NewValue(part.Name + "_seq")
+				sl.Type, sl.Shape, sl.Elems = dtype.Int64, []symshape.Expr{symshape.Const(1)}, []symshape.Expr{ids.Shape[1]}
+			}
+			nodes = append(nodes, &graph.Node{Name: part.Name + "_slice", OpType: "Slice", Inputs: []*graph.Value{idsShape, idx, idx2}, Outputs: []*graph.Value{sl}})
+			if axis == 1 {
+				// capacity - seq == e: recover capacity from e.
+				k, ok := symshape.Add(e, ids.Shape[1]).Const()
+				if !ok {
+					return fmt.Errorf("the past length of %q is %s; want batch or capacity - seq", out.Name, e)
+				}
+				capV, err := constInt64(g, part.Name+"_capacity", k)
+				if err != nil {
+					return err
+				}
+				nodes = append(nodes, &graph.Node{Name: part.Name + "_sub", OpType: "Sub", Inputs: []*graph.Value{capV, sl}, Outputs: []*graph.Value{part}})
+			}
+		}
+		parts = append(parts, part)
+	}
+	shape := g.NewValue(out.Name + "_kv")
+	shape.Type, shape.Shape, shape.Elems = dtype.Int64, []symshape.Expr{symshape.Const(int64(len(want)))}, want
+	nodes = append(nodes, &graph.Node{Name: sh.Name + "_kv", OpType: "Concat", Inputs: parts, Outputs: []*graph.Value{shape},
+		Attrs: map[string]*graph.Attr{"axis": {Name: "axis", Kind: graph.KindInt, I: 0}}})
+	for _, n := range nodes {
+		if err := g.AddNode(n); err != nil {
+			return err
+		}
+		res.Class[n] = infer.Folded
+	}
+	if err := g.ReplaceAllUses(out, shape); err != nil {
+		return err
+	}
+	return g.RemoveNode(sh)
+}
+
+// constInt64 adds a one-element int64 initializer.
+func constInt64(g *graph.Graph, name string, k int64) (*graph.Value, error) {
+	v := g.NewValue(name)
+	t, err := graph.Int64Tensor(v.Name, []int64{1}, []int64{k})
+	if err != nil {
+		return nil, err
+	}
+	v.Const, v.Type = t, dtype.Int64
+	v.Shape, v.Elems = []symshape.Expr{symshape.Const(1)}, []symshape.Expr{symshape.Const(k)}
+	g.Initializers = append(g.Initializers, v)
+	return v, nil
 }
 
 // scalarElem is the symbolic content of a one-element value.
