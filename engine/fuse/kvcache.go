@@ -249,6 +249,14 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 	if len(live) == 0 {
 		return rw, fmt.Errorf("no attention reads the cache tensors")
 	}
+	for _, a := range atts {
+		// kv_bias takes the place of the model's own mask, which must
+		// therefore be a mask: the same for every head. A bias that
+		// differs per head (ALiBi) is more than who-sees-whom.
+		if m := in(a, 3); m != nil && len(m.Shape) == 4 && !isOne(m.Shape[1]) {
+			return rw, fmt.Errorf("attention %v adds %q %s, a bias that differs per head (ALiBi?); kv_bias would replace it", a, m.Name, symshape.FormatShape(m.Shape))
+		}
+	}
 
 	slots, err := addInput(g, KVSlotsInput, dtype.Int64, []symshape.Expr{ids.Shape[0], seq})
 	if err != nil {
@@ -550,7 +558,9 @@ func mentions(es []symshape.Expr, sym string) bool {
 // computed from it, an output sized by it) is left for checkNoPast to
 // name.
 func boundTablesByCapacity(g *graph.Graph, res *infer.Result, ids *graph.Value, sources map[*graph.Value]bool, past string, capacity int) error {
-	vals := func(n *graph.Node) []*graph.Value { return append(append([]*graph.Value(nil), n.Inputs...), n.Outputs...) }
+	vals := func(n *graph.Node) []*graph.Value {
+		return append(append([]*graph.Value(nil), n.Inputs...), n.Outputs...)
+	}
 	uses := false
 	for _, n := range g.Nodes {
 		for _, v := range vals(n) {
