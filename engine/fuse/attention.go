@@ -1,9 +1,11 @@
 package fuse
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
 )
@@ -594,6 +596,9 @@ func (r *rewriter) attention(sm *graph.Node) error {
 	if !r.dev(sm, "Softmax") || len(sm.Inputs) != 1 {
 		return nil
 	}
+	if done, err := r.attentionFolded(sm); done || err != nil {
+		return err
+	}
 	s := sm.Inputs[0]
 	full := s.Shape
 	if len(full) != 4 || !isFloat(s.Type) {
@@ -701,4 +706,271 @@ func (r *rewriter) attention(sm *graph.Node) error {
 
 func perm64(p [4]int) []int64 {
 	return []int64{int64(p[0]), int64(p[1]), int64(p[2]), int64(p[3])}
+}
+
+// attentionFolded fuses multi-query attention written with the query heads
+// folded into the rows of a 3-D product, as GPTBigCode writes it:
+//
+//	Q3 = Reshape(q [B, S, H*D] or [B, S, H, D], [B, S*H, D])
+//	S  = Reshape(MatMul(Q3, Transpose(K3 [B, T, D], [0, 2, 1])) * c, [B, S, H, T])
+//	S  = Where(Transpose(causal, [0, 2, 1, 3]), S, m) + mask [B, 1, 1, T]
+//	O3 = MatMul(Reshape(Softmax(S), [B, S*H, T]), V3 [B, T, D])   -> [B, S*H, D]
+//
+// It reads q as [B, S, H, D], K and V as [B, T, 1, D] (one K/V head) and
+// writes O as [B, S, H, D], viewed back as O3. It reports whether it fused.
+func (r *rewriter) attentionFolded(sm *graph.Node) (bool, error) {
+	g := r.g
+	s := sm.Inputs[0]
+	full := s.Shape // [B, S, H, T]
+	if len(full) != 4 || !isFloat(s.Type) {
+		return false, nil
+	}
+	if ax := sm.Attr("axis"); ax == nil || (ax.I != -1 && ax.I != 3) {
+		return false, nil
+	}
+	B, S, H, T := full[0], full[1], full[2], full[3]
+	rows := symshape.Mul(S, H)
+	p3n := soleConsumer(g, out0(sm))
+	if !r.dev(p3n, "Reshape") || !shapeEqual(out0(p3n).Shape, []symshape.Expr{B, rows, T}) {
+		return false, nil
+	}
+	mm2 := soleConsumer(g, out0(p3n))
+	if !r.dev(mm2, "MatMul") || in(mm2, 0) != out0(p3n) || in(mm2, 1) == nil {
+		return false, nil
+	}
+	v3, o3 := in(mm2, 1), out0(mm2)
+	if len(v3.Shape) != 3 || !v3.Shape[1].Equal(T) || len(o3.Shape) != 3 || !shapeEqual(o3.Shape, []symshape.Expr{B, rows, v3.Shape[2]}) {
+		return false, nil
+	}
+	D := v3.Shape[2]
+	// The scores, back to the 3-D product.
+	full4 := []symshape.Expr{B, H, S, T}
+	var mask *graph.Value
+	var nodes, dead []*graph.Node
+	causal, scaled, merged := false, false, false
+	scale := 1.0
+	var mm *graph.Node
+	v, consumer := s, sm
+	for steps := 0; steps < 16 && mm == nil; steps++ {
+		if !onlyUse(g, v, consumer) {
+			return false, nil
+		}
+		p := v.Producer
+		switch {
+		case merged && r.dev(p, "MatMul"):
+			mm = p
+		case r.dev(p, "Mul", "Div"):
+			moved := false
+			for _, x := range p.Inputs {
+				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, v.Shape) {
+					scale *= f
+					scaled = true
+					nodes = append(nodes, p)
+					consumer, v, moved = p, x, true
+					break
+				}
+			}
+			if !moved {
+				return false, nil
+			}
+		case !merged && r.dev(p, "Reshape") && shapeEqual(p.Inputs[0].Shape, []symshape.Expr{B, rows, T}):
+			merged = true
+			nodes = append(nodes, p)
+			consumer, v = p, p.Inputs[0]
+		case !merged && r.dev(p, "Add") && mask == nil && !scaled && len(p.Inputs) == 2:
+			i := 0
+			if !shapeEqual(p.Inputs[0].Shape, full) {
+				i = 1
+			}
+			x, m := p.Inputs[i], p.Inputs[1-i]
+			// A mask the same for every query and head reads the same in
+			// either layout.
+			ms := m.Shape
+			if x == m || !shapeEqual(x.Shape, full) || !isFloat(m.Type) || !broadcastsTo(ms, full) ||
+				(len(ms) >= 2 && !isOne(ms[len(ms)-2])) || (len(ms) >= 3 && !isOne(ms[len(ms)-3])) {
+				return false, nil
+			}
+			mask = m
+			nodes = append(nodes, p)
+			consumer, v = p, x
+		case !merged && r.dev(p, "Where") && !causal && !scaled && len(p.Inputs) == 3:
+			m, ok := scalar(p.Inputs[2])
+			if !ok || m > -1e4 || !shapeEqual(p.Inputs[1].Shape, full) {
+				return false, nil
+			}
+			t := p.Inputs[0].Producer
+			tp, ok := t.AttrInts("perm")
+			if !is(t, "Transpose") || !ok || len(tp) != 4 || tp[0] != 0 || tp[1] != 2 || tp[2] != 1 || tp[3] != 3 {
+				return false, nil
+			}
+			cn, ok := causalCond(t.Inputs[0], full4)
+			if !ok {
+				return false, nil
+			}
+			causal = true
+			nodes = append(nodes, p)
+			dead = append(append(dead, t), cn...)
+			consumer, v = p, p.Inputs[1]
+		default:
+			return false, nil
+		}
+	}
+	if mm == nil || len(mm.Inputs) != 2 {
+		return false, nil
+	}
+	// Q3 is a Reshape of q (not a merge of batch and heads): walk by hand.
+	qv, qscale := mm.Inputs[0], 1.0
+	var qnodes []*graph.Node
+	for steps := 0; steps < 4; steps++ {
+		p := qv.Producer
+		if is(p, "Mul", "Div") {
+			moved := false
+			for _, x := range p.Inputs {
+				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, qv.Shape) {
+					qscale *= f
+					qnodes = append(qnodes, p)
+					qv, moved = x, true
+					break
+				}
+			}
+			if moved {
+				continue
+			}
+		}
+		break
+	}
+	qr := qv.Producer
+	if !is(qr, "Reshape") || !shapeEqual(qv.Shape, []symshape.Expr{B, rows, D}) {
+		return false, nil
+	}
+	xq := qr.Inputs[0]
+	switch {
+	case len(xq.Shape) == 3 && shapeEqual(xq.Shape, []symshape.Expr{B, S, symshape.Mul(H, D)}):
+	case len(xq.Shape) == 4 && shapeEqual(xq.Shape, []symshape.Expr{B, S, H, D}):
+	default:
+		return false, nil
+	}
+	kv, kscale := mm.Inputs[1], 1.0
+	var knodes []*graph.Node
+	for steps := 0; steps < 4; steps++ {
+		p := kv.Producer
+		if is(p, "Mul", "Div") {
+			moved := false
+			for _, x := range p.Inputs {
+				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, kv.Shape) {
+					kscale *= f
+					knodes = append(knodes, p)
+					kv, moved = x, true
+					break
+				}
+			}
+			if moved {
+				continue
+			}
+		}
+		break
+	}
+	ktn := kv.Producer
+	tp, ok := ktn.AttrInts("perm")
+	if !is(ktn, "Transpose") || !ok || len(tp) != 3 || tp[0] != 0 || tp[1] != 2 || tp[2] != 1 {
+		return false, nil
+	}
+	k3 := ktn.Inputs[0]
+	if len(k3.Shape) != 3 || !k3.Shape[1].Equal(T) || !k3.Shape[2].Equal(D) || !shapeEqual(k3.Shape[:1], v3.Shape[:1]) ||
+		!(k3.Shape[0].Equal(B) || isOne(k3.Shape[0])) || !isFloat(k3.Type) || !isFloat(v3.Type) {
+		return false, nil
+	}
+	// Views: q as [B, S, H, D], K and V as [B, T, 1, D], O as [B, S, H, D].
+	q4, qn, err := r.reshapeTo(xq, []symshape.Expr{B, S, H, D}, qr.Name+"_heads")
+	if err != nil {
+		return false, err
+	}
+	k4, kn, err := r.reshapeTo(k3, []symshape.Expr{k3.Shape[0], T, symshape.Const(1), D}, ktn.Name+"_head")
+	if err != nil {
+		return false, err
+	}
+	v4, vn, err := r.reshapeTo(v3, []symshape.Expr{v3.Shape[0], T, symshape.Const(1), D}, mm2.Name+"_v_head")
+	if err != nil {
+		return false, err
+	}
+	o4 := g.NewValue(o3.Name + "_heads")
+	o4.Type, o4.Shape = o3.Type, []symshape.Expr{B, S, H, D}
+	seqHeads := []int64{0, 2, 1, 3}
+	n := r.newNode("Attention", nameNear(sm, "Attention"), []*graph.Value{q4, k4, v4}, []*graph.Value{o4})
+	if mask != nil {
+		n.Inputs = append(n.Inputs, mask)
+	}
+	setFloat(n, "scale", scale*qscale*kscale)
+	setInts(n, "q_perm", seqHeads)
+	setInts(n, "k_perm", seqHeads)
+	setInts(n, "v_perm", seqHeads)
+	setInts(n, "o_perm", seqHeads)
+	if causal {
+		setInt(n, "causal", 1)
+	}
+	setInt(n, "kv_heads", 1)
+	for _, m := range []*graph.Node{qn, kn, vn} {
+		if err := g.AddNode(m); err != nil {
+			return false, err
+		}
+	}
+	body := append(append([]*graph.Node{mm}, nodes...), sm, p3n, mm2)
+	dead = append(append(append(dead, qnodes...), knodes...), qr, ktn)
+	if err := r.replace(body, n, nil); err != nil {
+		return false, err
+	}
+	// O3 becomes a view of O.
+	shape, err := r.shapeConst(o4, o3.Shape, mm2.Name+"_rows")
+	if err != nil {
+		return false, err
+	}
+	back := &graph.Node{Name: r.uniqueName(mm2.Name + "_rows"), OpType: "Reshape", Inputs: []*graph.Value{o4, shape}, Outputs: []*graph.Value{o3}}
+	if err := g.AddNode(back); err != nil {
+		return false, err
+	}
+	return true, r.removeDead(dead)
+}
+
+// reshapeTo makes (without adding it) a Reshape of x to shape, with its
+// shape as a constant: 0 copies a dim of x, -1 stands for one dim that is
+// neither constant nor x's.
+func (r *rewriter) reshapeTo(x *graph.Value, shape []symshape.Expr, name string) (*graph.Value, *graph.Node, error) {
+	out := r.g.NewValue(name)
+	out.Type, out.Shape = x.Type, shape
+	sv, err := r.shapeConst(x, shape, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, &graph.Node{Name: r.uniqueName(name), OpType: "Reshape", Inputs: []*graph.Value{x, sv}, Outputs: []*graph.Value{out}}, nil
+}
+
+// shapeConst is the constant shape input of a Reshape of x to shape.
+func (r *rewriter) shapeConst(x *graph.Value, shape []symshape.Expr, name string) (*graph.Value, error) {
+	vals := make([]int64, len(shape))
+	free := false
+	for i, d := range shape {
+		if k, ok := d.Const(); ok {
+			vals[i] = k
+			continue
+		}
+		if i < len(x.Shape) && x.Shape[i].Equal(d) {
+			vals[i] = 0
+			continue
+		}
+		if free {
+			return nil, fmt.Errorf("fuse: reshape of %q %s to %s: two free dims", x.Name, symshape.FormatShape(x.Shape), symshape.FormatShape(shape))
+		}
+		free = true
+		vals[i] = -1
+	}
+	v := r.g.NewValue(name + "_shape")
+	t, err := graph.Int64Tensor(v.Name, []int64{int64(len(vals))}, vals)
+	if err != nil {
+		return nil, err
+	}
+	v.Const, v.Type = t, dtype.Int64
+	v.Shape = []symshape.Expr{symshape.Const(int64(len(vals)))}
+	v.Elems = append([]symshape.Expr(nil), shape...)
+	r.g.Initializers = append(r.g.Initializers, v)
+	return v, nil
 }

@@ -70,6 +70,14 @@ type kvConcat struct {
 	name    string       // names the cache: src, with the index gathered from a stacked input
 	new     *graph.Value
 	present *graph.Value
+	// combined: a rank-3 [batch, past, 2*head_dim] cache holding keys and
+	// values side by side (GPTBigCode's multi-query key_value), split
+	// into two caches by splitCombined.
+	combined bool
+	// order is the permutation attention must read present through:
+	// identity for [batch, heads, seq, head_dim]; [0, 2, 1, 3] for the
+	// halves of a combined cache, viewed as [batch, seq, 1, head_dim].
+	order [4]int64
 }
 
 // findKVConcats finds the Concats growing a cache: Concat(past, new) along
@@ -89,18 +97,24 @@ func findKVConcats(g *graph.Graph) ([]*kvConcat, string, error) {
 			continue
 		}
 		p, nw, pr := n.Inputs[0], n.Inputs[1], n.Outputs[0]
-		if p == nil || nw == nil || pr == nil || len(pr.Shape) != 4 || len(p.Shape) != 4 || len(nw.Shape) != 4 {
+		if p == nil || nw == nil || pr == nil {
 			continue
 		}
-		if a := n.AttrInt("axis", 0); a != 2 && a != -2 {
+		rank := len(pr.Shape)
+		if (rank != 4 && rank != 3) || len(p.Shape) != rank || len(nw.Shape) != rank {
 			continue
 		}
-		sym, ok := p.Shape[2].SymName()
+		if a := n.AttrInt("axis", 0); a != int64(rank-2) && a != -2 {
+			continue
+		}
+		sym, ok := p.Shape[rank-2].SymName()
 		if !ok {
 			continue
 		}
-		c := &kvConcat{node: n, past: p, new: nw, present: pr}
+		c := &kvConcat{node: n, past: p, new: nw, present: pr, combined: rank == 3, order: [4]int64{0, 1, 2, 3}}
 		switch {
+		case rank == 3 && !inputs[p]:
+			continue
 		case inputs[p]:
 			c.src, c.name = p, p.Name
 		default:
@@ -187,13 +201,18 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 	} else if k, _ := ids.Shape[0].Const(); k != 1 {
 		return rw, fmt.Errorf("input_ids has shape %s; the in-place cache holds one sequence (batch 1)", symshape.FormatShape(ids.Shape))
 	}
-	seq := concats[0].new.Shape[2]
+	seqOf := func(c *kvConcat) symshape.Expr { return c.new.Shape[len(c.new.Shape)-2] }
+	seq := seqOf(concats[0])
 	rw.Seq, _ = seq.SymName()
 	for _, c := range concats {
-		if !c.new.Shape[2].Equal(seq) {
-			return rw, fmt.Errorf("cache Concat %q appends %s rows, %q appends %s", concats[0].node.Name, seq, c.node.Name, c.new.Shape[2])
+		if !seqOf(c).Equal(seq) {
+			return rw, fmt.Errorf("cache Concat %q appends %s rows, %q appends %s", concats[0].node.Name, seq, c.node.Name, seqOf(c))
 		}
-		for _, a := range []int{1, 3} {
+		axes := []int{1, 3}
+		if c.combined {
+			axes = []int{2}
+		}
+		for _, a := range axes {
 			if _, ok := c.new.Shape[a].Const(); !ok {
 				return rw, fmt.Errorf("cache Concat %q: new rows %s have a symbolic head count or head size", c.node.Name, symshape.FormatShape(c.new.Shape))
 			}
@@ -225,6 +244,19 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 		}
 		g.RemoveDeadNodes()
 	}
+	var expanded []*kvConcat
+	for _, c := range concats {
+		if !c.combined || c.node.Graph() == nil {
+			expanded = append(expanded, c)
+			continue
+		}
+		halves, err := splitCombined(g, c)
+		if err != nil {
+			return rw, err
+		}
+		expanded = append(expanded, halves...)
+	}
+	concats = expanded
 	var atts []*graph.Node
 	seen := map[*graph.Node]bool{}
 	var live []*kvConcat
@@ -237,7 +269,7 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 			if m.Domain != tlite.Domain || m.OpType != "Attention" {
 				return rw, fmt.Errorf("cache tensor %q (from %s) is read by node %v, not as K or V of fused attention (%s.Attention); the in-place cache needs attention the fusion pass recognises", c.present.Name, c.name, m, tlite.Domain)
 			}
-			if err := checkAttentionRead(m, c.present); err != nil {
+			if err := checkAttentionRead(m, c.present, c.order); err != nil {
 				return rw, err
 			}
 			if !seen[m] {
@@ -369,6 +401,88 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 	return rw, nil
 }
 
+// splitCombined turns a combined [batch, total, 2*head_dim] cache into two
+// caches, keys and values: present must be read only by a Split of its last
+// axis into two halves, each read only by a Reshape to [batch, total, 1,
+// head_dim] (what fused attention reads; see attentionFolded). The new rows
+// are split the same way, so that each half is written to its own buffer.
+func splitCombined(g *graph.Graph, c *kvConcat) ([]*kvConcat, error) {
+	refuse := func(why string, args ...any) ([]*kvConcat, error) {
+		return nil, fmt.Errorf("cache tensor %q (from %s): %s", c.present.Name, c.name, fmt.Sprintf(why, args...))
+	}
+	if len(c.present.Consumers) != 1 {
+		return refuse("read by %d nodes; a rank-3 cache is served when it holds keys and values side by side and one Split parts them for fused attention", len(c.present.Consumers))
+	}
+	sp := c.present.Consumers[0]
+	if sp.Domain != "" || sp.OpType != "Split" || len(sp.Outputs) != 2 || in(sp, 0) != c.present {
+		return refuse("read by node %v, not as K or V of fused attention (a rank-3 cache is served when it holds keys and values side by side and one Split parts them)", sp)
+	}
+	if a := sp.AttrInt("axis", 0); a != 2 && a != -1 {
+		return refuse("split along axis %d; want the last", a)
+	}
+	w, _ := c.new.Shape[2].Const()
+	b, total := c.present.Shape[0], c.present.Shape[1]
+	var out []*kvConcat
+	for i, half := range sp.Outputs {
+		if half == nil || len(half.Shape) != 3 || len(half.Consumers) != 1 {
+			return refuse("its %s half is not read by exactly one node", []string{"key", "value"}[i])
+		}
+		d, ok := half.Shape[2].Const()
+		if !ok || 2*d != w {
+			return refuse("split into %s; want two halves of %d", symshape.FormatShape(half.Shape), w/2)
+		}
+		rs := half.Consumers[0]
+		if rs.Domain != "" || rs.OpType != "Reshape" || len(rs.Outputs) != 1 ||
+			!shapeEqual(rs.Outputs[0].Shape, []symshape.Expr{b, total, symshape.Const(1), symshape.Const(d)}) {
+			return refuse("its %s half is read by node %v, not as K or V of fused attention (%s.Attention)", []string{"key", "value"}[i], rs, tlite.Domain)
+		}
+		out = append(out, &kvConcat{node: rs, past: c.past, src: c.src, name: c.name + []string{"[key]", "[value]"}[i],
+			present: rs.Outputs[0], order: [4]int64{0, 2, 1, 3}})
+	}
+	// The new rows, split alike, as [batch, 1, seq, head_dim].
+	seq := c.new.Shape[1]
+	d := w / 2
+	var halves []*graph.Value
+	for i := range out {
+		h := g.NewValue(c.node.Name + []string{"_new_key", "_new_value"}[i])
+		h.Type, h.Shape = c.new.Type, []symshape.Expr{b, seq, symshape.Const(d)}
+		halves = append(halves, h)
+	}
+	split := &graph.Node{Name: c.node.Name + "_new_split", OpType: "Split", Inputs: append([]*graph.Value(nil), sp.Inputs...), Outputs: halves, Attrs: map[string]*graph.Attr{}}
+	split.Inputs[0] = c.new
+	for k, a := range sp.Attrs {
+		split.Attrs[k] = a
+	}
+	if err := g.AddNode(split); err != nil {
+		return nil, err
+	}
+	for i, h := range halves {
+		// [batch, seq, d] -> [batch, seq, 1, d] (a view), then to the
+		// logical order the cache write reads through.
+		h4 := g.NewValue(h.Name + "_rows")
+		h4.Type, h4.Shape = h.Type, []symshape.Expr{b, seq, symshape.Const(1), symshape.Const(d)}
+		sh4, err := graph.Int64Tensor(h.Name+"_rows_shape", []int64{4}, []int64{0, 0, 1, d})
+		if err != nil {
+			return nil, err
+		}
+		sv := g.NewValue(h.Name + "_rows_shape")
+		sv.Const, sv.Type, sv.Shape = sh4, dtype.Int64, []symshape.Expr{symshape.Const(4)}
+		sv.Elems = append([]symshape.Expr(nil), h4.Shape...)
+		g.Initializers = append(g.Initializers, sv)
+		if err := g.AddNode(&graph.Node{Name: h.Name + "_rows", OpType: "Reshape", Inputs: []*graph.Value{h, sv}, Outputs: []*graph.Value{h4}}); err != nil {
+			return nil, err
+		}
+		nw := g.NewValue(h.Name + "_heads")
+		nw.Type, nw.Shape = h.Type, []symshape.Expr{b, symshape.Const(1), seq, symshape.Const(d)}
+		if err := g.AddNode(&graph.Node{Name: h.Name + "_heads", OpType: "Transpose", Inputs: []*graph.Value{h4}, Outputs: []*graph.Value{nw},
+			Attrs: map[string]*graph.Attr{"perm": {Name: "perm", Kind: graph.KindInts, Ints: []int64{0, 2, 1, 3}}}}); err != nil {
+			return nil, err
+		}
+		out[i].new = nw
+	}
+	return out, nil
+}
+
 // fromPresents reports whether v is a cache tensor or is assembled from
 // them by data movement alone (GPT-2's stacked present).
 func fromPresents(v *graph.Value, presents map[*graph.Value]bool, depth int) bool {
@@ -408,8 +522,9 @@ func allReadByAttention(concats []*kvConcat) bool {
 }
 
 // checkAttentionRead checks that attention node a reads present only as K
-// or V, in its natural [batch, heads, seq, head_dim] order.
-func checkAttentionRead(a *graph.Node, present *graph.Value) error {
+// or V, through permutation order (identity: present is [batch, heads,
+// seq, head_dim]).
+func checkAttentionRead(a *graph.Node, present *graph.Value, order [4]int64) error {
 	for i, v := range a.Inputs {
 		if v != present {
 			continue
@@ -418,8 +533,12 @@ func checkAttentionRead(a *graph.Node, present *graph.Value) error {
 			return fmt.Errorf("attention %v reads cache tensor %q as input %d; want K (1) or V (2)", a, present.Name, i)
 		}
 		attr := []string{"", "k_perm", "v_perm"}[i]
-		if p, ok := a.AttrInts(attr); ok && !(len(p) == 4 && p[0] == 0 && p[1] == 1 && p[2] == 2 && p[3] == 3) {
-			return fmt.Errorf("attention %v reads cache tensor %q through %s %v; want it in [batch, heads, seq, head_dim] order", a, present.Name, attr, p)
+		p, ok := a.AttrInts(attr)
+		if !ok {
+			p = []int64{0, 1, 2, 3}
+		}
+		if !(len(p) == 4 && p[0] == order[0] && p[1] == order[1] && p[2] == order[2] && p[3] == order[3]) {
+			return fmt.Errorf("attention %v reads cache tensor %q through %s %v; want %v", a, present.Name, attr, p, order)
 		}
 	}
 	return nil

@@ -15,11 +15,9 @@ import (
 // The decoder test bed (models/export/hf_*.py): decoders shaped like the
 // Hugging Face modeling code people export. With the cache fed back as
 // exported (--kv explicit) and with the default in-place cache, these
-// reproduce PyTorch's 32 greedy tokens on both backends; in place is the
-// mode in effect for all but hf_bigcode_mqa (one combined key_value cache
-// per layer), which falls back to the exported cache. hf_bloom (int64
-// CumSum) and hf_gqa_interleave (an exporter mistake) do not run; see
-// issue 9.
+// reproduce PyTorch's 32 greedy tokens on both backends, and the mode
+// asked for is the mode in effect. hf_bloom (int64 CumSum; ALiBi) and
+// hf_gqa_interleave (an exporter mistake) do not run; see issue 9.
 func TestTestBedGreedy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
@@ -49,12 +47,8 @@ func TestTestBedGreedy(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer st.Close()
-				want := c.kv
-				if name == "hf_bigcode_mqa" {
-					want = "explicit"
-				}
-				if got := kvModeOf(st); got != want {
-					t.Fatalf("--kv %s runs in mode %q; want %q", c.kv, got, want)
+				if got := kvModeOf(st); got != c.kv {
+					t.Fatalf("--kv %s runs in mode %q", c.kv, got)
 				}
 				res, err := generate.New(st, tok).Generate(context.Background(), generate.Request{
 					Tokens: ref.PromptIDs, MaxNewTokens: len(ref.GreedyIDs), IgnoreEOS: true,
