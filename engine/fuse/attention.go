@@ -94,8 +94,14 @@ func shapeScalar(v *graph.Value, depth int) (float64, bool) {
 	}
 	arg := func(i int) (float64, bool) { return shapeScalar(in(p, i), depth+1) }
 	switch p.OpType {
-	case "Identity", "Cast", "Squeeze", "Unsqueeze", "Reshape":
+	case "Identity", "Squeeze", "Unsqueeze", "Reshape":
 		return arg(0)
+	case "Cast":
+		a, ok := arg(0)
+		if !isFloat(v.Type) {
+			a = math.Trunc(a) // ONNX Cast from float to int rounds toward zero
+		}
+		return a, ok
 	case "ConstantOfShape":
 		if len(v.Shape) != 0 {
 			return 0, false
