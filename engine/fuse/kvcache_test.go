@@ -1,12 +1,14 @@
 package fuse
 
 import (
+	"fmt"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape/infer"
 )
@@ -81,6 +83,49 @@ func TestKVCacheTestBed(t *testing.T) {
 			for _, sym := range res.Symbols {
 				if sym == "past" {
 					t.Errorf("symbols %v still list past", res.Symbols)
+				}
+			}
+		})
+	}
+}
+
+// TestKVCacheMaskPerHead: kv_bias replaces the model's mask, so a mask
+// that is the same for every head is taken over, and a bias that differs
+// per head (ALiBi) makes the rewrite refuse rather than drop it.
+func TestKVCacheMaskPerHead(t *testing.T) {
+	for _, tc := range []struct {
+		heads int
+		ok    bool
+	}{{1, true}, {2, false}} {
+		t.Run(fmt.Sprintf("mask_heads=%d", tc.heads), func(t *testing.T) {
+			b := newBuilder(t)
+			b.input("input_ids", dtype.Int64, "batch", "seq")
+			q := b.input("q", dtype.Float32, "batch", 2, "seq", 4)
+			kn := b.input("k_new", dtype.Float32, "batch", 2, "seq", 4)
+			vn := b.input("v_new", dtype.Float32, "batch", 2, "seq", 4)
+			pk := b.input("past_key_values.0.key", dtype.Float32, "batch", 2, "past", 4)
+			pv := b.input("past_key_values.0.value", dtype.Float32, "batch", 2, "past", 4)
+			mask := b.input("bias", dtype.Float32, "batch", tc.heads, 1, "total")
+			k := b.op("Concat", vs(pk, kn), aInt("axis", 2))
+			v := b.op("Concat", vs(pv, vn), aInt("axis", 2))
+			s := b.op("MatMul", vs(q, b.op("Transpose", vs(k), aInts("perm", 0, 1, 3, 2))))
+			s = b.op("Add", vs(s, mask))
+			o := b.op("MatMul", vs(b.op("Softmax", vs(s), aInt("axis", -1)), v))
+			b.output(o, k, v)
+			g := b.run(Attention)
+			only(t, g, "tlite.Attention")
+			_, err := KVCache(g, b.res, 16, 1)
+			switch {
+			case tc.ok && err != nil:
+				t.Fatal(err)
+			case !tc.ok && (err == nil || !strings.Contains(err.Error(), "differs per head")):
+				t.Fatalf("KVCache: %v; want a refusal of the per-head bias", err)
+			}
+			if tc.ok {
+				checkGraph(t, g)
+				a := only(t, g, "tlite.Attention")
+				if a.Inputs[0] != q || a.Inputs[3] != g.Value(KVBiasInput) || a.Inputs[1].Producer.OpType != "KVWrite" || a.Inputs[2].Producer.OpType != "KVWrite" {
+					t.Fatalf("attention reads %v", a.Inputs)
 				}
 			}
 		})
