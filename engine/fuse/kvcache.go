@@ -27,6 +27,18 @@ package fuse
 // and no step copies it. The export's [1, kv_heads, seq, head_dim] new rows
 // are transposed by the write itself.
 //
+// What the export does with its cache besides attention is taken over
+// where it is only bookkeeping: Shape reads of the cache die with the mask
+// and repeat_kv they served; positions computed from the past length
+// (Range(past, past + seq)) become position_ids; constant tables cut to
+// past + seq rows and read by position (rotary caches, also through
+// Expand/Tile into GatherElements) are read whole or cut at the capacity;
+// a combined [batch, total, 2*head_dim] key_value cache split for
+// multi-query attention becomes two caches. The model's own mask must be
+// the same for every head (kv_bias replaces it); a per-head bias (ALiBi)
+// is refused. Any other use is refused with the node named, and
+// engine/generate's Open then runs the model with its cache as exported.
+//
 // The rewritten model takes input_ids [1, seq], position_ids [1, seq]
 // (added when the export derived positions from the past length), kv_slots
 // [1, seq] and kv_bias [1, 1, seq, kv_len], and returns its other outputs
