@@ -490,6 +490,7 @@ func warmUp(st generate.Stepper) error {
 type perplexityResult struct {
 	Model      string     `json:"model"`
 	Device     deviceJSON `json:"device"`
+	KV         string     `json:"kv"`
 	Text       string     `json:"text"`
 	Documents  int        `json:"documents"`
 	Predicted  int        `json:"predicted_tokens"`
@@ -577,13 +578,13 @@ func runPerplexity(args []string) error {
 	if total.Predicted == 0 {
 		return fmt.Errorf("%s: no token was predicted (each document needs at least two tokens); perplexity is undefined", *textPath)
 	}
-	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
+	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), KV: kvModeOf(st), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
 		Loss: total.Loss(), Perplexity: total.Perplexity(), Window: w, Seconds: time.Since(t0).Seconds()}
 	if *asJSON {
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, %.1f s)\n",
-		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.Window, res.Seconds)
+	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, KV %s, %.1f s)\n",
+		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.Window, res.KV, res.Seconds)
 	return nil
 }
 
