@@ -716,6 +716,12 @@ func boundTablesByCapacity(g *graph.Graph, res *infer.Result, ids *graph.Value, 
 		x := in(n, 0)
 		switch n.OpType {
 		case "Slice":
+			// Only the end may follow the past length: a start that
+			// does would shift the rows read.
+			starts, ok := knownInts(in(n, 1))
+			if !ok || !constElems(starts) {
+				continue
+			}
 			if x != nil && (x.Const != nil || cut[x]) {
 				cut[n.Outputs[0]] = true
 			}
