@@ -34,6 +34,9 @@
 //     time with [File.WriteAt]. Its per-token figures (bytes and read ops
 //     per token, mean contiguous run length) come from [Stats.Snapshot].
 //
+// BenchmarkReadSize in this package reproduces the read-size curve of
+// machine-facts.md (4 KB..1 MB at queue depth 1, 4 and 8).
+//
 // An optional [Throttle] adds delays that emulate a slower device (UFS
 // bandwidth and IOPS); statistics gathered under it are labelled as
 // emulation. The package is self-contained: it imports nothing from the
