@@ -29,6 +29,7 @@ func NewThrottle(bytesPerSec, iops float64) *Throttle {
 	return &Throttle{BytesPerSec: bytesPerSec, IOPS: iops}
 }
 
+// String is the label statistics carry when the throttle is in use.
 func (t *Throttle) String() string {
 	return fmt.Sprintf("emulated device (throttle): %.0f MB/s, %.0f IOPS; delays added over real I/O",
 		t.BytesPerSec/1e6, t.IOPS)

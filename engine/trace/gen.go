@@ -80,7 +80,10 @@ type Config struct {
 	MarkovRecent int
 }
 
-// Arrival is one call of the trace.
+// Arrival is one call of the trace. The paper's entries also carry the
+// prompt and its ground truth; here the system derives them from (Ctx,
+// Call), e.g. the Call-th segment of the document assigned to Ctx, so one
+// trace replays identically against every system.
 type Arrival struct {
 	Seq    int           `json:"seq"`    // position in the trace
 	At     time.Duration `json:"at_ns"`  // virtual arrival time
