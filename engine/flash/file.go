@@ -113,7 +113,9 @@ func (f *File) Size() (int64, error) {
 }
 
 // Truncate sets the file's length (a new tail reads as zeros), e.g. to size
-// a swap file before its slots are written.
+// a swap file before its slots are written. The new tail is a hole: reading
+// it costs no device I/O, so a DeviceCheck over such reads fails. Write
+// slots before measuring reads of them.
 func (f *File) Truncate(size int64) error {
 	if err := f.f.Truncate(size); err != nil {
 		return fmt.Errorf("flash: truncate %s to %d: %w", f.path, size, err)

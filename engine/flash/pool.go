@@ -92,7 +92,10 @@ func NewPool(depth int) (*Pool, error) {
 // Depth is the pool's queue depth.
 func (p *Pool) Depth() int { return p.depth }
 
-// Submit queues reqs and returns at once. The pool owns reqs and their Dst
+// Submit queues reqs and returns at once. Each request is one pread: a
+// planner that wants a run of adjacent extents read as one operation lists
+// it as one request into one buffer and scatters afterwards (a memory copy
+// is cheap next to an I/O operation on IOPS-bound storage). The pool owns reqs and their Dst
 // buffers until the batch is done. Contiguous-run statistics follow the
 // order of reqs, so callers should list requests in the order they want the
 // device to see them.
