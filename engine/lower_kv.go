@@ -38,6 +38,19 @@ const (
 // It is the one sentinel for it, so errors.Is works across the layers.
 var ErrContextFull = errors.New("context full")
 
+// KVCacheError is the error Open returns when the in-place KV cache
+// (Options.KVCache) cannot be applied to the model: it says which node
+// reads the cache in a way the rewrite does not know. The model itself may
+// still open without Options.KVCache (its cache fed back as exported).
+type KVCacheError struct {
+	Err error
+}
+
+func (e *KVCacheError) Error() string { return "engine: in-place KV cache: " + e.Err.Error() }
+
+// Unwrap returns the rewrite's error.
+func (e *KVCacheError) Unwrap() error { return e.Err }
+
 // DefaultKVPad is the multiple the attended length is rounded up to when
 // KVConfig.Pad is 0.
 const DefaultKVPad = 64
@@ -135,7 +148,7 @@ func (s *Session) applyKVCache(g *graph.Graph, res *infer.Result, opts *Options)
 	}
 	rw, err := fuse.KVCache(g, res, cfg.MaxContext, cfg.Pad)
 	if err != nil {
-		return fmt.Errorf("engine: in-place KV cache: %w", err)
+		return &KVCacheError{Err: err}
 	}
 	maxima := map[string]int64{}
 	for k, v := range opts.Max {
