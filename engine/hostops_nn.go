@@ -869,15 +869,18 @@ func hostPool(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 	return []*hostTensor{y}, nil
 }
 
-// hostPad is constant-mode Pad with a constant_value computed at run time
-// (the device kernel takes it at Open); other modes are the kernel's.
+// hostPad is Pad on the host, for the uses the device kernel refuses (pads
+// or a constant_value computed at run time), in every mode.
 func hostPad(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 	if err := needIns(ins, 1); err != nil {
 		return nil, err
 	}
 	n := hc.n
-	if m := n.AttrString("mode", "constant"); m != "constant" {
-		return nil, hc.unsupported("mode %q on the host", m)
+	mode := n.AttrString("mode", "constant")
+	switch mode {
+	case "constant", "edge", "reflect", "wrap":
+	default:
+		return nil, fmt.Errorf("mode %q", mode)
 	}
 	x := ins[0]
 	r := len(x.shape)
@@ -932,26 +935,56 @@ func hostPad(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 		if shape[a] < 0 {
 			return nil, fmt.Errorf("pads %v leave axis %d of %v negative", pads, a, x.shape)
 		}
+		if shape[a] > 0 && x.shape[a] == 0 && mode != "constant" {
+			return nil, fmt.Errorf("mode %q cannot pad empty axis %d", mode, a)
+		}
+		if mode == "reflect" && (pb[a] >= x.shape[a] || pe[a] >= x.shape[a]) && (pb[a] > 0 || pe[a] > 0) {
+			return nil, fmt.Errorf("reflect pads %v need axis %d longer than the pad (%d)", pads, a, x.shape[a])
+		}
+	}
+	// src maps coordinate c of an output axis to the input's, or -1.
+	src := func(c, a int) int {
+		m := x.shape[a]
+		c -= pb[a]
+		if c >= 0 && c < m {
+			return c
+		}
+		switch mode {
+		case "edge":
+			return min(max(c, 0), m-1)
+		case "wrap":
+			return ((c % m) + m) % m
+		case "reflect":
+			if m == 1 {
+				return 0
+			}
+			p := 2 * (m - 1)
+			c = ((c % p) + p) % p
+			if c >= m {
+				c = p - c
+			}
+			return c
+		}
+		return -1
 	}
 	esz := hostSize(x.dt)
 	y := newHostTensor(x.dt, shape)
-	for i := 0; i < numel(shape); i++ {
-		putFloat(x.dt, y.data, i, val)
-	}
 	ist, ost := strides(x.shape), strides(shape)
-	for i := 0; i < numel(x.shape); i++ {
-		o, ok := 0, true
+	for o := 0; o < numel(shape); o++ {
+		off := 0
 		for a := 0; a < r; a++ {
-			c := i/ist[a]%x.shape[a] + pb[a]
-			if c < 0 || c >= shape[a] {
-				ok = false
+			c := src(o/ost[a]%shape[a], a)
+			if c < 0 {
+				off = -1
 				break
 			}
-			o += c * ost[a]
+			off += c * ist[a]
 		}
-		if ok {
-			copy(y.data[o*esz:(o+1)*esz], x.data[i*esz:(i+1)*esz])
+		if off < 0 {
+			putFloat(x.dt, y.data, o, val)
+			continue
 		}
+		copy(y.data[o*esz:(o+1)*esz], x.data[off*esz:(off+1)*esz])
 	}
 	return []*hostTensor{y}, nil
 }
