@@ -56,10 +56,19 @@ func NodeCases(dir string) ([]string, error) {
 	return out, nil
 }
 
+// NodeConfig tunes RunDir.
+type NodeConfig struct {
+	// Progress, when set, is called before each case.
+	Progress func(i, n int, title string)
+	// InputsAtRun gives every input to Run, as tl run does, instead of
+	// fixing integer inputs (and Resize's scales) at Open: shapes that
+	// depend on them are then unknown when the plan is made.
+	InputsAtRun bool
+}
+
 // RunDir runs every case of the generated node corpus in dir through
-// sessions opened with opts and returns the report. progress, when set, is
-// called before each case.
-func RunDir(dir string, opts engine.Options, progress func(i, n int, title string)) (*Report, error) {
+// sessions opened with opts and returns the report.
+func RunDir(dir string, opts engine.Options, cfg NodeConfig) (*Report, error) {
 	cases, err := NodeCases(dir)
 	if err != nil {
 		return nil, err
@@ -70,10 +79,10 @@ func RunDir(dir string, opts engine.Options, progress func(i, n int, title strin
 	r := &Report{Corpus: NodeCorpus}
 	for i, c := range cases {
 		title := filepath.Base(c)
-		if progress != nil {
-			progress(i, len(cases), title)
+		if cfg.Progress != nil {
+			cfg.Progress(i, len(cases), title)
 		}
-		st, op, detail := runNodeCase(c, opts)
+		st, op, detail := runNodeCase(c, opts, cfg.InputsAtRun)
 		r.Cases = append(r.Cases, Case{Op: op, Title: title, Status: st, Detail: detail})
 	}
 	return r, nil
@@ -81,8 +90,8 @@ func RunDir(dir string, opts engine.Options, progress func(i, n int, title strin
 
 // runNodeCase runs one case directory: every test_data_set_* in it, each
 // through its own session (integer inputs are given as known constants,
-// which fixes them at Open).
-func runNodeCase(dir string, opts engine.Options) (st Status, op, detail string) {
+// which fixes them at Open, unless atRun).
+func runNodeCase(dir string, opts engine.Options, atRun bool) (st Status, op, detail string) {
 	title := filepath.Base(dir)
 	op = caseOp(title, nil)
 	defer func() {
@@ -110,7 +119,7 @@ func runNodeCase(dir string, opts engine.Options) (st Status, op, detail string)
 	}
 	st, detail = Passed, ""
 	for _, set := range sets {
-		s, d := runDataSet(m, set, opts)
+		s, d := runDataSet(m, set, opts, atRun)
 		if s != Passed && s != HostOnly {
 			st, detail = s, filepath.Base(set)+": "+d
 			break
@@ -133,7 +142,7 @@ func runNodeCase(dir string, opts engine.Options) (st Status, op, detail string)
 var paramInputs = map[string][]int{"Resize": {1, 2}, "Upsample": {1}}
 
 // runDataSet runs one test_data_set_* directory.
-func runDataSet(m *graph.Model, set string, opts engine.Options) (Status, string) {
+func runDataSet(m *graph.Model, set string, opts engine.Options, atRun bool) (Status, string) {
 	known := map[string]*graph.Tensor{}
 	inputs := map[string]*tensor.Dense{}
 	param := map[*graph.Value]bool{}
@@ -157,7 +166,7 @@ func runDataSet(m *graph.Model, set string, opts engine.Options) (Status, string
 			// onnx 1.12 stores bfloat16 data as uint16 bits, for one.
 			return Unsupported, fmt.Sprintf("input %q is declared %v; the case stores %v", v.Name, v.Type, t.Type)
 		}
-		if isIntType(t.Type) || param[v] {
+		if !atRun && (isIntType(t.Type) || param[v]) {
 			t.Name = v.Name
 			known[v.Name] = t
 			continue

@@ -75,7 +75,7 @@ func TestNodeCorpus(t *testing.T) {
 		opts engine.Options
 	}{{"opencl", engine.Options{Kernels: kernels.New(dev)}}, {"go", engine.Options{Device: "go"}}} {
 		t.Run(d.name, func(t *testing.T) {
-			r, err := RunDir(dir, d.opts, nil)
+			r, err := RunDir(dir, d.opts, NodeConfig{})
 			if err != nil {
 				t.Fatal(err)
 			}
