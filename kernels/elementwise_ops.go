@@ -817,8 +817,9 @@ func arith(onnx, op string, fop func(a, b float64) float64, iop func(a, b uint64
 	}
 }
 
-// minMax is Max or Min: fbetter and ibetter say whether the accumulator
-// beats (or, for integers, is beaten by) the next argument.
+// minMax is Max or Min: fkeep says whether the float accumulator beats
+// the next argument, itake whether the next integer argument beats the
+// accumulator (the argument orders ew_fmax and the generated ternaries use).
 func minMax(onnx, ffn, cmp string, fkeep func(acc, x float64) bool, itake func(acc, x int64) bool) elemOpDef {
 	return elemOpDef{
 		onnx: onnx, args: argsVariadic, typ: typNumVariadic, oneIsIdentity: true,
