@@ -152,7 +152,7 @@ type Device struct {
 
 // fixHint is how to get a device at all, appended to errors that mean there
 // is none.
-const fixHint = "install an OpenCL driver (for a CPU device: apt-get install pocl-opencl-icd ocl-icd-opencl-dev), or use the pure-Go CPU backend with --device go"
+const fixHint = "install an OpenCL driver (for a CPU device: apt-get install pocl-opencl-icd ocl-icd-libopencl1), or use the pure-Go CPU backend with --device go"
 
 type devRef struct {
 	platform handle
