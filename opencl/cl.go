@@ -56,6 +56,7 @@ const (
 	clDeviceOpenCLC        = 0x103D
 	clDeviceImagePitch     = 0x104A
 	clDeviceMaxSubGroups   = 0x105C
+	clDeviceCAllVersions   = 0x1066
 	clContextPlatform      = 0x1084
 	clQueueProperties      = 0x1093
 	clQueueProfiling       = 1 << 1

@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,13 +79,17 @@ type Options struct {
 
 // Info describes a device and what Open applied to it.
 type Info struct {
-	Index         string // "P:D": platform and device index, usable as Options.Select
-	Platform      string // platform name
-	Name          string
-	Vendor        string
-	Version       string // CL_DEVICE_VERSION, e.g. "OpenCL 3.0 ..."
-	Driver        string // CL_DRIVER_VERSION
-	OpenCLC       string // CL_DEVICE_OPENCL_C_VERSION
+	Index    string // "P:D": platform and device index, usable as Options.Select
+	Platform string // platform name
+	Name     string
+	Vendor   string
+	Version  string // CL_DEVICE_VERSION, e.g. "OpenCL 3.0 ..."
+	Driver   string // CL_DRIVER_VERSION
+	OpenCLC  string // CL_DEVICE_OPENCL_C_VERSION
+	// CVersions are the OpenCL C versions -cl-std may ask for, as "1.2",
+	// "3.0": CL_DEVICE_OPENCL_C_ALL_VERSIONS on OpenCL 3.0, else every
+	// version up to OpenCL C's.
+	CVersions     []string
 	Type          string // "GPU", "CPU", "ACCELERATOR" or "OTHER"
 	ComputeUnits  int
 	GlobalMem     int64 // bytes
@@ -351,6 +356,7 @@ func describe(r devRef) (Info, error) {
 		has[e] = true
 	}
 	ver := clVersion(inf.Version)
+	inf.CVersions = cVersions(r.id, ver, inf.OpenCLC)
 	inf.FP16 = has["cl_khr_fp16"]
 	inf.Subgroups = has["cl_khr_subgroups"] || has["cl_intel_subgroups"]
 	if !inf.Subgroups && ver >= 21 {
@@ -372,6 +378,40 @@ func describe(r devRef) (Info, error) {
 		inf.PriorityExt = "qcom"
 	}
 	return inf, nil
+}
+
+// cVersions lists the OpenCL C versions of a device whose platform version
+// is ver (10*major+minor) and whose CL_DEVICE_OPENCL_C_VERSION is openclC.
+func cVersions(id handle, ver int, openclC string) []string {
+	if ver >= 30 {
+		// cl_name_version: a cl_version (major<<22 | minor<<12 | patch) and a
+		// 64-byte name.
+		const entry = 4 + 64
+		var n uintptr
+		if clCall(fns.GetDeviceInfo, id, clDeviceCAllVersions, 0, 0, uintptr(unsafe.Pointer(&n))) == clSuccess && n >= entry && n <= 64*entry {
+			b := make([]byte, n)
+			if clCall(fns.GetDeviceInfo, id, clDeviceCAllVersions, n, uintptr(unsafe.Pointer(&b[0])), 0) == clSuccess {
+				var out []string
+				for i := 0; i+entry <= len(b); i += entry {
+					v := *(*uint32)(unsafe.Pointer(&b[i]))
+					s := fmt.Sprintf("%d.%d", v>>22, (v>>12)&0x3ff)
+					if !slices.Contains(out, s) {
+						out = append(out, s)
+					}
+				}
+				return out
+			}
+		}
+	}
+	var out []string
+	if c := clVersion(strings.Replace(openclC, "OpenCL C", "OpenCL", 1)); c > 0 {
+		for _, v := range []int{10, 11, 12, 20, 21, 22, 30} {
+			if v <= c {
+				out = append(out, fmt.Sprintf("%d.%d", v/10, v%10))
+			}
+		}
+	}
+	return out
 }
 
 var pdRe = regexp.MustCompile(`^\d+:\d+$`)

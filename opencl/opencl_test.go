@@ -61,6 +61,9 @@ func TestListAndOpen(t *testing.T) {
 		t.Logf("%s %q type=%s cu=%d maxAlloc=%d align=%d fp16=%v subgroups=%v img=%v prio=%q ver=%q C=%q",
 			inf.Index, inf.Name, inf.Type, inf.ComputeUnits, inf.MaxAlloc, inf.BaseAddrAlign,
 			inf.FP16, inf.Subgroups, inf.ImageFromBuffer, inf.PriorityExt, inf.Version, inf.OpenCLC)
+		if !slices.Contains(inf.CVersions, "1.2") && clVersion(inf.Version) >= 12 {
+			t.Errorf("%s: OpenCL C versions %v lack 1.2 on an OpenCL %s device", inf.Index, inf.CVersions, inf.Version)
+		}
 		if inf.Name == "" || inf.MaxAlloc <= 0 || inf.GlobalMem < inf.MaxAlloc || inf.BaseAddrAlign <= 0 || inf.MaxWorkGroup <= 0 || len(inf.Extensions) == 0 {
 			t.Errorf("implausible info %+v", inf)
 		}
