@@ -16,15 +16,6 @@ type Port struct {
 	Shape []symshape.Expr
 }
 
-// ShapeString prints a symbolic shape as [batch, past + seq, 64].
-func ShapeString(s []symshape.Expr) string {
-	parts := make([]string, len(s))
-	for i, d := range s {
-		parts[i] = d.String()
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
 // InputError is a bad input to Run: what is wrong, which input, what the
 // model declares and what was given.
 type InputError struct {
@@ -59,7 +50,7 @@ func bindShapes(ports []Port, shapes map[string][]int, max map[string]int64) (sy
 		}
 		if len(got) != len(p.Shape) {
 			return nil, &InputError{Input: p.Name, Problem: fmt.Sprintf("rank %d, the model declares rank %d", len(got), len(p.Shape)),
-				Expected: ShapeString(p.Shape), Got: fmt.Sprint(got)}
+				Expected: symshape.FormatShape(p.Shape), Got: fmt.Sprint(got)}
 		}
 	}
 	// Bind dims that are a bare symbol first, so that a conflict is reported
@@ -86,7 +77,7 @@ func bindShapes(ports []Port, shapes map[string][]int, max map[string]int64) (sy
 					continue
 				}
 				if v < 0 {
-					return nil, &InputError{Input: p.Name, Expected: ShapeString(p.Shape), Got: fmt.Sprint(got),
+					return nil, &InputError{Input: p.Name, Expected: symshape.FormatShape(p.Shape), Got: fmt.Sprint(got),
 						Problem: fmt.Sprintf("axis %d gives %s = %d, which is negative", axis, s, v)}
 				}
 				b[s] = v
@@ -103,7 +94,7 @@ func bindShapes(ports []Port, shapes map[string][]int, max map[string]int64) (sy
 		for axis, d := range p.Shape {
 			want, err := d.Eval(b)
 			if err != nil {
-				return nil, &InputError{Input: p.Name, Expected: ShapeString(p.Shape), Got: fmt.Sprint(got),
+				return nil, &InputError{Input: p.Name, Expected: symshape.FormatShape(p.Shape), Got: fmt.Sprint(got),
 					Problem: fmt.Sprintf("axis %d (%s) cannot be solved from the inputs given", axis, d)}
 			}
 			if want != int64(got[axis]) {
@@ -118,7 +109,7 @@ func bindShapes(ports []Port, shapes map[string][]int, max map[string]int64) (sy
 					}
 					why += " (" + strings.Join(src, ", ") + ")"
 				}
-				return nil, &InputError{Input: p.Name, Expected: ShapeString(p.Shape), Got: fmt.Sprint(got), Problem: why}
+				return nil, &InputError{Input: p.Name, Expected: symshape.FormatShape(p.Shape), Got: fmt.Sprint(got), Problem: why}
 			}
 		}
 	}
@@ -134,7 +125,7 @@ func bindShapes(ports []Port, shapes map[string][]int, max map[string]int64) (sy
 				Problem: fmt.Sprintf("%s = %d (from %s) is above the declared maximum %d; reopen the session with a larger --max %s=", s, b[s], from[s], m, s)}
 			for _, p := range ports {
 				if p.Name == in {
-					e.Expected, e.Got = ShapeString(p.Shape), fmt.Sprint(shapes[in])
+					e.Expected, e.Got = symshape.FormatShape(p.Shape), fmt.Sprint(shapes[in])
 				}
 			}
 			return nil, e

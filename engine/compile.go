@@ -42,13 +42,13 @@ type compiler struct {
 	byVal map[*graph.Value]*vinfo
 	prog  []*instr
 
-	hostBE    *goBackend
+	hostDev   *kernels.HostDevice
 	hostSteps map[*graph.Node]*stepDef
 }
 
 func newCompiler(s *Session, m *graph.Model, res *infer.Result, fs kernels.Storage) *compiler {
 	return &compiler{s: s, m: m, g: m.Graph, res: res, fs: fs, byVal: map[*graph.Value]*vinfo{},
-		hostBE: &goBackend{}, hostSteps: map[*graph.Node]*stepDef{}}
+		hostDev: &kernels.HostDevice{}, hostSteps: map[*graph.Node]*stepDef{}}
 }
 
 // backendName names the backend a lowering targets, for errors.
@@ -56,7 +56,7 @@ func (c *compiler) backendName(host bool) string {
 	if host {
 		return "CPU (pure-Go, for constant folding and host-side shape computations)"
 	}
-	return c.s.be.name()
+	return c.s.dev.Name()
 }
 
 // info returns (creating on first use) the record of a graph value.
@@ -234,7 +234,7 @@ func (c *compiler) constHost(v *vinfo) (*hostTensor, error) {
 	}
 	shape, ok := constShape(v.shape)
 	if !ok {
-		return nil, fmt.Errorf("shape %s is not constant", ShapeString(v.shape))
+		return nil, fmt.Errorf("shape %s is not constant", symshape.FormatShape(v.shape))
 	}
 	return &hostTensor{dt: v.dt, shape: shape, data: r.konst.data}, nil
 }
@@ -368,8 +368,8 @@ func (c *compiler) runHost(n *graph.Node, ins []*hostTensor, bind symshape.Bindi
 		}
 		c.hostSteps[n] = sd
 	}
-	be := c.hostBE
-	x := &exec{be: be, c: c, bind: bind, dims: make([][]int, len(c.vals)), refs: make([]tref, len(c.vals)),
+	dev := c.hostDev
+	x := &exec{dev: dev, c: c, bind: bind, dims: make([][]int, len(c.vals)), refs: make([]tref, len(c.vals)),
 		host: make([]*hostTensor, len(c.vals)), lazy: true}
 	for i, v := range n.Inputs {
 		if v == nil || ins[i] == nil {
@@ -378,8 +378,8 @@ func (c *compiler) runHost(n *graph.Node, ins []*hostTensor, bind symshape.Bindi
 		vi := c.info(v)
 		x.dims[vi.id] = ins[i].shape
 		x.host[vi.id] = ins[i]
-		b, _ := be.alloc(len(ins[i].data))
-		copy(b.host, ins[i].data)
+		b, _ := allocBuffer(dev, len(ins[i].data))
+		copy(b.host(), ins[i].data)
 		x.refs[vi.id] = tref{b: b}
 	}
 	outs := make([]*hostTensor, len(n.Outputs))
@@ -396,16 +396,16 @@ func (c *compiler) runHost(n *graph.Node, ins []*hostTensor, bind symshape.Bindi
 		if sz == 0 {
 			return nil, fmt.Errorf("output %q: element type %v is not supported", o.Name, vi.dt)
 		}
-		b, _ := be.alloc(numel(dims) * sz)
+		b, _ := allocBuffer(dev, numel(dims)*sz)
 		x.refs[vi.id] = tref{b: b}
-		outs[k] = &hostTensor{dt: vi.dt, shape: dims, data: b.host}
+		outs[k] = &hostTensor{dt: vi.dt, shape: dims, data: b.host()}
 	}
 	for _, e := range sd.scratch {
 		sz, err := e.Eval(bind)
 		if err != nil {
 			return nil, err
 		}
-		b, _ := be.alloc(int(sz))
+		b, _ := allocBuffer(dev, int(sz))
 		x.scratch = append(x.scratch, tref{b: b})
 	}
 	if err := sd.run(x); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // plainChainModel computes t1 = x + y, out = sigmoid((t1 * x) * 0.5) with
@@ -59,7 +60,7 @@ func fuseRewrite(t *testing.T) Rewrite {
 	if body == nil {
 		t.Fatal("carrier has no body")
 	}
-	return func(g *graph.Graph) error {
+	return func(g *graph.Graph, _ *infer.Result) error {
 		var x, y, out, t1 *graph.Value
 		for _, v := range g.Inputs {
 			switch v.Name {
@@ -168,8 +169,8 @@ func TestFusedBodyErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	rw := fuseRewrite(t)
-	bad := func(g *graph.Graph) error {
-		if err := rw(g); err != nil {
+	bad := func(g *graph.Graph, res *infer.Result) error {
+		if err := rw(g, res); err != nil {
 			return err
 		}
 		for _, n := range g.Nodes {

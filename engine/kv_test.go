@@ -14,6 +14,7 @@ import (
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/symshape"
 )
 
 // kvSeq is a test's bookkeeping for a session with an in-place cache:
@@ -218,7 +219,7 @@ func TestKVCacheRewrite(t *testing.T) {
 			defer s.Close()
 			var ins, outs []string
 			for _, p := range s.Inputs() {
-				ins = append(ins, p.Name+ShapeString(p.Shape))
+				ins = append(ins, p.Name+symshape.FormatShape(p.Shape))
 			}
 			for _, p := range s.Outputs() {
 				outs = append(outs, p.Name)
@@ -653,7 +654,7 @@ func TestKVWriteLowering(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := ShapeString(view.Shape); got != "[1, n, 2, 4]" {
+		if got := symshape.FormatShape(view.Shape); got != "[1, n, 2, 4]" {
 			t.Errorf("view shape %s; want [1, n, 2, 4]", got)
 		}
 		ref := make([]byte, capacity*heads*hd*4)
@@ -676,11 +677,11 @@ func TestKVWriteLowering(t *testing.T) {
 			}
 			got := floats(t, out[y.Name])
 			if len(got) != length*heads*hd {
-				t.Fatalf("%s run %d: view of %d elements, want %d", s.be.name(), run, len(got), length*heads*hd)
+				t.Fatalf("%s run %d: view of %d elements, want %d", s.dev.Name(), run, len(got), length*heads*hd)
 			}
 			for i, g := range got {
 				if want := math.Float32frombits(binary.LittleEndian.Uint32(ref[4*i:])); g != want {
-					t.Fatalf("%s run %d: element %d is %v, want %v", s.be.name(), run, i, g, want)
+					t.Fatalf("%s run %d: element %d is %v, want %v", s.dev.Name(), run, i, g, want)
 				}
 			}
 		}

@@ -342,10 +342,10 @@ func constShape(s []symshape.Expr) ([]int, bool) {
 	return out, true
 }
 
-// exec is the state steps run against: the backend, the binding of the
+// exec is the state steps run against: the device, the binding of the
 // symbols, and every value's buffer and concrete shape.
 type exec struct {
-	be      backend
+	dev     kernels.Device
 	c       *compiler
 	bind    symshape.Binding
 	dims    [][]int
@@ -395,8 +395,8 @@ func (x *exec) ref(v *vinfo) tref {
 		}
 		h = newHostTensor(v.dt, x.shape(v))
 	}
-	b, _ := x.be.alloc(max(len(h.data), 8))
-	copy(b.host, h.data)
+	b, _ := allocBuffer(x.dev, max(len(h.data), 8))
+	copy(b.host(), h.data)
 	x.refs[v.id] = tref{b: b}
 	return x.refs[v.id]
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/symshape"
 )
@@ -17,7 +18,7 @@ import (
 // enclosing graph) and its outputs the external outputs (the body's graph
 // outputs, in order). Every output has the same shape; inputs broadcast to
 // it.
-const fusedOp = "tlite.FusedElementwise"
+const fusedOp = tlite.Domain + "." + tlite.FusedElementwise
 
 // elementwiseOps are the ONNX ops that lower to a one-node chain.
 var elementwiseOps = []string{
@@ -381,6 +382,26 @@ func (b *chainBuilder) emit(n *graph.Node, opset int64) error {
 	return nil
 }
 
+// compositeErr carries a chain-building error out of composite's nested
+// calls; it is the only panic composite recovers.
+type compositeErr struct{ err error }
+
+// catchComposite runs f and returns its error, or the one a compositeErr
+// panic in it carries; any other panic (an index bug, a runtime.Error)
+// goes on.
+func catchComposite(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(compositeErr)
+			if !ok {
+				panic(r)
+			}
+			err = e.err
+		}
+	}()
+	return f()
+}
+
 // composite builds the ops the chain family has no node for from ones it
 // has.
 func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
@@ -388,23 +409,17 @@ func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
 		return 0, fmt.Errorf("%s of %v: float inputs only", n.OpType, b.typeOf(x))
 	}
 	c := func(v float64) int { return b.fconst(x, v) }
+	// must unwinds the nested op calls below on the first error;
+	// catchComposite recovers only this wrapper, so any other panic (an
+	// index bug, a runtime.Error) still crashes where it happened.
 	must := func(k int, err error) int {
 		if err != nil {
-			panic(err)
+			panic(compositeErr{err})
 		}
 		return k
 	}
 	var res int
-	err := func() (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				e, ok := r.(error)
-				if !ok {
-					panic(r)
-				}
-				err = e
-			}
-		}()
+	err := catchComposite(func() error {
 		op := func(o kernels.ElemOp, a ...int) int { return must(b.op(o, a...)) }
 		switch n.OpType {
 		case "Tan":
@@ -445,7 +460,7 @@ func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
 			return fmt.Errorf("%s is not an element-wise op", n.OpType)
 		}
 		return nil
-	}()
+	})
 	return res, err
 }
 
@@ -467,7 +482,7 @@ func chainStep(lc *lowerCtx, b *chainBuilder, outs []*vinfo) (*stepDef, error) {
 			return nil, lc.unsupported("output %s computes as %v but is stored as %v", o.name, outTypes[k], et)
 		}
 		if k > 0 && !shapeEqual(o.shape, outs[0].shape) {
-			return nil, lc.unsupported("fused outputs %s and %s differ in shape (%s vs %s)", outs[0].name, o.name, ShapeString(outs[0].shape), ShapeString(o.shape))
+			return nil, lc.unsupported("fused outputs %s and %s differ in shape (%s vs %s)", outs[0].name, o.name, symshape.FormatShape(outs[0].shape), symshape.FormatShape(o.shape))
 		}
 	}
 	sd := &stepDef{kernel: "elementwise"}
@@ -511,7 +526,7 @@ func chainStep(lc *lowerCtx, b *chainBuilder, outs []*vinfo) (*stepDef, error) {
 		if x.err != nil {
 			return x.err
 		}
-		return x.be.chain(ch, shape, ins, refs)
+		return runChain(x.dev, ch, shape, ins, refs)
 	}
 	return sd, nil
 }

@@ -5,19 +5,29 @@ import (
 
 	"github.com/tlite/tlite/engine/fuse"
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/symshape"
 )
 
-// The fusion passes run by default, and the nodes they make lower here:
-// norms with a residual add, products with a bias epilogue and fused
-// attention. FusedElementwise nodes lower through lower_elementwise.go.
-func init() {
+// DefaultRewrites returns the rewrites run when Options.Rewrites is nil:
+// the fusion passes of engine/fuse, with the element-wise pass limited to
+// what this package's element-wise lowering accepts.
+func DefaultRewrites() []Rewrite {
+	var out []Rewrite
 	for _, p := range fuse.Passes(fuse.Options{Elementwise: fusableElementwise}) {
-		DefaultRewrites = append(DefaultRewrites, Rewrite(p))
+		out = append(out, Rewrite(p))
 	}
-	registerLowering(lowerFusedNorm, "tlite.RMSNorm", "tlite.AddRMSNorm", "tlite.AddLayerNorm")
-	registerLowering(lowerMatMulBias, "tlite.MatMulBias")
-	registerLowering(lowerAttention, "tlite.Attention")
+	return out
+}
+
+// The nodes the fusion passes make lower here: norms with a residual add,
+// products with a bias epilogue and fused attention. FusedElementwise
+// nodes lower through lower_elementwise.go.
+func init() {
+	registerLowering(lowerFusedNorm, tlite.Key(tlite.RMSNorm), tlite.Key(tlite.AddRMSNorm), tlite.Key(tlite.AddLayerNorm))
+	registerLowering(lowerMatMulBias, tlite.Key(tlite.MatMulBias))
+	registerLowering(lowerAttention, tlite.Key(tlite.Attention))
 }
 
 // fusableElementwise reports whether n can join a FusedElementwise body:
@@ -40,54 +50,6 @@ func fusableElementwise(n *graph.Node) bool {
 		}
 	}
 	return true
-}
-
-// fusedBackend is what the fused steps need beyond backend: the norms with
-// a residual input and the attention kernel. Both backends implement it
-// (below), so steps assert it at run time.
-type fusedBackend interface {
-	fusedNorm(p kernels.NormParams, rms bool, x tref, res, sum, scale, bias *tref, out tref) error
-	fusedAttention(s kernels.Storage, q, k, v, o tref, mask *tref, p kernels.AttentionParams) error
-}
-
-func (b *clBackend) fusedNorm(p kernels.NormParams, rms bool, x tref, res, sum, scale, bias *tref, out tref) error {
-	if rms {
-		return b.lib.AddRMSNorm(p, kb(x), kbOpt(res), kbOpt(sum), kbOpt(scale), kb(out))
-	}
-	return b.lib.AddLayerNorm(p, kb(x), kbOpt(res), kbOpt(sum), kbOpt(scale), kbOpt(bias), kb(out))
-}
-
-func (b *clBackend) fusedAttention(s kernels.Storage, q, k, v, o tref, mask *tref, p kernels.AttentionParams) error {
-	p.Mask = kbOpt(mask)
-	return b.lib.Attention(s, kb(q), kb(k), kb(v), kb(o), p)
-}
-
-func (g *goBackend) fusedNorm(p kernels.NormParams, rms bool, x tref, res, sum, scale, bias *tref, out tref) error {
-	if err := g.f32only(p.Storage); err != nil {
-		return err
-	}
-	if rms {
-		kernels.AddRMSNormRef(p, f32At(x), f32Opt(res), f32Opt(sum), f32Opt(scale), f32At(out))
-		return nil
-	}
-	kernels.AddLayerNormRef(p, f32At(x), f32Opt(res), f32Opt(sum), f32Opt(scale), f32Opt(bias), f32At(out))
-	return nil
-}
-
-func (g *goBackend) fusedAttention(s kernels.Storage, q, k, v, o tref, mask *tref, p kernels.AttentionParams) error {
-	if err := g.f32only(s); err != nil {
-		return err
-	}
-	return kernels.AttentionRef(f32At(q), f32At(k), f32At(v), f32Opt(mask), f32At(o), p)
-}
-
-// fused returns the backend's fused kernels.
-func (x *exec) fused() (fusedBackend, error) {
-	fb, ok := x.be.(fusedBackend)
-	if !ok {
-		return nil, fmt.Errorf("the %s backend has no fused norm and attention kernels", x.be.name())
-	}
-	return fb, nil
 }
 
 func optRef(ex *exec, v *vinfo) *tref {
@@ -141,7 +103,7 @@ func lowerFusedNorm(lc *lowerCtx) (*stepDef, error) {
 		}
 	}
 	if res != nil && !shapeEqual(res.shape, x.shape) {
-		return nil, lc.unsupported("addends %s %s and %s %s differ in shape", x.name, ShapeString(x.shape), res.name, ShapeString(res.shape))
+		return nil, lc.unsupported("addends %s %s and %s %s differ in shape", x.name, symshape.FormatShape(x.shape), res.name, symshape.FormatShape(res.shape))
 	}
 	axis, err := normAxis(n.AttrInt("axis", -1), len(x.shape))
 	if err != nil {
@@ -150,18 +112,17 @@ func lowerFusedNorm(lc *lowerCtx) (*stepDef, error) {
 	cols := numelExpr(x.shape[axis:])
 	for _, w := range []*vinfo{scale, bias} {
 		if w != nil && !numelExpr(w.shape).Equal(cols) {
-			return nil, lc.unsupported("%s has shape %s; want %s elements", w.name, ShapeString(w.shape), cols)
+			return nil, lc.unsupported("%s has shape %s; want %s elements", w.name, symshape.FormatShape(w.shape), cols)
 		}
 	}
 	eps := n.AttrFloat("epsilon", 1e-5)
 	return &stepDef{kernel: "norm", inPlace: [][2]int{{len(n.Outputs) - 1, 0}}, run: func(ex *exec) error {
-		fb, err := ex.fused()
-		if err != nil {
-			return err
-		}
 		xs := ex.shape(x)
 		p := kernels.NormParams{Storage: s, Weights: s, Rows: prod(xs, 0, axis), Cols: prod(xs, axis, len(xs)), Eps: eps}
-		return fb.fusedNorm(p, rms, ex.ref(x), optRef(ex, res), optRef(ex, sum), optRef(ex, scale), optRef(ex, bias), ex.ref(y))
+		if rms {
+			return ex.dev.AddRMSNorm(p, ex.ref(x).buf(), optBuf(optRef(ex, res)), optBuf(optRef(ex, sum)), optBuf(optRef(ex, scale)), ex.ref(y).buf())
+		}
+		return ex.dev.AddLayerNorm(p, ex.ref(x).buf(), optBuf(optRef(ex, res)), optBuf(optRef(ex, sum)), optBuf(optRef(ex, scale)), optBuf(optRef(ex, bias)), ex.ref(y).buf())
 	}}, nil
 }
 
@@ -209,7 +170,8 @@ func lowerMatMulBias(lc *lowerCtx) (*stepDef, error) {
 			}
 			bref = optRef(x, bias)
 		}
-		return x.be.matmul(s, x.ref(a), x.ref(b), x.ref(y), bref, p)
+		p.Bias = optBuf(bref)
+		return x.dev.MatMul(s, x.ref(a).buf(), x.ref(b).buf(), x.ref(y).buf(), p)
 	}}, nil
 }
 
@@ -298,10 +260,6 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 	causal := n.AttrInt("causal", 0) != 0
 	kvHeads := n.AttrInt("kv_heads", 0)
 	return &stepDef{kernel: "attention", run: func(ex *exec) error {
-		fb, err := ex.fused()
-		if err != nil {
-			return err
-		}
 		qs, ks, vs, os := ex.shape(q), ex.shape(k), ex.shape(v), ex.shape(o)
 		dim := func(d []int, t, l int) int { return d[perms[t][l]] }
 		B, H, Sq, D := dim(qs, 0, 0), dim(qs, 0, 1), dim(qs, 0, 2), dim(qs, 0, 3)
@@ -353,6 +311,7 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 		if ex.err != nil {
 			return ex.err
 		}
-		return fb.fusedAttention(s, ex.ref(q), ex.ref(k), ex.ref(v), ex.ref(o), mref, p)
+		p.Mask = optBuf(mref)
+		return ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p)
 	}}, nil
 }

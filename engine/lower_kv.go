@@ -1,67 +1,55 @@
 package engine
 
-// In-place KV cache for exported decoders (Transformer-Lite style).
-//
-// An exported decoder takes its cache as inputs and returns it grown: per
-// layer, present = Concat(past, new, axis=seq) feeds attention and is a
-// graph output. Run then uploads the whole past, copies it into present and
-// reads present back, every step. With Options.KVCache the session owns one
-// device buffer per cache tensor instead, sized for KVConfig.MaxContext
-// tokens and allocated once at Open, and the graph is rewritten (after the
-// fusion passes) so that
-//
-//   - each Concat becomes ("tlite", "KVWrite")(new, kv_slots): it writes only
-//     the new rows into the buffer, at the slots kv_slots names (any slots,
-//     in any order), and its output is a view of the buffer's first kv_len
-//     rows;
-//   - fused attention reads that view in place (through k_perm/v_perm) with
-//     the additive kv_bias input as its mask, instead of the model's own
-//     causal and padding mask;
-//   - the past inputs, the present outputs, and what only served them (the
-//     mask computation, GPT-2's positions from the past length) go away.
-//
-// The buffer is [MaxContext, kv_heads, head_dim]: the sequence is the
-// outer axis, so the rows attended (slots [0, kv_len)) are one contiguous
-// prefix, read as [1, kv_len, kv_heads, head_dim] through a permutation,
-// and no step copies it. The export's [1, kv_heads, seq, head_dim] new rows
-// are transposed by the write itself.
-//
-// The rewritten model takes input_ids [1, seq], position_ids [1, seq]
-// (added when the export derived positions from the past length), kv_slots
-// [1, seq] and kv_bias [1, 1, seq, kv_len], and returns its other outputs
-// (the logits). Which slots hold which positions is the caller's
-// bookkeeping (package engine/kv keeps it and builds kv_bias).
+// In-place KV cache for exported decoders (Transformer-Lite style): the
+// session side. With Options.KVCache the graph is rewritten after the
+// fusion passes by engine/fuse's KVCache pass (engine/fuse/kvcache.go
+// describes the rewritten model); this file holds the configuration, the
+// maxima the rewrite implies, the lowering of tlite.KVWrite (the session
+// owns one device buffer per cache tensor, sized for KVConfig.MaxContext
+// tokens and allocated once at Open) and the session's reports on the
+// cache and on copy traffic.
 
 import (
+	"errors"
 	"fmt"
 	"math"
-	"sort"
 
 	"github.com/tlite/tlite/engine/fuse"
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
 )
 
-// Names of the rewritten model's cache inputs and of the attended length.
+// Names of the rewritten model's cache inputs and of the attended length
+// (engine/fuse's KV-cache pass documents them).
 const (
-	// KVSlotsInput names the int64 [1, seq] input holding the cache slot
-	// each token's keys and values are written to.
-	KVSlotsInput = "kv_slots"
-	// KVBiasInput names the float [1, 1, seq, kv_len] additive attention
-	// mask over the cache slots: 0 where token t may attend slot j, a large
-	// negative number where not (an empty slot, a later position).
-	KVBiasInput = "kv_bias"
-	// KVPositionsInput names the int64 [1, seq] position ids (RoPE angles or
-	// learned position rows).
-	KVPositionsInput = "position_ids"
-	// KVLengthSymbol is the symbol of the attended length: the slots [0,
-	// kv_len) attention reads. Padding it to a multiple of KVConfig.Pad keeps
-	// shapes and kernel arguments fixed between boundaries.
-	KVLengthSymbol = "kv_len"
+	KVSlotsInput     = fuse.KVSlotsInput
+	KVBiasInput      = fuse.KVBiasInput
+	KVPositionsInput = fuse.KVPositionsInput
+	KVLengthSymbol   = fuse.KVLengthSymbol
 )
+
+// ErrContextFull is returned (wrapped) when tokens do not fit in a
+// context: a position or slot beyond an in-place cache (here and in
+// engine/kv), or a prompt longer than a model's context (engine/generate).
+// It is the one sentinel for it, so errors.Is works across the layers.
+var ErrContextFull = errors.New("context full")
+
+// KVCacheError is the error Open returns when the in-place KV cache
+// (Options.KVCache) cannot be applied to the model: it says which node
+// reads the cache in a way the rewrite does not know. The model itself may
+// still open without Options.KVCache (its cache fed back as exported).
+type KVCacheError struct {
+	Err error
+}
+
+func (e *KVCacheError) Error() string { return "engine: in-place KV cache: " + e.Err.Error() }
+
+// Unwrap returns the rewrite's error.
+func (e *KVCacheError) Unwrap() error { return e.Err }
 
 // DefaultKVPad is the multiple the attended length is rounded up to when
 // KVConfig.Pad is 0.
@@ -130,7 +118,7 @@ func (s *Session) KVInfo() (KVInfo, bool) {
 	found := false
 	for _, in := range s.c.prog {
 		n := in.node
-		if in.kind != iDevice || n.Domain != fuse.Domain || n.OpType != "KVWrite" {
+		if in.kind != iDevice || n.Domain != tlite.Domain || n.OpType != "KVWrite" {
 			continue
 		}
 		found = true
@@ -150,18 +138,17 @@ func (s *Session) KVInfo() (KVInfo, bool) {
 	return info, found
 }
 
-// applyKVCache is compile's hook for Options.KVCache: it rewrites the graph
-// for the in-place cache and adjusts what compile derives from the symbols:
-// the maxima (batch 1, kv_len and seq at most MaxContext) and the symbol
-// list the maxima are filtered by.
+// applyKVCache is compile's hook for Options.KVCache: it runs the KV-cache
+// pass (which also updates res's symbol list) and sets the maxima it
+// implies: batch 1, kv_len and seq at most MaxContext.
 func (s *Session) applyKVCache(g *graph.Graph, res *infer.Result, opts *Options) error {
 	cfg, err := opts.KVCache.normalized()
 	if err != nil {
 		return err
 	}
-	rw, err := rewriteKVCache(g, cfg)
+	rw, err := fuse.KVCache(g, res, cfg.MaxContext, cfg.Pad)
 	if err != nil {
-		return fmt.Errorf("engine: in-place KV cache: %w", err)
+		return &KVCacheError{Err: err}
 	}
 	maxima := map[string]int64{}
 	for k, v := range opts.Max {
@@ -169,491 +156,20 @@ func (s *Session) applyKVCache(g *graph.Graph, res *infer.Result, opts *Options)
 	}
 	ctx := int64(cfg.MaxContext)
 	maxima[KVLengthSymbol] = ctx
-	if rw.seq != "" {
-		if v, ok := maxima[rw.seq]; !ok || v > ctx {
-			maxima[rw.seq] = ctx
+	if rw.Seq != "" {
+		if v, ok := maxima[rw.Seq]; !ok || v > ctx {
+			maxima[rw.Seq] = ctx
 		}
 	}
-	if rw.batch != "" {
-		maxima[rw.batch] = 1
+	if rw.Batch != "" {
+		maxima[rw.Batch] = 1
 	}
 	opts.Max = maxima
-	syms := map[string]bool{KVLengthSymbol: true}
-	for _, sym := range res.Symbols {
-		if sym != rw.past {
-			syms[sym] = true
-		}
-	}
-	res.Symbols = res.Symbols[:0]
-	for sym := range syms {
-		res.Symbols = append(res.Symbols, sym)
-	}
-	sort.Strings(res.Symbols)
 	return nil
-}
-
-// kvConcat is one Concat(past, new, axis=2) growing a cache tensor.
-type kvConcat struct {
-	node    *graph.Node
-	past    *graph.Value // the Concat's past operand
-	src     *graph.Value // the graph input past comes from
-	name    string       // names the cache: src, with the index gathered from a stacked input
-	new     *graph.Value
-	present *graph.Value
-}
-
-// findKVConcats finds the Concats growing a cache: Concat(past, new) along
-// axis 2 of rank-4 [batch, heads, seq, head_dim] tensors, past being a
-// graph input or a Gather (axis 0, constant index) from a stacked graph
-// input (GPT-2's [2, batch, heads, past, head_dim]). All pasts must share
-// one length symbol, which is returned.
-func findKVConcats(g *graph.Graph) ([]*kvConcat, string, error) {
-	inputs := map[*graph.Value]bool{}
-	for _, v := range g.Inputs {
-		inputs[v] = true
-	}
-	var out []*kvConcat
-	past := ""
-	for _, n := range g.Nodes {
-		if n.Domain != "" || n.OpType != "Concat" || len(n.Inputs) != 2 || len(n.Outputs) != 1 {
-			continue
-		}
-		p, nw, pr := n.Inputs[0], n.Inputs[1], n.Outputs[0]
-		if p == nil || nw == nil || pr == nil || len(pr.Shape) != 4 || len(p.Shape) != 4 || len(nw.Shape) != 4 {
-			continue
-		}
-		if a := n.AttrInt("axis", 0); a != 2 && a != -2 {
-			continue
-		}
-		sym, ok := p.Shape[2].SymName()
-		if !ok {
-			continue
-		}
-		c := &kvConcat{node: n, past: p, new: nw, present: pr}
-		switch {
-		case inputs[p]:
-			c.src, c.name = p, p.Name
-		default:
-			src, idx, ok := gatheredInput(p, inputs)
-			if !ok {
-				continue
-			}
-			c.src, c.name = src, fmt.Sprintf("%s[%d]", src.Name, idx)
-		}
-		if past != "" && sym != past {
-			return nil, "", fmt.Errorf("cache Concats %q and %q grow pasts of different lengths (%s and %s)", out[0].node.Name, n.Name, past, sym)
-		}
-		past = sym
-		out = append(out, c)
-	}
-	return out, past, nil
-}
-
-// gatheredInput recognises v = Gather(x, k, axis=0) of a graph input x one
-// rank above v with a constant scalar k.
-func gatheredInput(v *graph.Value, inputs map[*graph.Value]bool) (*graph.Value, int64, bool) {
-	p := v.Producer
-	if p == nil || p.Domain != "" || p.OpType != "Gather" || len(p.Inputs) != 2 || p.AttrInt("axis", 0) != 0 {
-		return nil, 0, false
-	}
-	x, idx := p.Inputs[0], p.Inputs[1]
-	if x == nil || idx == nil || !inputs[x] || len(x.Shape) != len(v.Shape)+1 || len(idx.Shape) != 0 {
-		return nil, 0, false
-	}
-	var k int64
-	switch {
-	case len(idx.Elems) == 1:
-		var ok bool
-		if k, ok = idx.Elems[0].Const(); !ok {
-			return nil, 0, false
-		}
-	case idx.Const != nil:
-		vals, err := idx.Const.Int64s()
-		if err != nil || len(vals) != 1 {
-			return nil, 0, false
-		}
-		k = vals[0]
-	default:
-		return nil, 0, false
-	}
-	return x, k, true
-}
-
-// kvRewritten is what the rewrite found, for the session's maxima.
-type kvRewritten struct {
-	batch, seq, past string // symbol names ("" when a dim is not a bare symbol)
-}
-
-// rewriteKVCache rewrites an inferred (and usually fused) decoder graph for
-// the in-place cache; see the top of this file.
-func rewriteKVCache(g *graph.Graph, cfg KVConfig) (kvRewritten, error) {
-	var rw kvRewritten
-	ids := inputNamed(g, "input_ids")
-	if ids == nil || len(ids.Shape) != 2 {
-		return rw, fmt.Errorf("the model has no input_ids input of shape [batch, seq]")
-	}
-	for _, name := range []string{KVSlotsInput, KVBiasInput} {
-		if g.Value(name) != nil {
-			return rw, fmt.Errorf("the model already has a value named %q", name)
-		}
-	}
-	concats, past, err := findKVConcats(g)
-	if err != nil {
-		return rw, err
-	}
-	if len(concats) == 0 {
-		return rw, fmt.Errorf("found no Concat(past, new, axis=2) of rank-4 [batch, kv_heads, seq, head_dim] tensors growing a KV cache from the graph inputs")
-	}
-	rw.past = past
-	if b, ok := ids.Shape[0].SymName(); ok {
-		rw.batch = b
-	} else if k, _ := ids.Shape[0].Const(); k != 1 {
-		return rw, fmt.Errorf("input_ids has shape %s; the in-place cache holds one sequence (batch 1)", ShapeString(ids.Shape))
-	}
-	seq := concats[0].new.Shape[2]
-	rw.seq, _ = seq.SymName()
-	for _, c := range concats {
-		if !c.new.Shape[2].Equal(seq) {
-			return rw, fmt.Errorf("cache Concat %q appends %s rows, %q appends %s", concats[0].node.Name, seq, c.node.Name, c.new.Shape[2])
-		}
-		for _, a := range []int{1, 3} {
-			if _, ok := c.new.Shape[a].Const(); !ok {
-				return rw, fmt.Errorf("cache Concat %q: new rows %s have a symbolic head count or head size", c.node.Name, ShapeString(c.new.Shape))
-			}
-		}
-	}
-
-	// The present outputs go, with whatever only computed them (GPT-2
-	// stacks keys and values with Unsqueeze and Concat).
-	presents := map[*graph.Value]bool{}
-	for _, c := range concats {
-		presents[c.present] = true
-	}
-	var keep []*graph.Value
-	for _, v := range g.Outputs {
-		if !fromPresents(v, presents, 0) {
-			keep = append(keep, v)
-		}
-	}
-	if len(keep) == 0 {
-		return rw, fmt.Errorf("every graph output is a cache tensor; nothing would be left to return")
-	}
-	g.Outputs = keep
-	g.RemoveDeadNodes()
-
-	// Attention must read the presents fused, so that it can read a view.
-	if !allReadByAttention(concats) {
-		if err := fuse.Attention(g); err != nil {
-			return rw, err
-		}
-		g.RemoveDeadNodes()
-	}
-	var atts []*graph.Node
-	seen := map[*graph.Node]bool{}
-	var live []*kvConcat
-	for _, c := range concats {
-		if c.node.Graph() == nil {
-			continue // read only by the dropped outputs
-		}
-		live = append(live, c)
-		for _, m := range c.present.Consumers {
-			if m.Domain != fuse.Domain || m.OpType != "Attention" {
-				return rw, fmt.Errorf("cache tensor %q (from %s) is read by node %v, not as K or V of fused attention (%s.Attention); the in-place cache needs attention the fusion pass recognises", c.present.Name, c.name, m, fuse.Domain)
-			}
-			if err := checkAttentionRead(m, c.present); err != nil {
-				return rw, err
-			}
-			if !seen[m] {
-				seen[m] = true
-				atts = append(atts, m)
-			}
-		}
-	}
-	if len(live) == 0 {
-		return rw, fmt.Errorf("no attention reads the cache tensors")
-	}
-
-	slots, err := addInput(g, KVSlotsInput, dtype.Int64, []symshape.Expr{ids.Shape[0], seq})
-	if err != nil {
-		return rw, err
-	}
-	biasT := dtype.Float32
-	if q := atts[0].Inputs[0]; q != nil && q.Type == dtype.Float16 {
-		biasT = dtype.Float16
-	}
-	kvLen := symshape.Sym(KVLengthSymbol)
-	bias, err := addInput(g, KVBiasInput, biasT, []symshape.Expr{ids.Shape[0], symshape.Const(1), seq, kvLen})
-	if err != nil {
-		return rw, err
-	}
-
-	for _, c := range live {
-		src, perm := c.new, [4]int64{0, 1, 2, 3}
-		// Read the new rows before a Transpose nothing else needs: the
-		// write transposes them anyway.
-		for p := src.Producer; p != nil && p.Domain == "" && p.OpType == "Transpose" && len(src.Consumers) == 1 && !isOutput(g, src); p = src.Producer {
-			tp, ok := p.AttrInts("perm")
-			if !ok || len(tp) != 4 || p.Inputs[0] == nil || len(p.Inputs[0].Shape) != 4 {
-				break
-			}
-			perm = [4]int64{tp[perm[0]], tp[perm[1]], tp[perm[2]], tp[perm[3]]}
-			src = p.Inputs[0]
-		}
-		view := g.NewValue(c.present.Name + "_cache")
-		view.Type = c.new.Type
-		view.Shape = []symshape.Expr{symshape.Const(1), kvLen, c.new.Shape[1], c.new.Shape[3]}
-		w := &graph.Node{Name: c.node.Name + "_kvwrite", OpType: "KVWrite", Domain: fuse.Domain,
-			Inputs: []*graph.Value{src, slots}, Outputs: []*graph.Value{view},
-			Attrs: map[string]*graph.Attr{
-				"capacity": {Name: "capacity", Kind: graph.KindInt, I: int64(cfg.MaxContext)},
-				"pad":      {Name: "pad", Kind: graph.KindInt, I: int64(cfg.Pad)},
-				"length":   {Name: "length", Kind: graph.KindString, S: KVLengthSymbol},
-				"cache":    {Name: "cache", Kind: graph.KindString, S: c.name},
-				"new_perm": {Name: "new_perm", Kind: graph.KindInts, Ints: perm[:]},
-			}}
-		if err := g.AddNode(w); err != nil {
-			return rw, err
-		}
-		if err := g.ReplaceAllUses(c.present, view); err != nil {
-			return rw, err
-		}
-		if err := g.RemoveNode(c.node); err != nil {
-			return rw, err
-		}
-	}
-	seqFirst := []int64{0, 2, 1, 3}
-	for _, a := range atts {
-		if err := g.RemoveNode(a); err != nil {
-			return rw, err
-		}
-		for len(a.Inputs) < 4 {
-			a.Inputs = append(a.Inputs, nil)
-		}
-		a.Inputs[3] = bias
-		a.Attrs["k_perm"] = &graph.Attr{Name: "k_perm", Kind: graph.KindInts, Ints: append([]int64(nil), seqFirst...)}
-		a.Attrs["v_perm"] = &graph.Attr{Name: "v_perm", Kind: graph.KindInts, Ints: append([]int64(nil), seqFirst...)}
-		// kv_bias says who sees whom; the slots need not be in order.
-		delete(a.Attrs, "causal")
-		if err := g.AddNode(a); err != nil {
-			return rw, err
-		}
-	}
-	g.RemoveDeadNodes()
-	if err := replacePastPositions(g, ids, past, seq); err != nil {
-		return rw, err
-	}
-	g.RemoveDeadNodes()
-
-	// Inputs nothing reads any more: the pasts, the padding mask.
-	sources := map[*graph.Value]bool{}
-	for _, c := range concats {
-		sources[c.src] = true
-	}
-	var ins []*graph.Value
-	for _, v := range g.Inputs {
-		if len(v.Consumers) == 0 && (sources[v] || v.Name == "attention_mask") {
-			continue
-		}
-		ins = append(ins, v)
-	}
-	g.Inputs = ins
-	if err := checkNoPast(g, past); err != nil {
-		return rw, err
-	}
-	return rw, g.Validate()
-}
-
-// fromPresents reports whether v is a cache tensor or is assembled from
-// them by data movement alone (GPT-2's stacked present).
-func fromPresents(v *graph.Value, presents map[*graph.Value]bool, depth int) bool {
-	if presents[v] {
-		return true
-	}
-	p := v.Producer
-	if p == nil || p.Domain != "" || depth > 8 {
-		return false
-	}
-	switch p.OpType {
-	case "Concat":
-		for _, in := range p.Inputs {
-			if in == nil || !fromPresents(in, presents, depth+1) {
-				return false
-			}
-		}
-		return len(p.Inputs) > 0
-	case "Unsqueeze", "Reshape", "Identity", "Squeeze", "Transpose":
-		return len(p.Inputs) > 0 && p.Inputs[0] != nil && fromPresents(p.Inputs[0], presents, depth+1)
-	}
-	return false
-}
-
-func allReadByAttention(concats []*kvConcat) bool {
-	for _, c := range concats {
-		if c.node.Graph() == nil {
-			continue
-		}
-		for _, m := range c.present.Consumers {
-			if m.Domain != fuse.Domain || m.OpType != "Attention" {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// checkAttentionRead checks that attention node a reads present only as K
-// or V, in its natural [batch, heads, seq, head_dim] order.
-func checkAttentionRead(a *graph.Node, present *graph.Value) error {
-	for i, v := range a.Inputs {
-		if v != present {
-			continue
-		}
-		if i != 1 && i != 2 {
-			return fmt.Errorf("attention %v reads cache tensor %q as input %d; want K (1) or V (2)", a, present.Name, i)
-		}
-		attr := []string{"", "k_perm", "v_perm"}[i]
-		if p, ok := a.AttrInts(attr); ok && !(len(p) == 4 && p[0] == 0 && p[1] == 1 && p[2] == 2 && p[3] == 3) {
-			return fmt.Errorf("attention %v reads cache tensor %q through %s %v; want it in [batch, heads, seq, head_dim] order", a, present.Name, attr, p)
-		}
-	}
-	return nil
-}
-
-// replacePastPositions gives the positions an export derives from the past
-// length, Range(past, past + seq, 1) (GPT-2), from position_ids instead,
-// adding that input when the model has none.
-func replacePastPositions(g *graph.Graph, ids *graph.Value, past string, seq symshape.Expr) error {
-	pastE := symshape.Sym(past)
-	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
-		if n.Domain != "" || n.OpType != "Range" || len(n.Inputs) != 3 || len(n.Outputs) != 1 {
-			continue
-		}
-		start, limit, delta := scalarElem(n.Inputs[0]), scalarElem(n.Inputs[1]), scalarElem(n.Inputs[2])
-		if !start.IsValid() || !limit.IsValid() || !delta.IsValid() ||
-			!start.Equal(pastE) || !limit.Equal(symshape.Add(pastE, seq)) || !delta.Equal(symshape.Const(1)) {
-			continue
-		}
-		pos := inputNamed(g, KVPositionsInput)
-		if pos == nil {
-			var err error
-			if pos, err = addInput(g, KVPositionsInput, dtype.Int64, []symshape.Expr{ids.Shape[0], seq}); err != nil {
-				return err
-			}
-		}
-		if len(pos.Shape) != 2 || !pos.Type.IsInt() {
-			return fmt.Errorf("input %q has shape %s (%v); want integer [batch, seq]", pos.Name, ShapeString(pos.Shape), pos.Type)
-		}
-		out := n.Outputs[0]
-		shape := g.NewValue(out.Name + "_shape")
-		t, err := graph.Int64Tensor(shape.Name, []int64{1}, []int64{-1})
-		if err != nil {
-			return err
-		}
-		shape.Const, shape.Type = t, dtype.Int64
-		shape.Shape, shape.Elems = []symshape.Expr{symshape.Const(1)}, []symshape.Expr{symshape.Const(-1)}
-		g.Initializers = append(g.Initializers, shape)
-		flat := g.NewValue(out.Name + "_positions")
-		flat.Type, flat.Shape = pos.Type, []symshape.Expr{seq}
-		r := &graph.Node{Name: n.Name + "_positions", OpType: "Reshape", Inputs: []*graph.Value{pos, shape}, Outputs: []*graph.Value{flat}}
-		if err := g.AddNode(r); err != nil {
-			return err
-		}
-		if flat.Type != out.Type {
-			// Positions feed a Gather, which takes int32 or int64 alike;
-			// anything else reading them must see the Range's own type.
-			for _, m := range out.Consumers {
-				if m.OpType != "Gather" && m.OpType != "Unsqueeze" && m.OpType != "Reshape" {
-					return fmt.Errorf("positions %q (%v) are read by %v; position_ids is %v", out.Name, out.Type, m, flat.Type)
-				}
-			}
-		}
-		if err := g.ReplaceAllUses(out, flat); err != nil {
-			return err
-		}
-		if err := g.RemoveNode(n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// scalarElem is the symbolic content of a one-element value.
-func scalarElem(v *graph.Value) symshape.Expr {
-	if v == nil || len(v.Elems) != 1 {
-		return symshape.Expr{}
-	}
-	return v.Elems[0]
-}
-
-// checkNoPast fails when a node the rewrite kept still depends on the past
-// length: a use of the cache the rewrite does not know.
-func checkNoPast(g *graph.Graph, past string) error {
-	mentions := func(es []symshape.Expr) bool {
-		for _, e := range es {
-			for _, s := range e.Symbols() {
-				if s == past {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	for _, n := range g.Nodes {
-		for _, vs := range [][]*graph.Value{n.Inputs, n.Outputs} {
-			for _, v := range vs {
-				if v != nil && (mentions(v.Shape) || mentions(v.Elems)) {
-					return fmt.Errorf("node %v still depends on the past length %q through %q %s; the rewrite does not know this use of the cache", n, past, v.Name, ShapeString(v.Shape))
-				}
-			}
-		}
-	}
-	for _, v := range g.Outputs {
-		if mentions(v.Shape) {
-			return fmt.Errorf("graph output %q %s depends on the past length %q", v.Name, ShapeString(v.Shape), past)
-		}
-	}
-	return nil
-}
-
-func inputNamed(g *graph.Graph, name string) *graph.Value {
-	for _, v := range g.Inputs {
-		if v.Name == name {
-			return v
-		}
-	}
-	return nil
-}
-
-func isOutput(g *graph.Graph, v *graph.Value) bool {
-	for _, o := range g.Outputs {
-		if o == v {
-			return true
-		}
-	}
-	return false
-}
-
-// addInput adds a graph input with a derived shape (and matching declared
-// dims, for anything that infers the graph again).
-func addInput(g *graph.Graph, name string, t dtype.Type, shape []symshape.Expr) (*graph.Value, error) {
-	if g.Value(name) != nil {
-		return nil, fmt.Errorf("the model already has a value named %q", name)
-	}
-	v := g.NewValue(name)
-	v.Type, v.Shape = t, shape
-	for _, d := range shape {
-		if k, ok := d.Const(); ok {
-			v.Declared = append(v.Declared, graph.Dim{Value: k})
-		} else {
-			v.Declared = append(v.Declared, graph.Dim{Value: -1, Param: d.String()})
-		}
-	}
-	g.Inputs = append(g.Inputs, v)
-	return v, nil
 }
 
 func init() {
-	registerLowering(lowerKVWrite, "tlite.KVWrite")
+	registerLowering(lowerKVWrite, tlite.Key(tlite.KVWrite))
 }
 
 // lowerKVWrite lowers ("tlite", "KVWrite")(new, slots) -> view. The cache
@@ -674,7 +190,7 @@ func lowerKVWrite(lc *lowerCtx) (*stepDef, error) {
 		return nil, lc.unsupported("slots %s are %v; want int32 or int64", slots.name, slots.dt)
 	}
 	if len(src.shape) != 4 || len(view.shape) != 4 {
-		return nil, lc.unsupported("new rows %s %s and view %s: want rank 4", src.name, ShapeString(src.shape), ShapeString(view.shape))
+		return nil, lc.unsupported("new rows %s %s and view %s: want rank 4", src.name, symshape.FormatShape(src.shape), symshape.FormatShape(view.shape))
 	}
 	for _, o := range lc.c.g.Outputs {
 		if o == n.Outputs[0] {
@@ -703,7 +219,7 @@ func lowerKVWrite(lc *lowerCtx) (*stepDef, error) {
 	h, okH := src.shape[perm[1]].Const()
 	d, okD := src.shape[perm[3]].Const()
 	if !okH || !okD {
-		return nil, lc.unsupported("new rows %s: heads and head size must be constants", ShapeString(src.shape))
+		return nil, lc.unsupported("new rows %s: heads and head size must be constants", symshape.FormatShape(src.shape))
 	}
 	heads, hd := int(h), int(d)
 	cache := lc.newConst(n.AttrString("cache", n.Name)+" (kv cache)", newHostTensor(src.dt, []int{capacity, heads, hd}))
@@ -712,10 +228,6 @@ func lowerKVWrite(lc *lowerCtx) (*stepDef, error) {
 	// [batch 1, heads, slot, head_dim] over the [slot, heads, head_dim] buffer.
 	cv := kernels.View{Shape: []int{1, heads, capacity, hd}, Strides: []int{capacity * heads * hd, hd, heads * hd, 1}}
 	return &stepDef{kernel: "kv", run: func(ex *exec) error {
-		kb, ok := ex.be.(kvBackend)
-		if !ok {
-			return fmt.Errorf("the %s backend cannot write a KV cache", ex.be.name())
-		}
 		sv, err := kernels.ContiguousView(ex.shape(src)).Permute(perm)
 		if err != nil {
 			return err
@@ -731,30 +243,13 @@ func lowerKVWrite(lc *lowerCtx) (*stepDef, error) {
 			return fmt.Errorf("new rows %v (read through %v) do not fit a cache of %d heads of %d", ex.shape(src), perm, heads, hd)
 		}
 		if vs[1] > capacity {
-			return fmt.Errorf("%s = %d is beyond the cache's %d slots", KVLengthSymbol, vs[1], capacity)
+			return fmt.Errorf("%s = %d is beyond the cache's %d slots: %w", KVLengthSymbol, vs[1], capacity, ErrContextFull)
 		}
 		if ns := numel(ex.shape(slots)); ns != sv.Shape[2] {
 			return fmt.Errorf("%d slots for %d new rows", ns, sv.Shape[2])
 		}
-		return kb.kvWrite(esz, ex.ref(cache), cv, ex.ref(src), sv, ex.ref(slots), slots.dt)
+		return ex.dev.KVWrite(esz, ex.ref(cache).buf(), cv, ex.ref(src).buf(), sv, ex.ref(slots).buf(), slots.dt, false)
 	}}, nil
-}
-
-// kvBackend is the cache write both backends implement (below).
-type kvBackend interface {
-	kvWrite(esize int, cache tref, cv kernels.View, src tref, sv kernels.View, slots tref, st dtype.Type) error
-}
-
-func (b *clBackend) kvWrite(esize int, cache tref, cv kernels.View, src tref, sv kernels.View, slots tref, st dtype.Type) error {
-	return b.lib.KVWrite(esize, kb(cache), cv, kb(src), sv, kb(slots), st, false)
-}
-
-func (g *goBackend) kvWrite(esize int, cache tref, cv kernels.View, src tref, sv kernels.View, slots tref, st dtype.Type) error {
-	pos, err := indices(slots, st, sv.Shape[2])
-	if err != nil {
-		return err
-	}
-	return kernels.KVWriteRef(esize, bytesAt(cache, esize), cv, bytesAt(src, esize), sv, pos, false)
 }
 
 // CopyStats counts what the copy steps (the data-movement family:
@@ -786,7 +281,7 @@ func (s *Session) LastRunCopies() CopyStats {
 	c, x := s.c, s.x
 	kv := s.kvValues()
 	for _, in := range c.prog {
-		if in.kind == iDevice && opKey(in.node.Domain, in.node.OpType) == "tlite.KVWrite" {
+		if in.kind == iDevice && opKey(in.node.Domain, in.node.OpType) == tlite.Key(tlite.KVWrite) {
 			src := c.info(in.node.Inputs[0])
 			if dims := x.dims[src.id]; dims != nil {
 				_, esz, _ := storeFor(src.dt, c.fs)
@@ -833,10 +328,8 @@ func (s *Session) LastRunCopies() CopyStats {
 func (s *Session) kvValues() map[*vinfo]bool {
 	c := s.c
 	kv := map[*vinfo]bool{}
-	if concats, _, err := findKVConcats(c.g); err == nil {
-		for _, k := range concats {
-			kv[c.info(k.src).root] = true
-		}
+	for _, src := range fuse.KVPastSources(c.g) {
+		kv[c.info(src).root] = true
 	}
 	move := map[*graph.Node]bool{}
 	for _, in := range c.prog {
@@ -846,7 +339,7 @@ func (s *Session) kvValues() map[*vinfo]bool {
 	}
 	for _, n := range c.g.Nodes {
 		key := opKey(n.Domain, n.OpType)
-		if key == "tlite.KVWrite" {
+		if key == tlite.Key(tlite.KVWrite) {
 			for _, o := range n.Outputs {
 				if o != nil {
 					kv[c.info(o).root] = true

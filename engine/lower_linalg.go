@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
@@ -44,7 +45,7 @@ func lowerMatMul(lc *lowerCtx) (*stepDef, error) {
 		p := plan.Params()
 		p.Weight = s
 		w.apply(&p)
-		return x.be.matmul(s, x.ref(a), x.ref(b), x.ref(y), nil, p)
+		return x.dev.MatMul(s, x.ref(a).buf(), x.ref(b).buf(), x.ref(y).buf(), p)
 	}}, nil
 }
 
@@ -68,15 +69,15 @@ func (w weightLayout) apply(p *kernels.MatMulParams) {
 // productWeight decides, at Open, how the B operand b of the product being
 // lowered (MatMul, Gemm, tlite.MatMulBias; read as [K, N], or as [N, K]
 // when transB) is stored. A constant matrix is transposed once, here, when
-// the device's kernels prefer the other layout (kernels.Lib.PrefersTransB:
+// the device's kernels prefer the other layout (kernels.Device.WeightLayout:
 // [N, K] on CPUs and GPUs alike; a weight exported from nn.Linear into a
 // MatMul is [K, N]), provided that every node reading it is a product
 // computed on the device that reads it as B in the same layout: the
 // transposed copy then replaces the original, which is never uploaded. The
 // first of those products to be lowered makes the copy; the others find it.
 func (lc *lowerCtx) productWeight(b *vinfo, transB bool) weightLayout {
-	cb, ok := lc.c.s.be.(*clBackend)
-	if lc.host || !ok || b == nil || b.v == nil || len(b.shape) != 2 || cb.lib.PrefersTransB() == transB {
+	wl := lc.c.s.dev.WeightLayout()
+	if lc.host || wl == kernels.AnyLayout || b == nil || b.v == nil || len(b.shape) != 2 || (wl == kernels.LayoutNK) == transB {
 		return weightLayout{}
 	}
 	name := b.name + "/transposed"
@@ -117,7 +118,7 @@ func readsAsWeight(c *compiler, n *graph.Node, v *graph.Value, transB bool) bool
 	}
 	var nodeTransB bool
 	switch opKey(n.Domain, n.OpType) {
-	case "MatMul", "tlite.MatMulBias":
+	case "MatMul", tlite.Key(tlite.MatMulBias):
 	case "Gemm":
 		nodeTransB = n.AttrInt("transB", 0) != 0
 	default:
@@ -232,7 +233,8 @@ func lowerGemm(lc *lowerCtx) (*stepDef, error) {
 		} else {
 			p.Beta = 0
 		}
-		return x.be.matmul(s, x.ref(a), x.ref(b), x.ref(y), bref, p)
+		p.Bias = optBuf(bref)
+		return x.dev.MatMul(s, x.ref(a).buf(), x.ref(b).buf(), x.ref(y).buf(), p)
 	}}, nil
 }
 
@@ -403,7 +405,8 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 		if len(ex.scratch) > 0 {
 			sref = &ex.scratch[0]
 		}
-		return ex.be.conv(s, ex.ref(x), ex.ref(w), ex.ref(y), bref, sref, p)
+		p.Bias = optBuf(bref)
+		return ex.dev.Conv2D(s, ex.ref(x).buf(), ex.ref(w).buf(), ex.ref(y).buf(), optBuf(sref), p)
 	}
 	return sd, nil
 }
@@ -500,7 +503,7 @@ func lowerPool(lc *lowerCtx) (*stepDef, error) {
 			if !sp.oneD {
 				full[r-2], full[2*r-2] = pads[0], pads[2]
 			}
-			if err := ex.be.pad(esz, src, xs, full, kernels.PadConstant, fill, ex.scratch[0]); err != nil {
+			if err := ex.dev.Pad(esz, src.buf(), xs, full, kernels.PadConstant, fill, ex.scratch[0].buf()); err != nil {
 				return err
 			}
 			src = ex.scratch[0]
@@ -511,7 +514,10 @@ func lowerPool(lc *lowerCtx) (*stepDef, error) {
 			StrideH: sp.sh, StrideW: sp.sw, DilationH: sp.dh, DilationW: sp.dw,
 			PadTop: pads[0], PadLeft: pads[1], PadBottom: pads[2], PadRight: pads[3],
 			CeilMode: sp.ceil, CountIncludePad: sp.includePad}
-		return ex.be.pool(s, src, ex.ref(y), p, avg)
+		if avg {
+			return ex.dev.AvgPool(s, src.buf(), ex.ref(y).buf(), p)
+		}
+		return ex.dev.MaxPool(s, src.buf(), ex.ref(y).buf(), p)
 	}
 	return sd, nil
 }
@@ -529,6 +535,9 @@ func lowerGlobalPool(lc *lowerCtx) (*stepDef, error) {
 	avg := lc.n.OpType == "GlobalAveragePool"
 	return &stepDef{kernel: "pool", run: func(ex *exec) error {
 		xs := ex.shape(x)
-		return ex.be.globalPool(s, ex.ref(x), ex.ref(y), xs[0]*xs[1], prod(xs, 2, len(xs)), avg)
+		if avg {
+			return ex.dev.GlobalAvgPool(s, ex.ref(x).buf(), ex.ref(y).buf(), xs[0]*xs[1], prod(xs, 2, len(xs)))
+		}
+		return ex.dev.GlobalMaxPool(s, ex.ref(x).buf(), ex.ref(y).buf(), xs[0]*xs[1], prod(xs, 2, len(xs)))
 	}}, nil
 }

@@ -41,7 +41,7 @@ func lowerTranspose(lc *lowerCtx) (*stepDef, error) {
 		if err != nil {
 			return err
 		}
-		return ex.be.copy(esz, ex.ref(y), kernels.ContiguousView(sv.Shape), ex.ref(x), sv)
+		return ex.dev.Copy(esz, ex.ref(y).buf(), kernels.ContiguousView(sv.Shape), ex.ref(x).buf(), sv)
 	}}, nil
 }
 
@@ -71,7 +71,7 @@ func lowerConcat(lc *lowerCtx) (*stepDef, error) {
 				return fmt.Errorf("input %d has rank %d, the output %d", i, len(s), len(out.Shape))
 			}
 			dv := kernels.View{Shape: s, Strides: out.Strides, Off: at * out.Strides[axis]}
-			if err := ex.be.copy(esz, ex.ref(y), dv, ex.ref(v), kernels.ContiguousView(s)); err != nil {
+			if err := ex.dev.Copy(esz, ex.ref(y).buf(), dv, ex.ref(v).buf(), kernels.ContiguousView(s)); err != nil {
 				return fmt.Errorf("input %d: %w", i, err)
 			}
 			at += s[axis]
@@ -111,7 +111,7 @@ func lowerSplit(lc *lowerCtx) (*stepDef, error) {
 			if at+s[axis] > src.Shape[axis] {
 				return fmt.Errorf("outputs need %d of the input's %d along axis %d", at+s[axis], src.Shape[axis], axis)
 			}
-			if err := ex.be.copy(esz, ex.ref(o), kernels.ContiguousView(s), ex.ref(x), sv); err != nil {
+			if err := ex.dev.Copy(esz, ex.ref(o).buf(), kernels.ContiguousView(s), ex.ref(x).buf(), sv); err != nil {
 				return fmt.Errorf("output %d: %w", i, err)
 			}
 			at += s[axis]
@@ -197,7 +197,7 @@ func lowerSlice(lc *lowerCtx) (*stepDef, error) {
 		if numel(sv.Shape) != numel(ys) {
 			return fmt.Errorf("slice of %v gives %v, the output is %v", ex.shape(x), sv.Shape, ys)
 		}
-		return ex.be.copy(esz, ex.ref(y), kernels.ContiguousView(sv.Shape), ex.ref(x), sv)
+		return ex.dev.Copy(esz, ex.ref(y).buf(), kernels.ContiguousView(sv.Shape), ex.ref(x).buf(), sv)
 	}}, nil
 }
 
@@ -215,7 +215,7 @@ func lowerExpand(lc *lowerCtx) (*stepDef, error) {
 		if err != nil {
 			return err
 		}
-		return ex.be.copy(esz, ex.ref(y), kernels.ContiguousView(ys), ex.ref(x), sv)
+		return ex.dev.Copy(esz, ex.ref(y).buf(), kernels.ContiguousView(ys), ex.ref(x).buf(), sv)
 	}}, nil
 }
 
@@ -247,7 +247,7 @@ func lowerTile(lc *lowerCtx) (*stepDef, error) {
 			sv.Strides = append(sv.Strides, 0, in.Strides[i])
 		}
 		sv.Shape = dv.Shape
-		return ex.be.copy(esz, ex.ref(y), dv, ex.ref(x), sv)
+		return ex.dev.Copy(esz, ex.ref(y).buf(), dv, ex.ref(x).buf(), sv)
 	}}, nil
 }
 
@@ -329,7 +329,7 @@ func lowerPad(lc *lowerCtx) (*stepDef, error) {
 		for i, a := range axes {
 			full[a], full[rank+a] = int(pv[i]), int(pv[len(axes)+i])
 		}
-		return ex.be.pad(esz, ex.ref(x), ex.shape(x), full, mode, bits, ex.ref(y))
+		return ex.dev.Pad(esz, ex.ref(x).buf(), ex.shape(x), full, mode, bits, ex.ref(y).buf())
 	}}, nil
 }
 
@@ -368,7 +368,7 @@ func lowerGather(lc *lowerCtx) (*stepDef, error) {
 		return nil, lc.unsupported("%v", err)
 	}
 	return &stepDef{kernel: "move", run: func(ex *exec) error {
-		return ex.be.gather(esz, ex.ref(data), ex.shape(data), axis, ex.ref(idx), idx.dt, numel(ex.shape(idx)), ex.ref(y))
+		return ex.dev.Gather(esz, ex.ref(data).buf(), ex.shape(data), axis, ex.ref(idx).buf(), idx.dt, numel(ex.shape(idx)), ex.ref(y).buf())
 	}}, nil
 }
 
@@ -387,7 +387,7 @@ func lowerGatherElements(lc *lowerCtx) (*stepDef, error) {
 		return nil, lc.unsupported("%v", err)
 	}
 	return &stepDef{kernel: "move", run: func(ex *exec) error {
-		return ex.be.gatherElements(esz, ex.ref(data), ex.shape(data), axis, ex.ref(idx), idx.dt, ex.shape(idx), ex.ref(y))
+		return ex.dev.GatherElements(esz, ex.ref(data).buf(), ex.shape(data), axis, ex.ref(idx).buf(), idx.dt, ex.shape(idx), ex.ref(y).buf())
 	}}, nil
 }
 
@@ -428,6 +428,6 @@ func lowerDepthToSpace(lc *lowerCtx) (*stepDef, error) {
 		if err != nil {
 			return err
 		}
-		return ex.be.copy(esz, ex.ref(y), kernels.ContiguousView(sv.Shape), ex.ref(x), sv)
+		return ex.dev.Copy(esz, ex.ref(y).buf(), kernels.ContiguousView(sv.Shape), ex.ref(x).buf(), sv)
 	}}, nil
 }

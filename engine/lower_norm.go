@@ -41,7 +41,7 @@ func lowerLayerNorm(lc *lowerCtx) (*stepDef, error) {
 			continue
 		}
 		if !numelExpr(w.shape).Equal(norm) {
-			return nil, lc.unsupported("%s has shape %s; a broadcast scale or bias over %s is not supported", w.name, ShapeString(w.shape), ShapeString(x.shape[axis:]))
+			return nil, lc.unsupported("%s has shape %s; a broadcast scale or bias over %s is not supported", w.name, symshape.FormatShape(w.shape), symshape.FormatShape(x.shape[axis:]))
 		}
 	}
 	eps := lc.n.AttrFloat("epsilon", 1e-5)
@@ -53,7 +53,7 @@ func lowerLayerNorm(lc *lowerCtx) (*stepDef, error) {
 			r := ex.ref(bias)
 			bref = &r
 		}
-		return ex.be.layerNorm(p, ex.ref(x), ex.ref(scale), bref, ex.ref(y))
+		return ex.dev.LayerNorm(p, ex.ref(x).buf(), ex.ref(scale).buf(), optBuf(bref), ex.ref(y).buf())
 	}}, nil
 }
 
@@ -86,7 +86,7 @@ func lowerGroupNorm(lc *lowerCtx) (*stepDef, error) {
 		}
 		p := kernels.GroupNormParams{Storage: s, Weights: s, N: xs[0], C: xs[1], Groups: g,
 			Spatial: prod(xs, 2, len(xs)), Eps: eps, ScalePerGroup: perGroup}
-		return ex.be.groupNorm(p, ex.ref(x), ex.ref(scale), ex.ref(bias), ex.ref(y))
+		return ex.dev.GroupNorm(p, ex.ref(x).buf(), ex.ref(scale).buf(), ex.ref(bias).buf(), ex.ref(y).buf())
 	}}, nil
 }
 
@@ -118,7 +118,10 @@ func lowerSoftmax(lc *lowerCtx) (*stepDef, error) {
 		if flat {
 			n, inner = prod(xs, axis, len(xs)), 1
 		}
-		return ex.be.softmax(s, log, ex.ref(x), ex.ref(y), outer, n, inner)
+		if log {
+			return ex.dev.LogSoftmax(s, ex.ref(x).buf(), ex.ref(y).buf(), outer, n, inner)
+		}
+		return ex.dev.Softmax(s, ex.ref(x).buf(), ex.ref(y).buf(), outer, n, inner)
 	}}, nil
 }
 
@@ -169,7 +172,7 @@ func lowerReduce(lc *lowerCtx) (*stepDef, error) {
 	if len(norm) == 0 && n.AttrInt("noop_with_empty_axes", 0) != 0 {
 		return &stepDef{kernel: "move", run: func(ex *exec) error {
 			v := kernels.ContiguousView(ex.shape(x))
-			return ex.be.copy(esz, ex.ref(y), v, ex.ref(x), v)
+			return ex.dev.Copy(esz, ex.ref(y).buf(), v, ex.ref(x).buf(), v)
 		}}, nil
 	}
 	op := reduceOps[n.OpType]
@@ -180,12 +183,12 @@ func lowerReduce(lc *lowerCtx) (*stepDef, error) {
 	}
 	return &stepDef{kernel: "reduce", run: func(ex *exec) error {
 		xs := ex.shape(x)
-		if err := ex.be.reduce(s, op, ex.ref(x), xs, norm, ex.ref(y)); err != nil {
+		if err := ex.dev.Reduce(s, op, ex.ref(x).buf(), xs, norm, ex.ref(y).buf()); err != nil {
 			return err
 		}
 		if logChain != nil {
 			ys := ex.shape(y)
-			return ex.be.chain(logChain, ys, []chainArg{{t: ex.ref(y), shape: ys}}, []tref{ex.ref(y)})
+			return runChain(ex.dev, logChain, ys, []chainArg{{t: ex.ref(y), shape: ys}}, []tref{ex.ref(y)})
 		}
 		return nil
 	}}, nil
@@ -224,12 +227,12 @@ func lowerArg(lc *lowerCtx) (*stepDef, error) {
 		}
 		src := ex.ref(x)
 		if cast != nil {
-			if err := ex.be.chain(cast, xs, []chainArg{{t: src, shape: xs}}, []tref{ex.scratch[0]}); err != nil {
+			if err := runChain(ex.dev, cast, xs, []chainArg{{t: src, shape: xs}}, []tref{ex.scratch[0]}); err != nil {
 				return err
 			}
 			src = ex.scratch[0]
 		}
-		return ex.be.argReduce(s, isMin, last, src, prod(xs, 0, axis), xs[axis], prod(xs, axis+1, len(xs)), ex.ref(y))
+		return ex.dev.ArgReduce(s, isMin, last, src.buf(), prod(xs, 0, axis), xs[axis], prod(xs, axis+1, len(xs)), ex.ref(y).buf())
 	}
 	return sd, nil
 }
@@ -252,6 +255,6 @@ func lowerCumSum(lc *lowerCtx) (*stepDef, error) {
 	excl, rev := lc.n.AttrInt("exclusive", 0) != 0, lc.n.AttrInt("reverse", 0) != 0
 	return &stepDef{kernel: "reduce", inPlace: [][2]int{{0, 0}}, run: func(ex *exec) error {
 		xs := ex.shape(x)
-		return ex.be.cumSum(s, ex.ref(x), ex.ref(y), prod(xs, 0, axis), xs[axis], prod(xs, axis+1, len(xs)), excl, rev)
+		return ex.dev.CumSum(s, ex.ref(x).buf(), ex.ref(y).buf(), prod(xs, 0, axis), xs[axis], prod(xs, axis+1, len(xs)), excl, rev)
 	}}, nil
 }

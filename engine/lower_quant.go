@@ -1,17 +1,17 @@
 package engine
 
 import (
-	"encoding/binary"
 	"fmt"
-	"unsafe"
 
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
-	"github.com/tlite/tlite/models/quant"
+	"github.com/tlite/tlite/symshape"
 )
 
 // tlite.MatMulQ, the 4-bit weight product `tl quantize` writes (see
-// models/quant): Y = A * W (+ bias) with W packed in one uint8 initializer.
+// graph/quant): Y = A * W (+ bias) with W packed in one uint8 initializer.
 //
 // The packed initializer is an ordinary constant to the compiler, so the
 // session uploads it once at Open like every other weight, straight from
@@ -25,12 +25,12 @@ import (
 // offer that path; the kernels would not change.
 
 func init() {
-	registerLowering(lowerMatMulQ, opKey(quant.OpDomain, quant.OpMatMulQ))
+	registerLowering(lowerMatMulQ, opKey(tlite.Domain, tlite.MatMulQ))
 }
 
 // lowerMatMulQ checks the packed weight's header against the node's
-// attributes once, at Open, and returns a step that runs the OpenCL kernel
-// or, on the pure-Go backend, the kernels' reference.
+// attributes once, at Open, and returns a step that runs the device's
+// MatMulQ where the packed arrays lie in the uploaded weight.
 func lowerMatMulQ(lc *lowerCtx) (*stepDef, error) {
 	a, w, bias, y := lc.in(0), lc.in(1), lc.in(2), lc.out(0)
 	if a == nil || w == nil || y == nil {
@@ -56,17 +56,12 @@ func lowerMatMulQ(lc *lowerCtx) (*stepDef, error) {
 			return nil, err
 		}
 		if bs, ok := constShape(bias.shape); !ok || len(bs) != 1 || bs[0] != h.N {
-			return nil, lc.unsupported("bias %s has shape %s; want [%d]", bias.name, ShapeString(bias.shape), h.N)
+			return nil, lc.unsupported("bias %s has shape %s; want [%d]", bias.name, symshape.FormatShape(bias.shape), h.N)
 		}
 	}
 	if len(a.shape) == 0 {
 		return nil, lc.unsupported("A (%s) is a scalar", a.name)
 	}
-	// The pure-Go path reads the packed arrays in place; the view is made on
-	// first use (the buffer exists only once the session has uploaded it)
-	// and kept while the buffer stays the same.
-	var view *quant.Packed
-	var viewOf *byte
 	return &stepDef{kernel: "matmulq", run: func(x *exec) error {
 		as := x.shape(a)
 		k := as[len(as)-1]
@@ -75,37 +70,17 @@ func lowerMatMulQ(lc *lowerCtx) (*stepDef, error) {
 		}
 		p := kernels.QMatMulParams{M: prod(as, 0, len(as)-1), N: h.N, K: h.K}
 		wr := x.ref(w)
-		var bref *tref
+		if wr.b.size-wr.off < int(h.Size) {
+			return fmt.Errorf("packed weight buffer holds %d bytes, the header says %d", wr.b.size-wr.off, h.Size)
+		}
+		q, err := qbufAt(wr, h)
+		if err != nil {
+			return err
+		}
 		if bias != nil {
-			br := x.ref(bias)
-			bref = &br
+			p.Bias, p.BiasStorage = x.ref(bias).buf(), s
 		}
-		switch be := x.be.(type) {
-		case *clBackend:
-			q, err := qbufAt(wr, h)
-			if err != nil {
-				return err
-			}
-			p.Bias, p.BiasStorage = kbOpt(bref), s
-			return be.lib.MatMulQ(s, kb(x.ref(a)), q, kb(x.ref(y)), p)
-		case *goBackend:
-			if s != kernels.F32 {
-				return fmt.Errorf("the pure-Go backend stores floats as float32 only")
-			}
-			raw := bytesAt(wr, 1)
-			if len(raw) < int(h.Size) {
-				return fmt.Errorf("packed weight buffer holds %d bytes, the header says %d", len(raw), h.Size)
-			}
-			if view == nil || viewOf != &raw[0] {
-				v, err := packedView(raw, h)
-				if err != nil {
-					return err
-				}
-				view, viewOf = v, &raw[0]
-			}
-			return kernels.MatMulQRef(f32At(x.ref(a)), view, f32Opt(bref), f32At(x.ref(y)), p)
-		}
-		return fmt.Errorf("no MatMulQ for the %s backend", x.be.name())
+		return x.dev.MatMulQ(s, x.ref(a).buf(), q, x.ref(y).buf(), p)
 	}}, nil
 }
 
@@ -133,27 +108,7 @@ func qbufAt(wr tref, h quant.Header) (kernels.QBuf, error) {
 	if wo%4 != 0 || po%4 != 0 {
 		return kernels.QBuf{}, fmt.Errorf("packed weight at byte %d: its arrays are not 4-byte aligned", wr.off)
 	}
+	m := wr.b.m
 	return kernels.QBuf{Format: h.Format, Group: h.Group, K: h.K, N: h.N,
-		Q: kernels.Buf{Mem: wr.b.cl, Off: wo / 4}, P: kernels.Buf{Mem: wr.b.cl, Off: po / 4}}, nil
-}
-
-// littleEndian reports whether this machine stores words as the packed
-// format does, so that its arrays can be read in place.
-var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
-
-// packedView returns the packed weight encoded in raw (whose header is h)
-// with Words and Params reading raw in place, or decoded copies where the
-// bytes cannot be viewed (misaligned, or a big-endian host).
-func packedView(raw []byte, h quant.Header) (*quant.Packed, error) {
-	nw, np := h.N*h.K/8, h.N*2*(h.K/h.Group)
-	wp, pp := unsafe.Pointer(&raw[h.WordsOffset]), unsafe.Pointer(&raw[h.ParamsOffset])
-	if !littleEndian || uintptr(wp)%4 != 0 || uintptr(pp)%4 != 0 {
-		p, err := quant.UnmarshalPacked(raw[:h.Size])
-		if err != nil {
-			return nil, fmt.Errorf("packed weight: %w", err)
-		}
-		return p, nil
-	}
-	return &quant.Packed{Format: h.Format, Group: h.Group, K: h.K, N: h.N,
-		Words: unsafe.Slice((*uint32)(wp), nw), Params: unsafe.Slice((*float32)(pp), np)}, nil
+		Q: kernels.Buf{Mem: m.Mem, Host: m.Host, Off: wo / 4}, P: kernels.Buf{Mem: m.Mem, Host: m.Host, Off: po / 4}}, nil
 }

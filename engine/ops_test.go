@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"gorgonia.org/tensor"
@@ -34,7 +35,7 @@ func runBoth(t *testing.T, model []byte, in map[string]*tensor.Dense) []map[stri
 		}
 		out, err := s.Run(in)
 		if err != nil {
-			t.Fatalf("%s: %v", s.be.name(), err)
+			t.Fatalf("%s: %v", s.dev.Name(), err)
 		}
 		s.Close()
 		res = append(res, out)
@@ -102,5 +103,34 @@ func TestRangeFromInputs(t *testing.T) {
 	sc := func(v float32) *tensor.Dense { return tensor.New(tensor.FromScalar(v)) }
 	for _, out := range runBoth(t, modelPB(17, g), map[string]*tensor.Dense{"a": sc(1), "b": sc(2.2), "d": sc(0.25)}) {
 		checkFloats(t, "Range", out["y"], []float32{1, 1.25, 1.5, 1.75, 2})
+	}
+}
+
+// TestCatchComposite: the composite builder's recover turns its own error
+// carrier into an error and lets every other panic through, a runtime
+// error above all (it would otherwise read as "unsupported").
+func TestCatchComposite(t *testing.T) {
+	want := fmt.Errorf("no such op")
+	if err := catchComposite(func() error { panic(compositeErr{want}) }); err != want {
+		t.Errorf("carried error: got %v, want %v", err, want)
+	}
+	if err := catchComposite(func() error { return want }); err != want {
+		t.Errorf("returned error: got %v, want %v", err, want)
+	}
+	for name, f := range map[string]func() error{
+		"runtime error": func() error {
+			var xs []int
+			return fmt.Errorf("%d", xs[len(xs)+1])
+		},
+		"plain error value": func() error { panic(want) },
+	} {
+		got := func() (r any) {
+			defer func() { r = recover() }()
+			catchComposite(f)
+			return nil
+		}()
+		if got == nil {
+			t.Errorf("%s: recovered by catchComposite", name)
+		}
 	}
 }

@@ -27,16 +27,16 @@ func TestProfile(t *testing.T) {
 		convs, total := 0, 0.0
 		for _, r := range rows {
 			if r.Node == "" || r.Kernel == "" || r.Calls <= 0 || r.Ms < 0 {
-				t.Errorf("%s: bad row %+v", s.be.name(), r)
+				t.Errorf("%s: bad row %+v", s.dev.Name(), r)
 			}
 			if r.OpType == "Conv" {
 				convs++
 			}
 			total += r.Ms
 		}
-		t.Logf("%s: %d rows, %d conv rows, %.3f ms in total", s.be.name(), len(rows), convs, total)
+		t.Logf("%s: %d rows, %d conv rows, %.3f ms in total", s.dev.Name(), len(rows), convs, total)
 		if convs == 0 || total <= 0 {
-			t.Errorf("%s: profile has %d conv rows and %.3f ms: %+v", s.be.name(), convs, total, rows)
+			t.Errorf("%s: profile has %d conv rows and %.3f ms: %+v", s.dev.Name(), convs, total, rows)
 		}
 		s.Close()
 	}

@@ -10,8 +10,10 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
-	"github.com/tlite/tlite/models/quant"
-	"github.com/tlite/tlite/models/quant/qonnx"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/quant/qonnx"
+	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
 )
 
@@ -137,8 +139,8 @@ func maxRel(a, b [][]float32) float64 {
 func TestQuantLlama(t *testing.T) {
 	src := filepath.Join(modelsDir, "llama", "model.onnx")
 	cases := loadCases(t, "llama")
-	for _, f := range []qonnx.Format{qonnx.E0M4, qonnx.Int4} {
-		t.Run(string(f), func(t *testing.T) {
+	for _, f := range []quant.Format{quant.E0M4, quant.Int4} {
+		t.Run(f.String(), func(t *testing.T) {
 			path, res := quantizeModel(t, src, qonnx.Options{Format: f, Group: 32})
 			// q/o (64x64), k/v (64x32), gate/up (64x172) per layer and
 			// lm_head; down_proj has K = 172, not a multiple of 32.
@@ -166,7 +168,7 @@ func TestQuantLlama(t *testing.T) {
 			}
 			nq := 0
 			for _, n := range m.Graph.Nodes {
-				if n.Domain == quant.OpDomain && n.OpType == quant.OpMatMulQ {
+				if n.Domain == tlite.Domain && n.OpType == tlite.MatMulQ {
 					nq++
 					if ir.Class[n] != infer.Device {
 						t.Errorf("node %s classified %v, want Device", n.Name, ir.Class[n])
@@ -176,11 +178,11 @@ func TestQuantLlama(t *testing.T) {
 					t.Errorf("node %s still reads a float weight", n.Name)
 				}
 			}
-			if got := ShapeString(m.Graph.Outputs[0].Shape); nq != 13 || got != "[batch, seq, 256]" {
+			if got := symshape.FormatShape(m.Graph.Outputs[0].Shape); nq != 13 || got != "[batch, seq, 256]" {
 				t.Errorf("%d MatMulQ nodes, logits %s; want 13 and [batch, seq, 256]", nq, got)
 			}
-			if m.Opset(quant.OpDomain) != quant.OpDomainVersion {
-				t.Errorf("opset of %q: %d, want %d", quant.OpDomain, m.Opset(quant.OpDomain), quant.OpDomainVersion)
+			if m.Opset(tlite.Domain) != tlite.Version {
+				t.Errorf("opset of %q: %d, want %d", tlite.Domain, m.Opset(tlite.Domain), tlite.Version)
 			}
 			m.Close()
 
@@ -217,8 +219,8 @@ func TestQuantDefault(t *testing.T) {
 		t.Skip("no default model at", src)
 	}
 	cases := loadCases(t, filepath.Join("..", "default"))
-	for _, f := range []qonnx.Format{qonnx.E0M4, qonnx.Int4} {
-		t.Run(string(f), func(t *testing.T) {
+	for _, f := range []quant.Format{quant.E0M4, quant.Int4} {
+		t.Run(f.String(), func(t *testing.T) {
 			path, res := quantizeModel(t, src, qonnx.Options{Format: f, MinSize: qonnx.DefaultMinSize})
 			if len(res.Weights) == 0 {
 				t.Fatal("nothing quantized")
@@ -240,7 +242,7 @@ func TestQuantDefault(t *testing.T) {
 func TestQuantFP16Weights(t *testing.T) {
 	src := filepath.Join(modelsDir, "llama", "model.onnx")
 	cases := loadCases(t, "llama")
-	path, res := quantizeModel(t, src, qonnx.Options{Format: qonnx.FP16, MinSize: qonnx.DefaultMinSize})
+	path, res := quantizeModel(t, src, qonnx.Options{Format: quant.FP16, MinSize: qonnx.DefaultMinSize})
 	// Everything but k_proj and v_proj (64x32 = 2048 < 4096).
 	if len(res.Weights) != 11 {
 		t.Fatalf("%d weights converted, want 11: %+v", len(res.Weights), res.Weights)
@@ -269,7 +271,7 @@ func TestQuantFP16Weights(t *testing.T) {
 // attributes), naming the node.
 func TestQuantMismatch(t *testing.T) {
 	src := filepath.Join(modelsDir, "llama", "model.onnx")
-	path, _ := quantizeModel(t, src, qonnx.Options{Format: qonnx.E0M4, Group: 32, MinSize: 8192})
+	path, _ := quantizeModel(t, src, qonnx.Options{Format: quant.E0M4, Group: 32, MinSize: 8192})
 	m, err := graph.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +279,7 @@ func TestQuantMismatch(t *testing.T) {
 	defer m.Close()
 	var target *graph.Node
 	for _, n := range m.Graph.Nodes {
-		if n.OpType == quant.OpMatMulQ {
+		if n.OpType == tlite.MatMulQ {
 			target = n
 			break
 		}
@@ -305,11 +307,11 @@ func TestQuantMatMulQBias(t *testing.T) {
 		bias[i] = float32(i) * 0.01
 	}
 	m := buildLinear(t, w, bias, k, n)
-	res, err := qonnx.Quantize(m, qonnx.Options{Format: qonnx.E0M4, Group: group})
+	res, err := qonnx.Quantize(m, qonnx.Options{Format: quant.E0M4, Group: group})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Weights) != 1 || len(m.Graph.Nodes) != 1 || m.Graph.Nodes[0].OpType != quant.OpMatMulQ || len(m.Graph.Nodes[0].Inputs) != 3 {
+	if len(res.Weights) != 1 || len(m.Graph.Nodes) != 1 || m.Graph.Nodes[0].OpType != tlite.MatMulQ || len(m.Graph.Nodes[0].Inputs) != 3 {
 		t.Fatalf("want one MatMulQ with the Add's bias folded in; nodes %v, result %+v", m.Graph.Nodes, res)
 	}
 	path := filepath.Join(t.TempDir(), "linear.onnx")
@@ -398,10 +400,15 @@ func BenchmarkQuantDecode(b *testing.B) {
 	if decode == nil {
 		b.Fatal("no decode case")
 	}
-	for _, f := range []qonnx.Format{"fp32", qonnx.E0M4, qonnx.Int4} {
-		b.Run(string(f), func(b *testing.B) {
+	// Format 0 is no quantization: the float32 model as exported.
+	for _, f := range []quant.Format{0, quant.E0M4, quant.Int4} {
+		name := f.String()
+		if f == 0 {
+			name = "fp32"
+		}
+		b.Run(name, func(b *testing.B) {
 			path := src
-			if f != "fp32" {
+			if f != 0 {
 				m, err := graph.Load(src)
 				if err != nil {
 					b.Fatal(err)

@@ -4,9 +4,10 @@
 // symbols from the input shapes, enqueues every step and reads the outputs
 // once at the end.
 //
-// Two backends sit behind one interface: OpenCL (the kernels package's
-// launchers) and a pure-Go CPU backend running the same kernel families'
-// reference implementations, so every model can be checked on both.
+// Steps talk to one seam, kernels.Device, which has two implementations:
+// OpenCL (*kernels.Lib) and the host device (*kernels.HostDevice) running
+// the same kernel families' pure-Go references, so every model can be
+// checked on both.
 package engine
 
 import (
@@ -58,12 +59,10 @@ const (
 )
 
 // Rewrite is a graph transformation run after shape inference and before
-// lowering (fusion, for instance). It must keep the graph valid and give
-// every value it creates a Shape and a Type.
-type Rewrite func(*graph.Graph) error
-
-// DefaultRewrites run when Options.Rewrites is nil.
-var DefaultRewrites []Rewrite
+// lowering (fusion, for instance). It receives inference's result, whose
+// classes say which nodes run on the device. It must keep the graph valid
+// and give every value it creates a Shape and a Type.
+type Rewrite func(g *graph.Graph, res *infer.Result) error
 
 // Options configure Open.
 type Options struct {
@@ -110,29 +109,41 @@ type OpTime struct {
 	Ms     float64
 }
 
-// Session is a compiled model ready to run. Its methods are safe for
-// concurrent use; runs are serialised.
+// Session is a compiled model ready to run.
+//
+// Concurrency: a Session's methods may be called from several goroutines;
+// its runs are serialised by a lock, so one session runs one model at a
+// time. Sessions that each opened their own device (Options.Kernels nil)
+// may run in parallel. Sessions sharing a kernel library through
+// Options.Kernels share its command queue and kernel objects and must not
+// Run at the same time: serialise them yourself.
 type Session struct {
 	mu       sync.Mutex
 	model    *graph.Model
 	ownModel bool
-	be       backend
-	c        *compiler
-	inputs   []Port
-	outputs  []Port
-	inVals   []*vinfo
-	outVals  []*vinfo
-	max      map[string]int64
-	plan     *memplan.Plan
-	reqRoot  []*vinfo
-	slots    []*buffer
-	consts   []*buffer
-	constB   int64
-	x        *exec
-	profile  bool
-	goTimes  map[string]*OpTime // pure-Go backend profile, by label
-	nodeOps  map[string]string  // node name -> op type, for profiles
-	closed   bool
+	dev      kernels.Device
+	// cl is the OpenCL device behind dev (nil on the host device): its
+	// profile is the session's, and the session closes it when ownCL.
+	cl    *opencl.Device
+	ownCL bool
+	// labels names each step's launches (Options.Profile or Labels).
+	labels  bool
+	c       *compiler
+	inputs  []Port
+	outputs []Port
+	inVals  []*vinfo
+	outVals []*vinfo
+	max     map[string]int64
+	plan    *memplan.Plan
+	reqRoot []*vinfo
+	slots   []*buffer
+	consts  []*buffer
+	constB  int64
+	x       *exec
+	profile bool
+	goTimes map[string]*OpTime // pure-Go backend profile, by label
+	nodeOps map[string]string  // node name -> op type, for profiles
+	closed  bool
 }
 
 // Open loads the ONNX model at path and compiles it.
@@ -156,30 +167,30 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 	if m == nil || m.Graph == nil {
 		return nil, fmt.Errorf("engine: no model")
 	}
-	s := &Session{model: m, profile: opts.Profile, nodeOps: map[string]string{}}
+	s := &Session{model: m, profile: opts.Profile, labels: opts.Profile || opts.Labels, nodeOps: map[string]string{}}
 	fs := kernels.F32
 	if opts.Precision == FP16 {
 		fs = kernels.F16
 	}
 	switch {
 	case opts.Kernels != nil:
-		s.be = &clBackend{lib: opts.Kernels, dev: opts.Kernels.Device(), label: opts.Profile || opts.Labels}
+		s.dev, s.cl = opts.Kernels, opts.Kernels.Device()
 	case opts.Device == "go":
 		if fs != kernels.F32 {
 			return nil, fmt.Errorf("engine: the pure-Go backend stores floats as float32 only; open it with Precision FP32")
 		}
-		gb := &goBackend{}
+		hd := &kernels.HostDevice{}
 		if opts.Profile {
 			s.goTimes = map[string]*OpTime{}
-			gb.timing = s.recordGo
+			hd.Timing = s.recordGo
 		}
-		s.be = gb
+		s.dev = hd
 	default:
 		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile})
 		if err != nil {
 			return nil, errNoDevice(err)
 		}
-		s.be = &clBackend{lib: kernels.New(dev), dev: dev, owned: true, label: opts.Profile || opts.Labels}
+		s.dev, s.cl, s.ownCL = kernels.New(dev), dev, true
 	}
 	if err := s.compile(m, opts, fs); err != nil {
 		s.release()
@@ -195,7 +206,7 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 	for _, n := range m.Graph.Nodes {
 		key := opKey(n.Domain, n.OpType)
 		if !infer.HasRule(n.Domain, n.OpType) && lowerings[key] == nil && hostOps[key] == nil && !aliasOps[key] {
-			return &UnsupportedError{Node: n.Name, Op: n.OpType, Domain: n.Domain, Opset: m.Opset(n.Domain), Backend: s.be.name()}
+			return &UnsupportedError{Node: n.Name, Op: n.OpType, Domain: n.Domain, Opset: m.Opset(n.Domain), Backend: s.dev.Name()}
 		}
 	}
 	res, err := infer.Run(m, infer.Options{Inputs: opts.Known})
@@ -204,10 +215,10 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 	}
 	rw := opts.Rewrites
 	if rw == nil {
-		rw = DefaultRewrites
+		rw = DefaultRewrites()
 	}
 	for i, r := range rw {
-		if err := r(m.Graph); err != nil {
+		if err := r(m.Graph, res); err != nil {
 			return fmt.Errorf("engine: rewrite %d: %w", i, err)
 		}
 	}
@@ -267,6 +278,19 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 		return err
 	}
 	return s.allocate()
+}
+
+// DeviceSteps is the number of kernel steps the program enqueues on the
+// session's device per Run: zero when the whole model was folded at Open
+// or runs on the host (then no device kernel is exercised).
+func (s *Session) DeviceSteps() int {
+	n := 0
+	for _, in := range s.c.prog {
+		if in.kind == iDevice {
+			n++
+		}
+	}
+	return n
 }
 
 // Inputs describes the inputs Run takes.
@@ -363,9 +387,9 @@ func (s *Session) planMemory() error {
 // allocates no device memory.
 func (s *Session) allocate() error {
 	c := s.c
-	x := &exec{be: s.be, c: c, dims: make([][]int, len(c.vals)), refs: make([]tref, len(c.vals)), host: make([]*hostTensor, len(c.vals))}
+	x := &exec{dev: s.dev, c: c, dims: make([][]int, len(c.vals)), refs: make([]tref, len(c.vals)), host: make([]*hostTensor, len(c.vals))}
 	for _, sl := range s.plan.Slots {
-		b, err := s.be.alloc(int(max(sl.Max, 64)))
+		b, err := allocBuffer(s.dev, int(max(sl.Max, 64)))
 		if err != nil {
 			return fmt.Errorf("engine: allocating a %s slot for %s: %w", memplan.Bytes(sl.Max), s.reqName(sl.Tenants), err)
 		}
@@ -390,11 +414,11 @@ func (s *Session) allocate() error {
 			return fmt.Errorf("engine: constant %s: %w", r.name, err)
 		}
 		data := toStorage(r.konst, et)
-		b, err := s.be.alloc(max(len(data), 64))
+		b, err := allocBuffer(s.dev, max(len(data), 64))
 		if err != nil {
 			return fmt.Errorf("engine: uploading constant %s (%s): %w", r.name, memplan.Bytes(int64(len(data))), err)
 		}
-		if err := s.be.write(b, 0, data); err != nil {
+		if err := s.dev.Write(b.m, 0, data); err != nil {
 			return fmt.Errorf("engine: uploading constant %s: %w", r.name, err)
 		}
 		s.consts = append(s.consts, b)
@@ -437,7 +461,7 @@ func (s *Session) Run(inputs map[string]*tensor.Dense) (map[string]*tensor.Dense
 	out, err := s.run(hosts, bind)
 	if err != nil {
 		// Drain whatever was enqueued so the next run starts clean.
-		s.be.finish()
+		s.dev.Finish()
 		return nil, err
 	}
 	return out, nil
@@ -468,12 +492,12 @@ func (s *Session) checkInputs(inputs map[string]*tensor.Dense) ([]*hostTensor, s
 	for i, p := range s.inputs {
 		t, ok := inputs[p.Name]
 		if !ok || t == nil {
-			return nil, nil, &InputError{Input: p.Name, Problem: "missing", Expected: p.Type + " " + ShapeString(p.Shape), Got: "nothing"}
+			return nil, nil, &InputError{Input: p.Name, Problem: "missing", Expected: p.Type + " " + symshape.FormatShape(p.Shape), Got: "nothing"}
 		}
 		want := s.inVals[i].dt
 		got := dtypeOfDense(t.Dtype())
 		if got != want && !(want == dtype.Float16 && got == dtype.Float32) {
-			return nil, nil, &InputError{Input: p.Name, Problem: "wrong element type", Expected: p.Type + " " + ShapeString(p.Shape), Got: fmt.Sprintf("%v %v", t.Dtype(), []int(t.Shape()))}
+			return nil, nil, &InputError{Input: p.Name, Problem: "wrong element type", Expected: p.Type + " " + symshape.FormatShape(p.Shape), Got: fmt.Sprintf("%v %v", t.Dtype(), []int(t.Shape()))}
 		}
 		h, err := hostFromDense(t)
 		if err != nil {
@@ -504,7 +528,7 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 		x.dims[v.id] = hosts[i].shape
 		if v.req >= 0 {
 			et, _, _ := storeFor(v.dt, c.fs)
-			if err := s.be.write(x.refs[v.id].b, 0, toStorage(hosts[i], et)); err != nil {
+			if err := s.dev.Write(x.refs[v.id].b.m, 0, toStorage(hosts[i], et)); err != nil {
 				return nil, fmt.Errorf("engine: uploading input %q: %w", v.name, err)
 			}
 		}
@@ -528,7 +552,7 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 			return nil, err
 		}
 	}
-	if err := s.be.finish(); err != nil {
+	if err := s.dev.Finish(); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	out := make(map[string]*tensor.Dense, len(s.outVals))
@@ -551,7 +575,9 @@ func (s *Session) exec(in *instr) error {
 	x := s.x
 	switch in.kind {
 	case iDevice:
-		s.be.setLabel(in.node.Name)
+		if s.labels {
+			s.dev.SetLabel(in.node.Name)
+		}
 		x.scratch = in.scratchRefs
 		err := in.step.run(x)
 		if err == nil {
@@ -565,7 +591,7 @@ func (s *Session) exec(in *instr) error {
 		if err == nil {
 			et, _, _ := storeFor(in.val.dt, s.c.fs)
 			r := x.refs[in.val.id]
-			err = s.be.write(r.b, 0, toStorage(h, et))
+			err = s.dev.Write(r.b.m, 0, toStorage(h, et))
 		}
 		if err != nil {
 			return fmt.Errorf("engine: uploading %s: %w", in.val.name, err)
@@ -632,7 +658,7 @@ func (x *exec) hostOf(v *vinfo) (*hostTensor, error) {
 			}
 			raw := make([]byte, numel(dims)*esz)
 			ref := x.refs[r.id]
-			if err := x.be.read(ref.b, ref.off*esz, raw); err != nil {
+			if err := x.dev.Read(ref.b.m, ref.off*esz, raw); err != nil {
 				return nil, err
 			}
 			h = fromStorage(raw, et, r.dt, dims)
@@ -649,6 +675,11 @@ func (x *exec) hostOf(v *vinfo) (*hostTensor, error) {
 		return nil, x.err
 	}
 	return &hostTensor{dt: v.dt, shape: dims, data: h.data}, nil
+}
+
+// errNoDevice wraps an OpenCL open failure with the fallback.
+func errNoDevice(err error) error {
+	return &NoDeviceError{Err: err}
 }
 
 // Profile returns the time spent per node and kernel since Open (or the
@@ -669,11 +700,10 @@ func (s *Session) Profile() ([]OpTime, error) {
 		sort.Slice(out, func(i, j int) bool { return out[i].Ms > out[j].Ms })
 		return out, nil
 	}
-	cb, ok := s.be.(*clBackend)
-	if !ok {
-		return nil, fmt.Errorf("engine: no profile for this backend")
+	if s.cl == nil {
+		return nil, fmt.Errorf("engine: no profile for the %s device", s.dev.Name())
 	}
-	recs, err := cb.dev.Profile()
+	recs, err := s.cl.Profile()
 	if err != nil {
 		return nil, err
 	}
@@ -719,15 +749,15 @@ func (s *Session) Close() error {
 
 func (s *Session) release() error {
 	for _, b := range s.slots {
-		s.be.release(b)
+		s.dev.Release(b.m)
 	}
 	for _, b := range s.consts {
-		s.be.release(b)
+		s.dev.Release(b.m)
 	}
 	s.slots, s.consts = nil, nil
 	var first error
-	if s.be != nil {
-		first = s.be.close()
+	if s.ownCL {
+		first = s.cl.Close()
 	}
 	if s.ownModel {
 		if err := s.model.Close(); err != nil && first == nil {

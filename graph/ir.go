@@ -34,9 +34,15 @@ type Model struct {
 	// parsed without one).
 	Dir string
 
-	maps  []mapping // every mapping to release on Close (the model file and external files)
-	views []*Tensor // tensors whose Data point into maps, cleared on Close
+	maps     []mapping // every mapping to release on Close (the model file and external files)
+	extFiles []string  // external data files read, resolved absolute paths
+	views    []*Tensor // tensors whose Data point into maps, cleared on Close
 }
+
+// ExternalFiles lists the external data files the model's initializers
+// were read from, as absolute paths with symlinks resolved: the files a
+// writer must not replace while, or after, deriving a model from this one.
+func (m *Model) ExternalFiles() []string { return append([]string(nil), m.extFiles...) }
 
 // Opset returns the imported version of domain ("" or "ai.onnx" for the
 // default domain), or 0 when the model does not import it.

@@ -749,6 +749,7 @@ func (l *loader) externalData(t *Tensor, fields map[string]string, want int64) (
 		}
 		data = mp.data
 		l.ext[real] = data
+		l.model.extFiles = append(l.model.extFiles, real)
 	}
 	var off, length int64
 	if s, ok := fields["offset"]; ok {

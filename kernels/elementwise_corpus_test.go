@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"sort"
@@ -10,6 +9,8 @@ import (
 	"github.com/owulveryck/onnx-go/backend/testbackend"
 	_ "github.com/owulveryck/onnx-go/backend/testbackend/onnx" // registers the ONNX node-test corpus
 	"gorgonia.org/tensor"
+
+	"github.com/tlite/tlite/graph"
 )
 
 // The ONNX node-test corpus (inputs and outputs computed by ONNX's numpy
@@ -17,114 +18,30 @@ import (
 // Device-against-reference is covered by the other chain tests; running
 // every corpus case on the device would cost a program build each.
 
-// ewPBAttr is an ONNX AttributeProto reduced to what element-wise ops use.
+// ewPBAttr is an ONNX attribute reduced to what element-wise ops use.
 type ewPBAttr struct {
 	f float32
 	i int64
 	s string
 }
 
-// ewPBWalk calls fn for each field of the protobuf message b.
-func ewPBWalk(b []byte, fn func(field int, v uint64, data []byte)) error {
-	for len(b) > 0 {
-		key, n := binary.Uvarint(b)
-		if n <= 0 {
-			return fmt.Errorf("bad field key")
-		}
-		b = b[n:]
-		field, wire := int(key>>3), key&7
-		switch wire {
-		case 0:
-			v, n := binary.Uvarint(b)
-			if n <= 0 {
-				return fmt.Errorf("field %d: bad varint", field)
-			}
-			fn(field, v, nil)
-			b = b[n:]
-		case 1:
-			if len(b) < 8 {
-				return fmt.Errorf("field %d: short fixed64", field)
-			}
-			fn(field, binary.LittleEndian.Uint64(b), nil)
-			b = b[8:]
-		case 2:
-			l, n := binary.Uvarint(b)
-			if n <= 0 || uint64(len(b)-n) < l {
-				return fmt.Errorf("field %d: bad length", field)
-			}
-			fn(field, 0, b[n:n+int(l)])
-			b = b[n+int(l):]
-		case 5:
-			if len(b) < 4 {
-				return fmt.Errorf("field %d: short fixed32", field)
-			}
-			fn(field, uint64(binary.LittleEndian.Uint32(b)), nil)
-			b = b[4:]
-		default:
-			return fmt.Errorf("field %d: wire type %d", field, wire)
-		}
-	}
-	return nil
-}
-
-// ewCorpusNode decodes the single node of a corpus model: its op type, input
-// count and attributes (ModelProto.graph=7, GraphProto.node=1,
-// NodeProto.input=1/op_type=4/attribute=5, AttributeProto.name=1/f=2/i=3/s=4).
+// ewCorpusNode reads the single node of a corpus model with graph.Parse:
+// its op type, input count and attributes.
 func ewCorpusNode(model []byte) (op string, inputs int, attrs map[string]ewPBAttr, err error) {
+	m, err := graph.Parse(model, "")
+	if err != nil {
+		return "", 0, nil, err
+	}
+	defer m.Close()
+	if len(m.Graph.Nodes) != 1 {
+		return "", 0, nil, fmt.Errorf("%d nodes", len(m.Graph.Nodes))
+	}
+	n := m.Graph.Nodes[0]
 	attrs = map[string]ewPBAttr{}
-	var graph, node []byte
-	nodes := 0
-	if err = ewPBWalk(model, func(f int, _ uint64, d []byte) {
-		if f == 7 {
-			graph = d
-		}
-	}); err != nil {
-		return
+	for name, a := range n.Attrs {
+		attrs[name] = ewPBAttr{f: a.F, i: a.I, s: a.S}
 	}
-	if err = ewPBWalk(graph, func(f int, _ uint64, d []byte) {
-		if f == 1 {
-			node = d
-			nodes++
-		}
-	}); err != nil {
-		return
-	}
-	if nodes != 1 {
-		return "", 0, nil, fmt.Errorf("%d nodes", nodes)
-	}
-	var attrMsgs [][]byte
-	if err = ewPBWalk(node, func(f int, _ uint64, d []byte) {
-		switch f {
-		case 1:
-			inputs++
-		case 4:
-			op = string(d)
-		case 5:
-			attrMsgs = append(attrMsgs, d)
-		}
-	}); err != nil {
-		return
-	}
-	for _, m := range attrMsgs {
-		var name string
-		var a ewPBAttr
-		if err = ewPBWalk(m, func(f int, v uint64, d []byte) {
-			switch f {
-			case 1:
-				name = string(d)
-			case 2:
-				a.f = math.Float32frombits(uint32(v))
-			case 3:
-				a.i = int64(v)
-			case 4:
-				a.s = string(d)
-			}
-		}); err != nil {
-			return
-		}
-		attrs[name] = a
-	}
-	return
+	return n.OpType, len(n.Inputs), attrs, nil
 }
 
 // ewCorpusTensor converts a corpus tensor, or says why it cannot.

@@ -51,13 +51,16 @@ func (s Storage) define() string {
 	return ""
 }
 
-// Buf is a tensor argument: a device buffer and the element offset at which
+// Buf is a tensor argument: an allocation and the element offset at which
 // the tensor starts. Offsets instead of sub-buffers let views (a KV-cache
 // prefix, a slice of a packed weight) start anywhere, free of the device's
-// sub-buffer alignment rule.
+// sub-buffer alignment rule. An allocation of the OpenCL device (*Lib) sets
+// Mem; one of the HostDevice sets Host. The zero Buf is "no tensor" (an
+// absent bias or mask).
 type Buf struct {
-	Mem *opencl.Buffer
-	Off int
+	Mem  *opencl.Buffer
+	Host []byte
+	Off  int
 }
 
 // Lib builds kernel programs for one device on first use and keeps them.

@@ -2,7 +2,7 @@
 //
 // A is [M, K] (row stride lda), C is [M, N] (row stride ldc), both in the
 // launch's storage (common.cl). W is logically [K, N] and packed as
-// models/quant documents: column n's codes are the uint32 words
+// graph/quant documents: column n's codes are the uint32 words
 // Q[offQ + n*ldq ...], group g of a column is its words [g*QW, (g+1)*QW)
 // (QW = QG/8), and word i of a group holds in bits 4t..4t+3 the code of the
 // weight at k = g*QG + t*QW + i. The group's two float32 parameters are

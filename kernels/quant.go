@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/tlite/tlite/models/quant"
+	"github.com/tlite/tlite/graph/quant"
 )
 
 //go:embed quant.cl
 var quantSrc string
 
-// QBuf is a 4-bit packed weight on the device, laid out as models/quant
+// QBuf is a 4-bit packed weight on the device, laid out as graph/quant
 // documents (quant.Packed): logical shape [K, N], codes column-major by
 // output column with groups along K, and a separate array of per-group
 // parameter pairs. The two arrays may share one buffer (UploadQ puts them in
@@ -96,7 +96,7 @@ type qmm struct {
 // resolve checks p against w's shape and fills in default strides.
 func (p QMatMulParams) resolve(w QBuf, hasBias bool) (qmm, error) {
 	g := qmm{w: w, m: p.M, n: p.N, k: p.K, lda: p.LDA, ldc: p.LDC, hasBias: hasBias, bs: p.BiasStorage}
-	if !w.Format.Valid() {
+	if !w.Format.FourBit() {
 		return g, fmt.Errorf("unknown weight format %d", uint32(w.Format))
 	}
 	if w.Group < 32 || w.Group%32 != 0 {

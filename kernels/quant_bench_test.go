@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tlite/tlite/models/quant"
+	"github.com/tlite/tlite/graph/quant"
 )
 
 // qBenchShapes are Transformer-Lite's Table 1 GEMV shapes (K x N): a

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tlite/tlite/models/quant"
+	"github.com/tlite/tlite/graph/quant"
 )
 
 var qFormats = []quant.Format{quant.E0M4, quant.Int4}
@@ -238,7 +238,7 @@ func TestMatMulQErrors(t *testing.T) {
 
 // TestMatMulQRefByHand checks the reference itself on a product small
 // enough to compute by hand: one E0M4 group of 32 with range [-1, 3]
-// (d = 4, m = -5, see models/quant), so codes decode to (1+q/16)*4 - 5.
+// (d = 4, m = -5, see graph/quant), so codes decode to (1+q/16)*4 - 5.
 func TestMatMulQRefByHand(t *testing.T) {
 	w := make([]float32, 32) // [K=32, N=1]
 	w[0], w[1], w[2], w[3] = -1, 3, 1, 0.125

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tlite/tlite/models/quant"
+	"github.com/tlite/tlite/graph/quant"
 )
 
 // vendorProfile is what the launchers see of one vendor's GPU driver: the
@@ -67,6 +67,9 @@ func gpuVariants(fp16, all bool) []variantBuild {
 	add("reduce", reduceSrc, F16.define()+" -DGROUP=128")
 	add("pool", poolSrc, F16.define())
 	add("move", moveSrc, "-DELEM=ushort -DELEM16=ushort16")
+	add("convtranspose", convTransposeSrc, F16.define()+" "+weightDefine(F16))
+	add("volume", volumeSrc, F16.define()+" "+weightDefine(F16))
+	add("resize", resizeSrc, F16.define()+" -cl-fp32-correctly-rounded-divide-sqrt")
 	if all {
 		add("matmul", matmulSrc, gemm{}.options(true))
 		add("matmul", matmulSrc, gemm{at: F16}.options(true))
@@ -80,6 +83,11 @@ func gpuVariants(fp16, all bool) []variantBuild {
 		add("reduce", reduceSrc, "-DGROUP=128")
 		add("pool", poolSrc, "")
 		add("move", moveSrc, "-DELEM=ulong -DELEM16=ulong16")
+		add("convtranspose", convTransposeSrc, "")
+		add("volume", volumeSrc, "")
+		// resize builds without the exact-division option where a driver
+		// refuses it.
+		add("resize", resizeSrc, "")
 	}
 	// Element-wise chains are generated per model; this one has every unary
 	// op at both storages, in the rank-3 and rank-6 programs.

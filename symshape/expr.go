@@ -450,3 +450,22 @@ func newAtom(kind atomKind, args []Expr) *atom {
 	a.rng = atomRange(a, nil)
 	return a
 }
+
+// FormatShape prints a shape as [batch, past + seq, 64], and a nil shape
+// (rank unknown) as "?". It is the one shape printer of tlite's messages
+// and reports.
+func FormatShape(s []Expr) string {
+	if s == nil {
+		return "?"
+	}
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, d := range s {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(d.String())
+	}
+	b.WriteByte(']')
+	return b.String()
+}

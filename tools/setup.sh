@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything tlite needs on Debian 12: PoCL (an OpenCL device on the
-# CPU, for machines without a GPU driver) and the OpenCL loader, PyTorch and
-# ONNX for the export recipes (with OpenBLAS: Debian's torch otherwise runs
+# CPU, for machines without a GPU driver) and the OpenCL loader, PyTorch,
+# torchvision and ONNX for the export recipes (with OpenBLAS: Debian's torch otherwise runs
 # its matmuls on the reference BLAS, ~30x slower, too slow for the training
 # recipe), the arm64 cross tools for tools/cross-arm64.sh and
 # tools/arm64-smoke.sh, and a Go new enough for go.mod.
@@ -27,7 +27,7 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then
 fi
 
 need_apt=()
-for p in pocl-opencl-icd ocl-icd-libopencl1 clinfo python3-torch python3-onnx python3-numpy \
+for p in pocl-opencl-icd ocl-icd-libopencl1 clinfo python3-torch python3-torchvision python3-onnx python3-numpy \
   libopenblas0-pthread ca-certificates gcc qemu-user-static gcc-aarch64-linux-gnu; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done

@@ -1,6 +1,7 @@
 // Package conformance runs the ONNX backend test corpus (as packaged by
-// onnx-go) through the engine and reports, per operator, which cases pass,
-// fail or are unsupported. It is a package of its own so that only the
+// onnx-go; see Corpus) through the engine and reports, per operator, which
+// cases pass on the device, pass without reaching it (host-only), fail or
+// are unsupported. It is a package of its own so that only the
 // binaries asking for it (the tests, the CLI) link the corpus.
 package conformance
 
@@ -33,11 +34,18 @@ const (
 	// Unsupported: Open refused the model as using an unsupported
 	// operator, attribute or element type.
 	Unsupported
+	// HostOnly: every output matched, but no step reached a device kernel
+	// (the model was constant-folded at Open or computed on the host), so
+	// the case says nothing about the device's kernels.
+	HostOnly
 )
 
-// String returns "pass", "FAIL" or "unsupported".
+// Corpus names the test cases Run runs.
+const Corpus = "onnx-go's packaged ONNX backend node tests (ONNX opsets 9 and 10)"
+
+// String returns "pass", "FAIL", "unsupported" or "host-only".
 func (s Status) String() string {
-	return [...]string{"pass", "FAIL", "unsupported"}[s]
+	return [...]string{"pass", "FAIL", "unsupported", "host-only"}[s]
 }
 
 // Case is the outcome of one corpus test case.
@@ -144,6 +152,9 @@ func runCase(tc *testbackend.TestCase, opts engine.Options) (st Status, detail s
 		if msg := compare(out[v.Name], tc.ExpectedOutput[i], v.Type); msg != "" {
 			return Failed, fmt.Sprintf("output %q: %s", v.Name, msg)
 		}
+	}
+	if s.DeviceSteps() == 0 {
+		return HostOnly, "correct, but no step reached a device kernel (folded at Open or computed on the host)"
 	}
 	return Passed, ""
 }
@@ -410,9 +421,13 @@ func sameDims(a, b []int) bool {
 
 // OpStats are one operator's counts.
 type OpStats struct {
-	Op                             string
-	Cases, Passed, Failed, Unsupp  int
-	Claimed                        bool
+	Op                                      string
+	Cases, Passed, Failed, Unsupp, HostOnly int
+	// Claimed: the engine has a lowering or host op for Op.
+	Claimed bool
+	// Supported: claimed, and every case passes, at least one of them on
+	// the device (no case fails or is refused).
+	Supported                      bool
 	FirstFailure, FirstUnsupported string
 }
 
@@ -442,7 +457,13 @@ func (r *Report) ByOp() []OpStats {
 			if s.FirstUnsupported == "" {
 				s.FirstUnsupported = c.Title + ": " + c.Detail
 			}
+		case HostOnly:
+			s.HostOnly++
 		}
+	}
+	for i := range out {
+		s := &out[i]
+		s.Supported = s.Claimed && s.Passed > 0 && s.Passed+s.HostOnly == s.Cases
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Op < out[j].Op })
 	return out
@@ -452,7 +473,8 @@ func (r *Report) ByOp() []OpStats {
 // first failure (or unsupported reason) of each.
 func (r *Report) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-26s %5s %5s %5s %5s  %s\n", "op", "cases", "pass", "fail", "unsup", "first problem")
+	fmt.Fprintf(&b, "corpus: %s, %d cases\n", Corpus, len(r.Cases))
+	fmt.Fprintf(&b, "%-26s %5s %5s %5s %5s %5s  %s\n", "op", "cases", "pass", "host", "fail", "unsup", "first problem")
 	for _, s := range r.ByOp() {
 		note := s.FirstFailure
 		if note == "" {
@@ -462,18 +484,18 @@ func (r *Report) Table() string {
 			note = note[:160] + "..."
 		}
 		name := s.Op
-		if s.Claimed {
+		if s.Supported {
 			name += " *"
 		}
-		fmt.Fprintf(&b, "%-26s %5d %5d %5d %5d  %s\n", name, s.Cases, s.Passed, s.Failed, s.Unsupp, note)
+		fmt.Fprintf(&b, "%-26s %5d %5d %5d %5d %5d  %s\n", name, s.Cases, s.Passed, s.HostOnly, s.Failed, s.Unsupp, note)
 	}
-	b.WriteString("(* = an operator the engine claims to support)\n")
+	b.WriteString("(* = supported: every case passes, at least one on the device; host = correct without reaching a device kernel)\n")
 	return b.String()
 }
 
 // Summary is the one-line total.
 func (r *Report) Summary() string {
-	var p, f, u int
+	var p, f, u, h int
 	for _, c := range r.Cases {
 		switch c.Status {
 		case Passed:
@@ -482,7 +504,22 @@ func (r *Report) Summary() string {
 			f++
 		case Unsupported:
 			u++
+		case HostOnly:
+			h++
 		}
 	}
-	return fmt.Sprintf("conformance: %d passed, %d failed, %d unsupported of %d cases", p, f, u, len(r.Cases))
+	return fmt.Sprintf("conformance: %d passed on the device, %d correct host-only, %d failed, %d unsupported of %d cases", p, h, f, u, len(r.Cases))
+}
+
+// Passing lists the titles of the cases that passed on the device, sorted:
+// the list the conformance test's ratchet keeps.
+func (r *Report) Passing() []string {
+	var out []string
+	for _, c := range r.Cases {
+		if c.Status == Passed {
+			out = append(out, c.Title)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

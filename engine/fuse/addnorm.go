@@ -2,6 +2,8 @@ package fuse
 
 import (
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // AddNorm merges a residual Add into the norm it feeds: a LayerNormalization
@@ -10,8 +12,8 @@ import (
 // ("tlite", "AddRMSNorm")(a, b, scale?), with two outputs: the sum (which
 // a decoder carries on as its residual stream; omitted when only the norm
 // read it) and the normalised tensor. Run it after RMSNorm and LayerNorm.
-func AddNorm(g *graph.Graph) error {
-	r := newRewriter(g)
+func AddNorm(g *graph.Graph, res *infer.Result) error {
+	r := newRewriter(g, res)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
 		if n.Graph() != g {
 			continue
@@ -27,7 +29,7 @@ func (r *rewriter) addNorm(norm *graph.Node) error {
 	g := r.g
 	var op string
 	switch {
-	case norm.Domain == Domain && norm.OpType == "RMSNorm":
+	case norm.Domain == tlite.Domain && norm.OpType == "RMSNorm":
 		op = "AddRMSNorm"
 	case is(norm, "LayerNormalization"):
 		for i := 1; i < len(norm.Outputs); i++ {
@@ -40,7 +42,7 @@ func (r *rewriter) addNorm(norm *graph.Node) error {
 		return nil
 	}
 	x := in(norm, 0)
-	if !r.cls.Device(norm) || x == nil || len(norm.Outputs) == 0 {
+	if !r.device(norm) || x == nil || len(norm.Outputs) == 0 {
 		return nil
 	}
 	add := x.Producer

@@ -8,25 +8,26 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/graphtest"
 	"github.com/tlite/tlite/symshape/infer"
 )
 
 // builder makes test graphs through the graph package's rewrite API, then
 // runs shape inference on them as the engine would before the passes.
 type builder struct {
-	t *testing.T
-	m *graph.Model
-	g *graph.Graph
-	k int
+	t   *testing.T
+	m   *graph.Model
+	g   *graph.Graph
+	res *infer.Result
+	k   int
 }
 
 // newBuilder starts an empty opset-17 model.
 func newBuilder(t *testing.T) *builder {
 	t.Helper()
-	opset := []byte{0x42, 0x02, 0x10, 17}                                // opset_import { version: 17 }
-	gp := append([]byte{0x12, 0x04}, "test"...)                          // GraphProto.name
-	data := append(append([]byte{0x3a, byte(len(gp))}, gp...), opset...) // ModelProto.graph
-	m, err := graph.Parse(data, "")
+	md := graphtest.Model(17, &graph.Graph{Name: "test"})
+	md.Opsets = map[string]int64{"": 17}
+	m, err := graph.Parse(graphtest.Bytes(md), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +120,15 @@ func aInt(name string, v int64) *graph.Attr {
 // output marks graph outputs.
 func (b *builder) output(v ...*graph.Value) { b.g.Outputs = append(b.g.Outputs, v...) }
 
-// infer derives shapes, as the engine does before rewriting.
+// infer derives shapes, as the engine does before rewriting, and keeps
+// the result for the passes.
 func (b *builder) infer() *graph.Graph {
 	b.t.Helper()
-	if _, err := infer.Run(b.m, infer.Options{}); err != nil {
+	res, err := infer.Run(b.m, infer.Options{})
+	if err != nil {
 		b.t.Fatal(err)
 	}
+	b.res = res
 	return b.g
 }
 
@@ -133,7 +137,7 @@ func (b *builder) infer() *graph.Graph {
 func (b *builder) run(pass Pass) *graph.Graph {
 	b.t.Helper()
 	g := b.infer()
-	if err := pass(g); err != nil {
+	if err := pass(g, b.res); err != nil {
 		b.t.Fatal(err)
 	}
 	checkGraph(b.t, g)

@@ -4,7 +4,9 @@ import (
 	"fmt"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // Elementwise groups connected element-wise device nodes (those ok accepts)
@@ -21,8 +23,8 @@ import (
 //
 // Groups of one node stay as they are. Run this pass last, so that the
 // patterns of the other passes match first.
-func Elementwise(g *graph.Graph, ok func(*graph.Node) bool) error {
-	r := newRewriter(g)
+func Elementwise(g *graph.Graph, res *infer.Result, ok func(*graph.Node) bool) error {
+	r := newRewriter(g, res)
 	pos := make(map[*graph.Node]int, len(g.Nodes))
 	for i, n := range g.Nodes {
 		pos[n] = i
@@ -216,7 +218,7 @@ func (r *rewriter) fuseGroup(grp *ewGroup, k int, pos map[*graph.Node]int) error
 	if err != nil {
 		return err
 	}
-	n := &graph.Node{Name: name, OpType: "FusedElementwise", Domain: Domain, Inputs: ins, Outputs: outs, Attrs: map[string]*graph.Attr{}}
+	n := &graph.Node{Name: name, OpType: "FusedElementwise", Domain: tlite.Domain, Inputs: ins, Outputs: outs, Attrs: map[string]*graph.Attr{}}
 	n.SetAttr(&graph.Attr{Name: "body", Kind: graph.KindGraph, G: body})
 	return r.replace(members, n, nil)
 }

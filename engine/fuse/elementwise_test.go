@@ -6,6 +6,8 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // testElementwise stands in for the engine's element-wise op list.
@@ -17,7 +19,7 @@ var testElementwise = map[string]bool{
 
 func ew(n *graph.Node) bool { return n.Domain == "" && testElementwise[n.OpType] }
 
-func elementwise(g *graph.Graph) error { return Elementwise(g, ew) }
+func elementwise(g *graph.Graph, res *infer.Result) error { return Elementwise(g, res, ew) }
 
 // bodyOps lists a fused node's body op types.
 func bodyOps(t *testing.T, n *graph.Node) []string {
@@ -48,7 +50,7 @@ func TestElementwiseGELU(t *testing.T) {
 	out := b.op("Mul", vs(half, b.op("Add", vs(e, b.scalar("one", 1)))))
 	b.output(out)
 	g := b.run(elementwise)
-	n := only(t, g, "tlite.FusedElementwise")
+	n := only(t, g, tlite.Key(tlite.FusedElementwise))
 	if len(g.Nodes) != 1 || n.Outputs[0] != out {
 		t.Fatalf("graph %v writes %v", ops(g), n.Outputs)
 	}
@@ -68,7 +70,7 @@ func TestElementwiseTwoOutputs(t *testing.T) {
 	out := b.op("Sigmoid", vs(b.op("Mul", vs(t1, x))))
 	b.output(out, t1)
 	g := b.run(elementwise)
-	n := only(t, g, "tlite.FusedElementwise")
+	n := only(t, g, tlite.Key(tlite.FusedElementwise))
 	if len(n.Outputs) != 2 || n.Outputs[0] != t1 || n.Outputs[1] != out || g.Outputs[0] != out || g.Outputs[1] != t1 {
 		t.Errorf("outputs %v, graph outputs %v", n.Outputs, g.Outputs)
 	}
@@ -85,7 +87,7 @@ func TestElementwiseNearMisses(t *testing.T) {
 		m := b.op("Mul", vs(y, b.scalar("two", 2)))
 		b.output(b.op("Add", vs(x, m)), m)
 		g := b.run(elementwise)
-		if has(g, "tlite.FusedElementwise") {
+		if has(g, tlite.Key(tlite.FusedElementwise)) {
 			t.Errorf("fused outputs of different shapes: %v", ops(g))
 		}
 	})
@@ -97,7 +99,7 @@ func TestElementwiseNearMisses(t *testing.T) {
 		m := b.op("Mul", vs(y, b.scalar("two", 2)))
 		b.output(b.op("Add", vs(x, m)))
 		g := b.run(elementwise)
-		only(t, g, "tlite.FusedElementwise")
+		only(t, g, tlite.Key(tlite.FusedElementwise))
 		if len(g.Nodes) != 1 {
 			t.Errorf("graph %v", ops(g))
 		}
@@ -111,7 +113,7 @@ func TestElementwiseNearMisses(t *testing.T) {
 		s := b.op("Softmax", vs(e), aInt("axis", -1))
 		b.output(b.op("Add", vs(e, s)))
 		g := b.run(elementwise)
-		if has(g, "tlite.FusedElementwise") {
+		if has(g, tlite.Key(tlite.FusedElementwise)) {
 			t.Errorf("fused across a path leaving the group: %v", ops(g))
 		}
 	})
@@ -120,7 +122,7 @@ func TestElementwiseNearMisses(t *testing.T) {
 		x := b.input("x", dtype.Float32, 2, 3)
 		b.output(b.op("Relu", vs(b.op("Floor", vs(x)))))
 		g := b.run(elementwise)
-		if has(g, "tlite.FusedElementwise") {
+		if has(g, tlite.Key(tlite.FusedElementwise)) {
 			t.Errorf("fused an op the predicate refuses: %v", ops(g))
 		}
 	})
@@ -131,7 +133,7 @@ func TestElementwiseNearMisses(t *testing.T) {
 		m := b.op("Mul", vs(b.op("Add", vs(n, b.scalar("zero", 0))), b.scalar("one", 1)))
 		b.output(b.op("Reshape", vs(x, b.op("Cast", vs(m), aInt("to", int64(dtype.Int64))))))
 		g := b.run(elementwise)
-		if has(g, "tlite.FusedElementwise") {
+		if has(g, tlite.Key(tlite.FusedElementwise)) {
 			t.Errorf("host arithmetic fused: %v", ops(g))
 		}
 	})
@@ -148,7 +150,7 @@ func TestElementwiseSeparateGroups(t *testing.T) {
 	b.output(b.op("Sigmoid", vs(b.op("Add", vs(m, a)))))
 	g := b.run(elementwise)
 	c := countOps(g)
-	if c["tlite.FusedElementwise"] != 2 || c["MatMul"] != 1 || len(g.Nodes) != 3 {
+	if c[tlite.Key(tlite.FusedElementwise)] != 2 || c["MatMul"] != 1 || len(g.Nodes) != 3 {
 		t.Errorf("graph %s", opsString(c))
 	}
 }

@@ -7,12 +7,13 @@
 // Every pass runs after shape inference: it reads Value.Shape, gives every
 // value it creates a Type and a Shape, and keeps the graph valid and
 // topologically sorted. A pass only replaces nodes that run on the device
-// (see Classify) and whose intermediate values nothing outside the pattern
+// (by symshape/infer's classification, which each pass receives) and whose intermediate values nothing outside the pattern
 // reads; a graph output is never made to disappear. Patterns that do not
 // match exactly are left alone: a pass never fails because a model is
 // written some other way.
 //
-// The fused nodes are in the "tlite" domain:
+// The fused nodes are in the tlite domain (package graph/tlite has their
+// schemas):
 //
 //	RMSNorm(x, scale?)                  -> y          epsilon; normalises the last axis
 //	AddRMSNorm(a, b, scale?)            -> sum?, y    y = RMSNorm(a + b)
@@ -31,12 +32,10 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
 )
-
-// Domain is the operator domain of the fused nodes.
-const Domain = "tlite"
 
 // Options configure the passes.
 type Options struct {
@@ -46,8 +45,11 @@ type Options struct {
 	Elementwise func(n *graph.Node) bool
 }
 
-// Pass is one rewrite of a graph.
-type Pass func(g *graph.Graph) error
+// Pass is one rewrite of an inferred graph. res is shape inference's
+// result for g: its classes say which nodes run on the device (only those
+// are fusion candidates); nodes made after inference count as device
+// nodes. A pass may update res where it changes what res describes.
+type Pass func(g *graph.Graph, res *infer.Result) error
 
 // Passes returns the rewrites in the order they must run. LayerNorm comes
 // before RMSNorm, whose pattern also matches the variance half of a
@@ -59,127 +61,9 @@ func Passes(opts Options) []Pass {
 	ps := []Pass{LayerNorm, RMSNorm, Attention, MatMulBias, AddNorm}
 	if opts.Elementwise != nil {
 		ew := opts.Elementwise
-		ps = append(ps, func(g *graph.Graph) error { return Elementwise(g, ew) })
+		ps = append(ps, func(g *graph.Graph, res *infer.Result) error { return Elementwise(g, res, ew) })
 	}
 	return ps
-}
-
-// Classes records how shape inference's classification treats each node:
-// only Device nodes are fusion candidates, the rest (shape arithmetic folded
-// at load or computed on the host) must stay what they are.
-type Classes struct {
-	device map[*graph.Node]bool
-	konst  map[*graph.Value]bool
-	host   map[*graph.Value]bool
-}
-
-// Classify classifies g's nodes with the rules of symshape/infer (Folded,
-// ConstFold, HostRuntime, Device), which a rewrite cannot ask for: a node
-// is a device node unless every output has symbolic contents, every input
-// is a constant, or it reads only host values and makes small tensors.
-func Classify(g *graph.Graph) *Classes {
-	c := &Classes{device: map[*graph.Node]bool{}, konst: map[*graph.Value]bool{}, host: map[*graph.Value]bool{}}
-	for _, n := range g.Nodes {
-		c.classify(n)
-	}
-	return c
-}
-
-// nondeterministic ops are never folded (symshape/infer's rule).
-var nondeterministic = map[string]bool{
-	"RandomNormal": true, "RandomUniform": true, "RandomNormalLike": true,
-	"RandomUniformLike": true, "Bernoulli": true, "Multinomial": true,
-}
-
-func (c *Classes) classify(n *graph.Node) {
-	if n.Domain == "" && nondeterministic[n.OpType] {
-		c.device[n] = true
-		return
-	}
-	folded := true
-	for _, v := range n.Outputs {
-		if v != nil && v.Elems == nil {
-			folded = false
-			break
-		}
-	}
-	if folded {
-		for _, v := range n.Outputs {
-			if v != nil {
-				c.host[v] = true
-				if constElems(v.Elems) {
-					c.konst[v] = true
-				}
-			}
-		}
-		return
-	}
-	ins := append(append([]*graph.Value(nil), n.Inputs...), n.ImplicitInputs()...)
-	allConst, allHost := true, true
-	for _, v := range ins {
-		if v == nil {
-			continue
-		}
-		if !c.isConst(v) {
-			allConst = false
-		}
-		if !c.isHost(v) {
-			allHost = false
-		}
-	}
-	if allConst {
-		for _, v := range n.Outputs {
-			if v != nil {
-				c.host[v], c.konst[v] = true, true
-			}
-		}
-		return
-	}
-	if allHost {
-		small := true
-		for _, v := range n.Outputs {
-			if v == nil {
-				continue
-			}
-			cnt, ok := constNumel(v.Shape)
-			if !ok || cnt > infer.MaxElems || v.Type == dtype.Undefined {
-				small = false
-				break
-			}
-		}
-		if small {
-			for _, v := range n.Outputs {
-				if v != nil {
-					c.host[v] = true
-				}
-			}
-			return
-		}
-	}
-	c.device[n] = true
-}
-
-func (c *Classes) isConst(v *graph.Value) bool {
-	return c.konst[v] || v.Const != nil || v.Elems != nil && constElems(v.Elems)
-}
-
-func (c *Classes) isHost(v *graph.Value) bool { return c.host[v] || c.isConst(v) }
-
-// Device reports whether n runs on the device. Nodes added after Classify
-// (fused nodes) count as device nodes, as the engine treats them.
-func (c *Classes) Device(n *graph.Node) bool {
-	if n == nil {
-		return false
-	}
-	if d, ok := c.device[n]; ok {
-		return d
-	}
-	for _, v := range n.Outputs {
-		if v != nil && c.host[v] {
-			return false
-		}
-	}
-	return true
 }
 
 func constElems(es []symshape.Expr) bool {
@@ -189,18 +73,6 @@ func constElems(es []symshape.Expr) bool {
 		}
 	}
 	return true
-}
-
-func constNumel(s []symshape.Expr) (int64, bool) {
-	n := int64(1)
-	for _, d := range s {
-		k, ok := d.Const()
-		if !ok {
-			return 0, false
-		}
-		n *= k
-	}
-	return n, true
 }
 
 // isOutput reports whether v is an output of g.
@@ -287,7 +159,7 @@ func scalar(v *graph.Value) (float64, bool) {
 			return float64(k), true
 		}
 	}
-	return 0, false
+	return shapeScalar(v, 0)
 }
 
 // isScalarConst reports whether v is a one-element constant equal to want.
@@ -481,17 +353,27 @@ func allOnes(s []symshape.Expr) bool {
 // rewriter applies one pass's replacements to g.
 type rewriter struct {
 	g       *graph.Graph
-	cls     *Classes
+	res     *infer.Result
 	changed bool
 	names   map[string]bool // node names in use, built on first need
 }
 
-func newRewriter(g *graph.Graph) *rewriter { return &rewriter{g: g, cls: Classify(g)} }
+func newRewriter(g *graph.Graph, res *infer.Result) *rewriter { return &rewriter{g: g, res: res} }
+
+// device reports whether n runs on the device by shape inference's
+// classification; nodes made after it (fused nodes) do.
+func (r *rewriter) device(n *graph.Node) bool {
+	if n == nil {
+		return false
+	}
+	c, ok := r.res.Class[n]
+	return !ok || c == infer.Device
+}
 
 // dev reports whether n is a device node of the default domain of one of
 // ops (any op when none are given).
 func (r *rewriter) dev(n *graph.Node, ops ...string) bool {
-	if n == nil || n.Graph() != r.g || !r.cls.Device(n) {
+	if n == nil || n.Graph() != r.g || !r.device(n) {
 		return false
 	}
 	return len(ops) == 0 || is(n, ops...)
@@ -530,7 +412,6 @@ func (r *rewriter) replace(remove []*graph.Node, n *graph.Node, maybeDead []*gra
 		return fmt.Errorf("fuse: %s: %w", n.OpType, err)
 	}
 	r.changed = true
-	r.cls.device[n] = true
 	return r.removeDead(maybeDead)
 }
 
@@ -617,7 +498,7 @@ func sortByPos(ns []*graph.Node, pos map[*graph.Node]int) {
 // newNode makes a fused node of the tlite domain named name (with a
 // suffix when a node has that name).
 func (r *rewriter) newNode(op, name string, ins, outs []*graph.Value) *graph.Node {
-	return &graph.Node{Name: r.uniqueName(name), OpType: op, Domain: Domain, Inputs: ins, Outputs: outs, Attrs: map[string]*graph.Attr{}}
+	return &graph.Node{Name: r.uniqueName(name), OpType: op, Domain: tlite.Domain, Inputs: ins, Outputs: outs, Attrs: map[string]*graph.Attr{}}
 }
 
 func setFloat(n *graph.Node, name string, f float64) {

@@ -7,6 +7,7 @@ import (
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/symshape"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // LayerNorm replaces layer normalisation over the last axis written out op
@@ -18,8 +19,8 @@ import (
 // (d^2 as Pow(d, 2) or d*d; the division also as d * 1/s or
 // d * Reciprocal(s)) by a standard LayerNormalization(x, gamma, beta) with
 // axis -1. Without gamma the scale is an initializer of ones.
-func LayerNorm(g *graph.Graph) error {
-	r := newRewriter(g)
+func LayerNorm(g *graph.Graph, res *infer.Result) error {
+	r := newRewriter(g, res)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
 		if n.Graph() != g {
 			continue

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 func linear(t *testing.T) (*builder, *graph.Value, *graph.Value, *graph.Value, *graph.Value) {
@@ -22,7 +23,7 @@ func TestMatMulBias(t *testing.T) {
 		out := b.op("Add", vs(bias, y)) // torch puts the bias first
 		b.output(out)
 		g := b.run(MatMulBias)
-		n := only(t, g, "tlite.MatMulBias")
+		n := only(t, g, tlite.Key(tlite.MatMulBias))
 		wantInputs(t, n, a, w, bias)
 		if len(g.Nodes) != 1 || n.Outputs[0] != out || n.AttrFloat("alpha", 0) != 1 || n.AttrFloat("beta", 0) != 1 {
 			t.Errorf("graph %v, alpha %v beta %v", ops(g), n.AttrFloat("alpha", 0), n.AttrFloat("beta", 0))
@@ -34,7 +35,7 @@ func TestMatMulBias(t *testing.T) {
 		out := b.op("Mul", vs(b.op("Add", vs(y, b.g.Value("bias"))), b.scalar("s", 0.25)))
 		b.output(out)
 		g := b.run(MatMulBias)
-		n := only(t, g, "tlite.MatMulBias")
+		n := only(t, g, tlite.Key(tlite.MatMulBias))
 		if n.AttrFloat("alpha", 0) != 0.25 || n.AttrFloat("beta", 0) != 0.25 || len(g.Nodes) != 1 {
 			t.Errorf("alpha %v beta %v, graph %v", n.AttrFloat("alpha", 0), n.AttrFloat("beta", 0), ops(g))
 		}
@@ -44,7 +45,7 @@ func TestMatMulBias(t *testing.T) {
 		out := b.op("Add", vs(b.op("Div", vs(y, b.scalar("s", 4))), b.g.Value("bias")))
 		b.output(out)
 		g := b.run(MatMulBias)
-		n := only(t, g, "tlite.MatMulBias")
+		n := only(t, g, tlite.Key(tlite.MatMulBias))
 		if n.AttrFloat("alpha", 0) != 0.25 || n.AttrFloat("beta", 0) != 1 {
 			t.Errorf("alpha %v beta %v", n.AttrFloat("alpha", 0), n.AttrFloat("beta", 0))
 		}
@@ -53,7 +54,7 @@ func TestMatMulBias(t *testing.T) {
 		b, a, w, _, y := linear(t)
 		b.output(b.op("Mul", vs(b.scalar("s", 3), y)))
 		g := b.run(MatMulBias)
-		n := only(t, g, "tlite.MatMulBias")
+		n := only(t, g, tlite.Key(tlite.MatMulBias))
 		wantInputs(t, n, a, w)
 		if n.AttrFloat("alpha", 0) != 3 {
 			t.Errorf("alpha %v", n.AttrFloat("alpha", 0))
@@ -64,7 +65,7 @@ func TestMatMulBias(t *testing.T) {
 		b, _, _, _, y := linear(t)
 		b.output(b.op("Div", vs(b.scalar("s", 4), y)))
 		g := b.run(MatMulBias)
-		if has(g, "tlite.MatMulBias") {
+		if has(g, tlite.Key(tlite.MatMulBias)) {
 			t.Errorf("fused: %v", ops(g))
 		}
 	})
@@ -75,7 +76,7 @@ func TestMatMulBias(t *testing.T) {
 		c := b.floats("c", []int64{2, 3}, make([]float32, 6)...)
 		b.output(b.op("Add", vs(b.op("MatMul", vs(a, w)), c)))
 		g := b.run(MatMulBias)
-		if has(g, "tlite.MatMulBias") {
+		if has(g, tlite.Key(tlite.MatMulBias)) {
 			t.Errorf("a full-matrix addend is not a bias: %v", ops(g))
 		}
 	})
@@ -83,7 +84,7 @@ func TestMatMulBias(t *testing.T) {
 		b, _, _, bias, y := linear(t)
 		b.output(b.op("Add", vs(y, bias)), y)
 		g := b.run(MatMulBias)
-		if has(g, "tlite.MatMulBias") || !has(g, "MatMul") {
+		if has(g, tlite.Key(tlite.MatMulBias)) || !has(g, "MatMul") {
 			t.Errorf("the product is a graph output and must stay: %v", ops(g))
 		}
 	})
@@ -91,7 +92,7 @@ func TestMatMulBias(t *testing.T) {
 		b, _, _, _, y := linear(t)
 		b.output(b.op("Relu", vs(y)))
 		g := b.run(MatMulBias)
-		if has(g, "tlite.MatMulBias") {
+		if has(g, tlite.Key(tlite.MatMulBias)) {
 			t.Errorf("fused a lone MatMul: %v", ops(g))
 		}
 	})
@@ -149,7 +150,7 @@ func TestAttentionBERT(t *testing.T) {
 	b := newBuilder(t)
 	_, out := bertAttention(b, true)
 	g := b.run(Attention)
-	n := only(t, g, "tlite.Attention")
+	n := only(t, g, tlite.Key(tlite.Attention))
 	wantInputs(t, n, g.Value("q"), g.Value("k"), g.Value("v"), g.Value("mask"))
 	if len(g.Nodes) != 1 || n.Outputs[0] != out {
 		t.Errorf("graph %v, output %v", ops(g), n.Outputs)
@@ -170,7 +171,7 @@ func TestAttentionNearMisses(t *testing.T) {
 		b := newBuilder(t)
 		bertAttention(b, false)
 		g := b.run(Attention)
-		if has(g, "tlite.Attention") {
+		if has(g, tlite.Key(tlite.Attention)) {
 			t.Errorf("fused: %v", ops(g))
 		}
 	})
@@ -183,7 +184,7 @@ func TestAttentionNearMisses(t *testing.T) {
 			}
 		}
 		g := b.run(Attention)
-		if has(g, "tlite.Attention") {
+		if has(g, tlite.Key(tlite.Attention)) {
 			t.Errorf("fused: %v", ops(g))
 		}
 	})
@@ -196,7 +197,7 @@ func TestAttentionNearMisses(t *testing.T) {
 			}
 		}
 		g := b.run(Attention)
-		if has(g, "tlite.Attention") || !has(g, "Softmax") {
+		if has(g, tlite.Key(tlite.Attention)) || !has(g, "Softmax") {
 			t.Errorf("output_attentions-style graph fused: %v", ops(g))
 		}
 	})
@@ -211,7 +212,7 @@ func TestAttentionNearMisses(t *testing.T) {
 		p := b.op("Softmax", vs(s), aInt("axis", -1))
 		b.output(b.op("MatMul", vs(p, k)))
 		g := b.run(Attention)
-		if has(g, "tlite.Attention") {
+		if has(g, tlite.Key(tlite.Attention)) {
 			t.Errorf("fused: %v", ops(g))
 		}
 	})
@@ -244,7 +245,7 @@ func TestAttentionGQA(t *testing.T) {
 	b := newBuilder(t)
 	q, k, v, out := llamaAttention(b, 2)
 	g := b.run(Attention)
-	n := only(t, g, "tlite.Attention")
+	n := only(t, g, tlite.Key(tlite.Attention))
 	wantInputs(t, n, q, k, v, g.Value("mask"))
 	if len(g.Nodes) != 1 || n.Outputs[0] != out || n.AttrInt("kv_heads", 0) != 2 || n.AttrFloat("scale", 0) != 0.25 {
 		t.Errorf("graph %v, kv_heads %d, scale %v", ops(g), n.AttrInt("kv_heads", 0), n.AttrFloat("scale", 0))
@@ -261,7 +262,7 @@ func TestAttentionGQA(t *testing.T) {
 		b := newBuilder(t)
 		q, k, _, _ := llamaAttention(b, 1)
 		g := b.run(Attention)
-		n := only(t, g, "tlite.Attention")
+		n := only(t, g, tlite.Key(tlite.Attention))
 		if n.Inputs[0] != q || n.Inputs[1] == k || n.AttrInt("kv_heads", 0) != 4 {
 			t.Errorf("inputs %v kv_heads %d", n.Inputs, n.AttrInt("kv_heads", 0))
 		}
@@ -308,7 +309,7 @@ func TestAttentionCausal(t *testing.T) {
 	b := newBuilder(t)
 	out := gpt2Attention(b, lower, -math.MaxFloat32)
 	g := b.run(Attention)
-	n := only(t, g, "tlite.Attention")
+	n := only(t, g, tlite.Key(tlite.Attention))
 	if n.AttrInt("causal", 0) != 1 || len(n.Inputs) != 3 || n.Outputs[0] != out || n.AttrFloat("scale", 0) != 0.25 {
 		t.Errorf("causal %d inputs %v scale %v", n.AttrInt("causal", 0), n.Inputs, n.AttrFloat("scale", 0))
 	}
@@ -328,7 +329,7 @@ func TestAttentionCausal(t *testing.T) {
 			b := newBuilder(t)
 			gpt2Attention(b, tc.tri, tc.masked)
 			g := b.run(Attention)
-			if has(g, "tlite.Attention") {
+			if has(g, tlite.Key(tlite.Attention)) {
 				t.Errorf("fused: %v", ops(g))
 			}
 		})

@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // MatMulBias moves what follows a MatMul into the product's epilogue:
@@ -13,8 +14,8 @@ import (
 // constants (CLIP scales q_proj's output so), becomes ("tlite",
 // "MatMulBias")(a, b, bias?) computing alpha*(a@b) + beta*bias with
 // alpha = c1*c2 and beta = c2. A lone MatMul is left alone.
-func MatMulBias(g *graph.Graph) error {
-	r := newRewriter(g)
+func MatMulBias(g *graph.Graph, res *infer.Result) error {
+	r := newRewriter(g, res)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
 		if n.Graph() != g {
 			continue

@@ -4,6 +4,7 @@ import (
 	"path"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // RMSNorm replaces RMS normalisation written out op by op, as PyTorch
@@ -16,8 +17,8 @@ import (
 // with float Casts around x and the product allowed (a half-precision
 // model averages in float32), by one ("tlite", "RMSNorm")(x, w) node with
 // attribute epsilon. w must hold one weight per element of the last axis.
-func RMSNorm(g *graph.Graph) error {
-	r := newRewriter(g)
+func RMSNorm(g *graph.Graph, res *infer.Result) error {
+	r := newRewriter(g, res)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
 		if n.Graph() != g {
 			continue

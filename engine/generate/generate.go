@@ -6,7 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tlite/tlite/models/tokenizer"
+	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/engine/tokenizer"
 )
 
 // Generator produces text from a prompt with a stepper and a tokenizer.
@@ -134,7 +135,7 @@ func (g *Generator) Generate(ctx context.Context, req Request, onToken func(text
 	}
 	maxCtx := g.st.MaxContext()
 	if len(prompt) > maxCtx {
-		return res, fmt.Errorf("generate: the prompt has %d tokens, more than the context of %d: %w", len(prompt), maxCtx, ErrContextFull)
+		return res, fmt.Errorf("generate: the prompt has %d tokens, more than the context of %d: %w", len(prompt), maxCtx, engine.ErrContextFull)
 	}
 	stop := map[int]bool{}
 	if req.Stop != nil {
@@ -214,7 +215,11 @@ func (g *Generator) Generate(ctx context.Context, req Request, onToken func(text
 			res.Reason = StopLength
 			break
 		}
-		if len(history) >= maxCtx {
+		// The next step stores the token just sampled at position
+		// len(history)-1; the context has room while that is inside it.
+		// (The last token is sampled from the full context's logits and
+		// needs no room of its own.)
+		if len(history) > maxCtx {
 			res.Reason = StopContext
 			break
 		}

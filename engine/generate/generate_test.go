@@ -8,7 +8,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tlite/tlite/models/tokenizer"
+	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/engine/tokenizer"
 )
 
 // scripted is a fake stepper whose logits make greedy decoding produce a
@@ -22,7 +23,7 @@ type scripted struct {
 
 func (s *scripted) Step(tokens, positions []int) ([]float32, error) {
 	if s.n+len(tokens) > s.maxCtx {
-		return nil, ErrContextFull
+		return nil, engine.ErrContextFull
 	}
 	if s.n == 0 {
 		s.promptLen = len(tokens)
@@ -164,10 +165,12 @@ func TestGenerateStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Reason != StopContext || res.PromptTokens+res.NewTokens != 6 {
+	// Six positions hold six tokens, and the logits of the sixth give a
+	// seventh.
+	if res.Reason != StopContext || res.PromptTokens+res.NewTokens != 7 {
 		t.Errorf("context of 6: %q after %d + %d tokens", res.Reason, res.PromptTokens, res.NewTokens)
 	}
-	if _, err := New(small, tok).Generate(ctx, Request{Tokens: count(1, 7)}, nil); !errors.Is(err, ErrContextFull) {
+	if _, err := New(small, tok).Generate(ctx, Request{Tokens: count(1, 7)}, nil); !errors.Is(err, engine.ErrContextFull) {
 		t.Errorf("a 7-token prompt in a context of 6: %v", err)
 	}
 }

@@ -10,7 +10,6 @@
 package generate
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -38,10 +37,6 @@ type Stepper interface {
 	// Vocab is the length of one row of logits.
 	Vocab() int
 }
-
-// ErrContextFull is returned (wrapped) by Step when the tokens do not fit
-// in MaxContext.
-var ErrContextFull = errors.New("context full")
 
 // Config configures NewExplicit.
 type Config struct {
@@ -102,7 +97,7 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 			continue
 		}
 		if len(p.Shape) != 2 {
-			return nil, fmt.Errorf("generate: input_ids has shape %s, want [batch, seq]", engine.ShapeString(p.Shape))
+			return nil, fmt.Errorf("generate: input_ids has shape %s, want [batch, seq]", symshape.FormatShape(p.Shape))
 		}
 		batch = p.Shape[0]
 	}
@@ -140,7 +135,7 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 			}
 		case p.Name == "attention_mask":
 			if len(p.Shape) != 2 {
-				return nil, fmt.Errorf("generate: attention_mask has shape %s, want [batch, total]", engine.ShapeString(p.Shape))
+				return nil, fmt.Errorf("generate: attention_mask has shape %s, want [batch, total]", symshape.FormatShape(p.Shape))
 			}
 			e.mask, e.maskT = p.Name, dt
 			if v, ok := limit(p.Shape[1]); ok {
@@ -148,7 +143,7 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 			}
 		case p.Name == "position_ids":
 			if len(p.Shape) != 2 {
-				return nil, fmt.Errorf("generate: position_ids has shape %s, want [batch, seq]", engine.ShapeString(p.Shape))
+				return nil, fmt.Errorf("generate: position_ids has shape %s, want [batch, seq]", symshape.FormatShape(p.Shape))
 			}
 			e.pos, e.posT = p.Name, dt
 		case strings.HasPrefix(p.Name, "past_key_values"):
@@ -167,7 +162,7 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 					continue
 				}
 				if kp.axis >= 0 {
-					return nil, fmt.Errorf("generate: past input %q has shape %s: two dims (%d and %d) could be the past length", p.Name, engine.ShapeString(p.Shape), kp.axis, a)
+					return nil, fmt.Errorf("generate: past input %q has shape %s: two dims (%d and %d) could be the past length", p.Name, symshape.FormatShape(p.Shape), kp.axis, a)
 				}
 				kp.axis = a
 				kp.shape = append(kp.shape, 0)
@@ -178,11 +173,11 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 				}
 			}
 			if kp.axis < 0 {
-				return nil, fmt.Errorf("generate: past input %q has shape %s: no symbolic past-length dim", p.Name, engine.ShapeString(p.Shape))
+				return nil, fmt.Errorf("generate: past input %q has shape %s: no symbolic past-length dim", p.Name, symshape.FormatShape(p.Shape))
 			}
 			e.kv = append(e.kv, kp)
 		default:
-			return nil, fmt.Errorf("generate: the model has input %q (%s %s), which a generator does not know how to feed", p.Name, p.Type, engine.ShapeString(p.Shape))
+			return nil, fmt.Errorf("generate: the model has input %q (%s %s), which a generator does not know how to feed", p.Name, p.Type, symshape.FormatShape(p.Shape))
 		}
 	}
 	if len(e.kv) == 0 {
@@ -207,7 +202,7 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 		}
 	}
 	if e.vocab <= 0 {
-		return nil, fmt.Errorf("generate: output %q has shape %s: want a constant vocabulary as its last dim", e.logits, engine.ShapeString(outs[e.logits].Shape))
+		return nil, fmt.Errorf("generate: output %q has shape %s: want a constant vocabulary as its last dim", e.logits, symshape.FormatShape(outs[e.logits].Shape))
 	}
 	if maxCtx < 0 {
 		return nil, fmt.Errorf("generate: the session declares no maximum for the past length")
@@ -268,7 +263,7 @@ func (e *Explicit) Step(tokens []int, positions []int) ([]float32, error) {
 		return nil, fmt.Errorf("generate: Step with %d tokens and %d positions", len(tokens), len(positions))
 	}
 	if e.n+len(tokens) > e.maxCtx {
-		return nil, fmt.Errorf("generate: %d tokens after %d do not fit in a context of %d: %w", len(tokens), e.n, e.maxCtx, ErrContextFull)
+		return nil, fmt.Errorf("generate: %d tokens after %d do not fit in a context of %d: %w", len(tokens), e.n, e.maxCtx, engine.ErrContextFull)
 	}
 	for i, id := range tokens {
 		if id < 0 || id >= e.vocab {

@@ -248,8 +248,8 @@ func TestStepErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := st.Step([]int{1, 2, 3}, count(6, 3))
-	if !errors.Is(err, ErrContextFull) {
-		t.Errorf("9 tokens in a context of 8: err = %v, want ErrContextFull", err)
+	if !errors.Is(err, engine.ErrContextFull) {
+		t.Errorf("9 tokens in a context of 8: err = %v, want engine.ErrContextFull", err)
 	}
 	if _, err := st.Step([]int{300}, []int{6}); err == nil || !strings.Contains(err.Error(), "vocabulary") {
 		t.Errorf("token 300 of a 256-token vocabulary: err = %v", err)

@@ -22,20 +22,16 @@
 package kv
 
 import (
-	"errors"
 	"fmt"
 
 	"gorgonia.org/tensor"
 
 	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/symshape"
 )
 
 // Config is the in-place cache's configuration, engine.Options.KVCache.
 type Config = engine.KVConfig
-
-// ErrContextFull is returned (wrapped) when a position or slot does not fit
-// in the cache.
-var ErrContextFull = errors.New("context full")
 
 // Open opens the exported decoder at path with an in-place cache of cfg
 // and returns its state. Closing the state's session (State.Session)
@@ -90,11 +86,11 @@ func New(s *engine.Session) (*State, error) {
 		return nil, fmt.Errorf("kv: the session has no output called logits")
 	}
 	if len(lp.Shape) != 3 {
-		return nil, fmt.Errorf("kv: output %q has shape %s; want [1, seq, vocab]", lp.Name, engine.ShapeString(lp.Shape))
+		return nil, fmt.Errorf("kv: output %q has shape %s; want [1, seq, vocab]", lp.Name, symshape.FormatShape(lp.Shape))
 	}
 	v, ok := lp.Shape[2].Const()
 	if !ok {
-		return nil, fmt.Errorf("kv: output %q has shape %s; want a constant vocabulary last", lp.Name, engine.ShapeString(lp.Shape))
+		return nil, fmt.Errorf("kv: output %q has shape %s; want a constant vocabulary last", lp.Name, symshape.FormatShape(lp.Shape))
 	}
 	st.logits, st.vocab = lp.Name, int(v)
 	st.Reset()
@@ -186,7 +182,7 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 		}
 		s := slots[i]
 		if s < 0 || s >= ctx {
-			return nil, fmt.Errorf("kv: token %d goes to slot %d, outside the cache's %d slots: %w", i, s, ctx, ErrContextFull)
+			return nil, fmt.Errorf("kv: token %d goes to slot %d, outside the cache's %d slots: %w", i, s, ctx, engine.ErrContextFull)
 		}
 		if k, dup := written[s]; dup {
 			return nil, fmt.Errorf("kv: tokens %d and %d both go to slot %d", k, i, s)
@@ -272,7 +268,7 @@ func (p *Stepper) State() *State { return p.st }
 // with every token stepped since the last Reset (at an earlier or equal
 // position) as context. It returns the logits row-major [len(tokens),
 // Vocab()], or the last row when LastOnly. A position beyond MaxContext is
-// an error wrapping ErrContextFull. On error the sequence is as it was
+// an error wrapping engine.ErrContextFull. On error the sequence is as it was
 // (unless the step was rewriting positions already in it: their slots may
 // hold the new keys and values).
 func (p *Stepper) Step(tokens []int, positions []int) ([]float32, error) {
@@ -281,7 +277,7 @@ func (p *Stepper) Step(tokens []int, positions []int) ([]float32, error) {
 	}
 	for i, pos := range positions {
 		if pos >= p.st.MaxContext() {
-			return nil, fmt.Errorf("kv: token %d at position %d beyond the cache's %d slots: %w", i, pos, p.st.MaxContext(), ErrContextFull)
+			return nil, fmt.Errorf("kv: token %d at position %d beyond the cache's %d slots: %w", i, pos, p.st.MaxContext(), engine.ErrContextFull)
 		}
 	}
 	logits, err := p.st.Forward(tokens, positions, positions)

@@ -170,8 +170,8 @@ func TestStateBookkeeping(t *testing.T) {
 			t.Errorf("%s: Len %d after a refused forward", b.name, st.Len())
 		}
 	}
-	if _, err := st.Forward([]int{1}, []int{3}, []int{20}); !errors.Is(err, ErrContextFull) {
-		t.Errorf("slot beyond the cache: %v does not wrap ErrContextFull", err)
+	if _, err := st.Forward([]int{1}, []int{3}, []int{20}); !errors.Is(err, engine.ErrContextFull) {
+		t.Errorf("slot beyond the cache: %v does not wrap engine.ErrContextFull", err)
 	}
 	if err := st.Free(3, 4, 4); err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func TestStepperGreedy(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("stepper generated %v, explicit %v", got, want)
 			}
-			if _, err := p.Step([]int{1}, []int{32}); !errors.Is(err, ErrContextFull) {
+			if _, err := p.Step([]int{1}, []int{32}); !errors.Is(err, engine.ErrContextFull) {
 				t.Errorf("position 32 of 32: %v", err)
 			}
 			if err := p.Reset(); err != nil || st.Len() != 0 {

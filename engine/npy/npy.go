@@ -338,6 +338,13 @@ func Write(w io.Writer, t tensor.Tensor) error {
 	return err
 }
 
+// denseTypes maps element types onto gorgonia's.
+var denseTypes = map[dtype.Type]tensor.Dtype{
+	dtype.Float32: tensor.Float32, dtype.Float64: tensor.Float64, dtype.Int64: tensor.Int64, dtype.Int32: tensor.Int32,
+	dtype.Int16: tensor.Int16, dtype.Int8: tensor.Int8, dtype.Uint8: tensor.Uint8, dtype.Uint16: tensor.Uint16,
+	dtype.Uint32: tensor.Uint32, dtype.Uint64: tensor.Uint64, dtype.Bool: tensor.Bool,
+}
+
 // descrs names each type's .npy descriptor.
 var descrs = map[dtype.Type]string{
 	dtype.Float32: "<f4", dtype.Float64: "<f8", dtype.Int64: "<i8", dtype.Int32: "<i4",
@@ -349,6 +356,15 @@ var descrs = map[dtype.Type]string{
 // the inverse of FromBytes. Scalars give one element.
 func ToBytes(t tensor.Tensor) (dtype.Type, []byte, error) {
 	le := binary.LittleEndian
+	if !t.Shape().IsScalar() && t.Shape().TotalSize() == 0 {
+		// gorgonia's Data panics on an empty backing; the type is all there is.
+		for dt, d := range denseTypes {
+			if d == t.Dtype() {
+				return dt, nil, nil
+			}
+		}
+		return dtype.Undefined, nil, fmt.Errorf("element type %v is not supported", t.Dtype())
+	}
 	data := t.Data()
 	switch v := data.(type) { // a scalar tensor's Data is the bare value
 	case float32:

@@ -93,3 +93,21 @@ np.save(d + "/s.npy", np.float32(7))
 		t.Errorf("scalar: shape %v", got.Shape())
 	}
 }
+
+// TestWriteEmpty: a tensor with no elements writes as a header only and
+// reads back with its shape and type (gorgonia's Data panics on such a
+// tensor, so ToBytes must not call it).
+func TestWriteEmpty(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty.npy")
+	e := tensor.New(tensor.WithShape(2, 0), tensor.Of(tensor.Int64))
+	if err := WriteFile(path, e); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Dtype() != tensor.Int64 || len(back.Shape()) != 2 || back.Shape()[0] != 2 || back.Shape()[1] != 0 {
+		t.Errorf("read back %v %v", back.Dtype(), back.Shape())
+	}
+}

@@ -246,7 +246,7 @@ func scanRule(c *ctx, n *graph.Node) error {
 		}
 		if batch {
 			if len(s) == 0 {
-				return fmt.Errorf("state %d %s lacks the batch axis", i, fmtShape(s))
+				return fmt.Errorf("state %d %s lacks the batch axis", i, symshape.FormatShape(s))
 			}
 			bdim, s = s[0], s[1:]
 		}
@@ -260,7 +260,7 @@ func scanRule(c *ctx, n *graph.Node) error {
 		}
 		if batch {
 			if len(s) < 2 {
-				return fmt.Errorf("scan input %d %s lacks batch and sequence axes", j, fmtShape(s))
+				return fmt.Errorf("scan input %d %s lacks batch and sequence axes", j, symshape.FormatShape(s))
 			}
 			bdim = s[0]
 			s = s[1:]

@@ -99,11 +99,11 @@ func convRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(x) < 3 || len(w) != len(x) {
-		return fmt.Errorf("input %s and weight %s must both be [N, C, spatial...] of one rank", fmtShape(x), fmtShape(w))
+		return fmt.Errorf("input %s and weight %s must both be [N, C, spatial...] of one rank", symshape.FormatShape(x), symshape.FormatShape(w))
 	}
 	group := n.AttrInt("group", 1)
 	if _, err := c.unify(x[1], symshape.Mul(w[1], symshape.Const(group)), func() string {
-		return fmt.Sprintf("input %s channels against weight %s with group %d", fmtShape(x), fmtShape(w), group)
+		return fmt.Sprintf("input %s channels against weight %s with group %d", symshape.FormatShape(x), symshape.FormatShape(w), group)
 	}); err != nil {
 		return err
 	}
@@ -144,10 +144,12 @@ func convTransposeRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(x) < 3 || len(w) != len(x) {
-		return fmt.Errorf("input %s and weight %s must both be [N, C, spatial...] of one rank", fmtShape(x), fmtShape(w))
+		return fmt.Errorf("input %s and weight %s must both be [N, C, spatial...] of one rank", symshape.FormatShape(x), symshape.FormatShape(w))
 	}
 	group := n.AttrInt("group", 1)
-	if _, err := c.unify(x[1], w[0], func() string { return fmt.Sprintf("input %s channels against weight %s", fmtShape(x), fmtShape(w)) }); err != nil {
+	if _, err := c.unify(x[1], w[0], func() string {
+		return fmt.Sprintf("input %s channels against weight %s", symshape.FormatShape(x), symshape.FormatShape(w))
+	}); err != nil {
 		return err
 	}
 	r := len(x) - 2
@@ -194,7 +196,7 @@ func poolRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(x) < 3 {
-		return fmt.Errorf("input %s must be [N, C, spatial...]", fmtShape(x))
+		return fmt.Errorf("input %s must be [N, C, spatial...]", symshape.FormatShape(x))
 	}
 	r := len(x) - 2
 	win, err := readWindow(n, r, nil)
@@ -221,7 +223,7 @@ func globalPoolRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(x) < 2 {
-		return fmt.Errorf("input %s must be [N, C, spatial...]", fmtShape(x))
+		return fmt.Errorf("input %s must be [N, C, spatial...]", symshape.FormatShape(x))
 	}
 	out := copyShape(x[:2])
 	for range x[2:] {
@@ -238,7 +240,7 @@ func maxUnpoolRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(x) < 3 {
-		return fmt.Errorf("input %s must be [N, C, spatial...]", fmtShape(x))
+		return fmt.Errorf("input %s must be [N, C, spatial...]", symshape.FormatShape(x))
 	}
 	if input(n, 2) != nil {
 		s, err := c.shapeVector(n, 2, output(n, 0))
@@ -274,7 +276,7 @@ func roiAlignRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(x) != 4 || len(rois) != 2 {
-		return fmt.Errorf("X %s must be 4-D and rois %s 2-D", fmtShape(x), fmtShape(rois))
+		return fmt.Errorf("X %s must be 4-D and rois %s 2-D", symshape.FormatShape(x), symshape.FormatShape(rois))
 	}
 	oh, ow := n.AttrInt("output_height", 1), n.AttrInt("output_width", 1)
 	c.setOut(n, 0, []symshape.Expr{rois[0], x[1], symshape.Const(oh), symshape.Const(ow)}, typeOf(n, 0))
@@ -292,7 +294,7 @@ func gridSampleRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(x) < 3 || len(grid) != len(x) {
-		return fmt.Errorf("X %s and grid %s must be [N, C, spatial...] and [N, spatial..., r]", fmtShape(x), fmtShape(grid))
+		return fmt.Errorf("X %s and grid %s must be [N, C, spatial...] and [N, spatial..., r]", symshape.FormatShape(x), symshape.FormatShape(grid))
 	}
 	out := append([]symshape.Expr{x[0], x[1]}, grid[1:len(grid)-1]...)
 	c.setOut(n, 0, out, typeOf(n, 0))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/symshape"
 )
 
 // toGraphTensor converts a test input to a graph.Tensor; ok is false for
@@ -184,7 +185,7 @@ func runCorpusCase(tc *testbackend.TestCase) corpusResult {
 			continue // gorgonia writes scalars as [1]
 		}
 		if len(got) != len(want) {
-			res.status, res.detail = "fail", fmt.Sprintf("output %q: derived %s, expected %v", v.Name, fmtShape(got), want)
+			res.status, res.detail = "fail", fmt.Sprintf("output %q: derived %s, expected %v", v.Name, symshape.FormatShape(got), want)
 			return res
 		}
 		for j, d := range got {
@@ -194,11 +195,11 @@ func runCorpusCase(tc *testbackend.TestCase) corpusResult {
 					dataDep = true
 					continue
 				}
-				res.status, res.detail = "fail", fmt.Sprintf("output %q: derived %s has symbols, expected %v", v.Name, fmtShape(got), want)
+				res.status, res.detail = "fail", fmt.Sprintf("output %q: derived %s has symbols, expected %v", v.Name, symshape.FormatShape(got), want)
 				return res
 			}
 			if k != int64(want[j]) {
-				res.status, res.detail = "fail", fmt.Sprintf("output %q: derived %s, expected %v", v.Name, fmtShape(got), want)
+				res.status, res.detail = "fail", fmt.Sprintf("output %q: derived %s, expected %v", v.Name, symshape.FormatShape(got), want)
 				return res
 			}
 		}

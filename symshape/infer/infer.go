@@ -56,6 +56,25 @@
 // HostRuntime when it reads only host values and makes small tensors, and
 // Device otherwise.
 //
+// # Limits and pins
+//
+// Some derivation steps hold only for some sizes: a clamp assumed not to
+// bind (rows past..past+seq of a 256-row mask derive as
+// min(past + seq, 256) - min(past, 256) and are unified with seq), an index
+// into a fixed table (arange(past, past + seq) into 256 learned positions,
+// input_ids into the embedding). Each becomes a Limit in Result.Limits, a
+// maximum of an expression of symbols or of a graph input's values, with
+// the node that relies on it; Result.Check refuses sizes beyond them and
+// Result.ExprMax and InputLimit give the maxima to size a context from. An
+// equality that fixes a dynamic input axis to a constant (a size traced as
+// a constant at export) is reported as a Pin with what it means. Equalities
+// with no integer solution (4*batch == 15) are errors, not assumptions.
+//
+// Constant folding at load is budgeted (Options.FoldBytes): a node whose
+// inputs are all constants stays a Device node once the folded bytes would
+// exceed the budget. Any value whose constant shape exceeds MaxTensorBytes,
+// or whose size overflows, is refused with the node named.
+//
 // # Broadcasting and symbols that could be 1
 //
 // ONNX broadcasting makes a dim of 1 stretch. A symbolic dim that is not
@@ -94,6 +113,11 @@ type Options struct {
 	// slicing a 64-row position table to seq rows gives seq rows, not
 	// min(seq, 64). Derived shapes are then valid only within the bounds.
 	Bounds symshape.Bounds
+	// FoldBytes is the load-time folding budget: nodes whose inputs are all
+	// constants are classified ConstFold only while the bytes of all folded
+	// outputs together stay within it; past it they stay Device nodes. 0
+	// means DefaultFoldBytes.
+	FoldBytes int64
 }
 
 // Class says how a node is executed once shapes are known.
@@ -157,6 +181,9 @@ type Assumption struct {
 	Kept symshape.Expr
 	Node string
 	What string
+	// Limited is true when A == B holds exactly while clamps in them do not
+	// bind; the clamps are then recorded in Result.Limits.
+	Limited bool
 }
 
 // String prints the assumption for logs.
@@ -176,6 +203,11 @@ type Result struct {
 	Fresh []FreshSym
 	// Assumptions are equalities that could not be proven nor solved.
 	Assumptions []Assumption
+	// Limits are the maxima the derivation relies on (see Limit), symbol
+	// limits first; an engine must refuse sizes beyond them.
+	Limits []Limit
+	// Pins are proofs that fix a dynamic input axis (see Pin).
+	Pins []Pin
 	// Class holds every node of the main graph (subgraph nodes are not
 	// classified: their owner is).
 	Class map[*graph.Node]Class
@@ -241,6 +273,8 @@ type ctx struct {
 	known  map[*graph.Value]bool          // values whose contents are known constants (not only Elems)
 	host   map[*graph.Value]bool          // values computed on the host (Folded, ConstFold, HostRuntime outputs)
 	data   map[*graph.Value]*graph.Tensor // contents of initializers, Constants and Options.Inputs
+	vbound map[*graph.Value]valBound      // bounds of integer tensors' values (see limits.go)
+	folded int64                          // bytes of ConstFold outputs so far
 	nfresh int
 }
 
@@ -301,12 +335,13 @@ func Run(m *graph.Model, opts Options) (*Result, error) {
 			Counts:      map[Class]int{},
 			SymbolNames: map[string]string{},
 		},
-		seen:  map[*graph.Value]bool{},
-		syms:  map[string]*symInfo{},
-		subst: map[string]symshape.Expr{},
-		known: map[*graph.Value]bool{},
-		host:  map[*graph.Value]bool{},
-		data:  map[*graph.Value]*graph.Tensor{},
+		seen:   map[*graph.Value]bool{},
+		syms:   map[string]*symInfo{},
+		subst:  map[string]symshape.Expr{},
+		known:  map[*graph.Value]bool{},
+		host:   map[*graph.Value]bool{},
+		data:   map[*graph.Value]*graph.Tensor{},
+		vbound: map[*graph.Value]valBound{},
 	}
 	g := m.Graph
 	clearDerived(g)
@@ -324,6 +359,10 @@ func Run(m *graph.Model, opts Options) (*Result, error) {
 		c.res.Counts[c.res.Class[n]]++
 	}
 	c.res.Symbols = c.collectSymbols()
+	if err := c.finishLimits(); err != nil {
+		return nil, err
+	}
+	sortLimits(c.res.Limits)
 	return c.res, nil
 }
 
@@ -392,6 +431,10 @@ func (c *ctx) runNode(n *graph.Node) error {
 	if err := c.apply(r, n); err != nil {
 		return fmt.Errorf("node %s (%s): %w", n.Name, n.OpType, err)
 	}
+	if err := c.checkOutputs(n); err != nil {
+		return fmt.Errorf("node %s (%s): %w", n.Name, n.OpType, err)
+	}
+	c.trackValues(n)
 	c.node = nil
 	for i, v := range n.Outputs {
 		if v != nil && v.Shape == nil {
@@ -706,7 +749,7 @@ func (c *ctx) checkDeclaredOutputs(g *graph.Graph) error {
 		if len(v.Declared) != len(v.Shape) {
 			c.res.Assumptions = append(c.res.Assumptions, Assumption{
 				Kept: symshape.Const(int64(len(v.Shape))),
-				What: fmt.Sprintf("graph output %q is declared with rank %d but derives as %s", v.Name, len(v.Declared), fmtShape(v.Shape)),
+				What: fmt.Sprintf("graph output %q is declared with rank %d but derives as %s", v.Name, len(v.Declared), symshape.FormatShape(v.Shape)),
 			})
 			continue
 		}
@@ -737,16 +780,4 @@ func (c *ctx) checkDeclaredOutputs(g *graph.Graph) error {
 		}
 	}
 	return nil
-}
-
-// fmtShape prints a shape as "[batch, seq, 64]".
-func fmtShape(s []symshape.Expr) string {
-	if s == nil {
-		return "<unknown>"
-	}
-	parts := make([]string, len(s))
-	for i, e := range s {
-		parts[i] = e.String()
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
 }

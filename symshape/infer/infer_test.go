@@ -7,6 +7,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/symshape"
 )
 
 const f32, i64 = dtype.Float32, dtype.Int64
@@ -50,7 +51,7 @@ func runCases(t *testing.T, cases []ruleCase) {
 				if v == nil {
 					t.Fatalf("no value %q", name)
 				}
-				if got := fmtShape(v.Shape); got != want {
+				if got := symshape.FormatShape(v.Shape); got != want {
 					t.Errorf("shape of %s = %s, want %s", name, got, want)
 				}
 			}
@@ -58,7 +59,7 @@ func runCases(t *testing.T, cases []ruleCase) {
 				v := m.Graph.Value(name)
 				got := "<none>"
 				if v.Elems != nil {
-					got = fmtShape(v.Elems)
+					got = symshape.FormatShape(v.Elems)
 				}
 				if got != want {
 					t.Errorf("elems of %s = %s, want %s", name, got, want)
@@ -81,11 +82,11 @@ func runCases(t *testing.T, cases []ruleCase) {
 				for _, b := range tc.bindings {
 					got, err := evalShape(v.Shape, b)
 					if err != nil {
-						t.Errorf("%s = %s at %v: %v", name, fmtShape(v.Shape), b, err)
+						t.Errorf("%s = %s at %v: %v", name, symshape.FormatShape(v.Shape), b, err)
 						continue
 					}
 					if want := f(b); fmt.Sprint(got) != fmt.Sprint(want) {
-						t.Errorf("%s = %s at %v is %v, want %v", name, fmtShape(v.Shape), b, got, want)
+						t.Errorf("%s = %s at %v is %v, want %v", name, symshape.FormatShape(v.Shape), b, got, want)
 					}
 				}
 			}

@@ -39,7 +39,7 @@ func (c *ctx) matMul(n *graph.Node, t dtype.Type) error {
 		return err
 	}
 	if len(a) == 0 || len(b) == 0 {
-		return fmt.Errorf("inputs %s and %s: MatMul needs rank >= 1", fmtShape(a), fmtShape(b))
+		return fmt.Errorf("inputs %s and %s: MatMul needs rank >= 1", symshape.FormatShape(a), symshape.FormatShape(b))
 	}
 	origA, origB := a, b
 	vecA, vecB := len(a) == 1, len(b) == 1
@@ -51,13 +51,13 @@ func (c *ctx) matMul(n *graph.Node, t dtype.Type) error {
 	}
 	ka, kb := a[len(a)-1], b[len(b)-2]
 	k, err := c.unify(ka, kb, func() string {
-		return fmt.Sprintf("inputs %s and %s do not agree on K", fmtShape(origA), fmtShape(origB))
+		return fmt.Sprintf("inputs %s and %s do not agree on K", symshape.FormatShape(origA), symshape.FormatShape(origB))
 	})
 	if err != nil {
 		return err
 	}
 	_ = k
-	batch, err := c.broadcast(fmt.Sprintf("batch dims of %s and %s", fmtShape(origA), fmtShape(origB)), a[:len(a)-2], b[:len(b)-2])
+	batch, err := c.broadcast(fmt.Sprintf("batch dims of %s and %s", symshape.FormatShape(origA), symshape.FormatShape(origB)), a[:len(a)-2], b[:len(b)-2])
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func gemmRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(a) != 2 || len(b) != 2 {
-		return fmt.Errorf("inputs %s and %s must be 2-D", fmtShape(a), fmtShape(b))
+		return fmt.Errorf("inputs %s and %s must be 2-D", symshape.FormatShape(a), symshape.FormatShape(b))
 	}
 	m, ka := a[0], a[1]
 	if n.AttrInt("transA", 0) != 0 {
@@ -93,13 +93,15 @@ func gemmRule(c *ctx, n *graph.Node) error {
 	if n.AttrInt("transB", 0) != 0 {
 		kb, nn = b[1], b[0]
 	}
-	if _, err := c.unify(ka, kb, func() string { return fmt.Sprintf("inputs %s and %s do not agree on K", fmtShape(a), fmtShape(b)) }); err != nil {
+	if _, err := c.unify(ka, kb, func() string {
+		return fmt.Sprintf("inputs %s and %s do not agree on K", symshape.FormatShape(a), symshape.FormatShape(b))
+	}); err != nil {
 		return err
 	}
 	out := []symshape.Expr{c.resolve(m), c.resolve(nn)}
 	if input(n, 2) != nil {
 		cs, _ := c.shapeOf(n, 2)
-		if _, err := c.broadcast(fmt.Sprintf("C %s against the product %s", fmtShape(cs), fmtShape(out)), out, cs); err != nil {
+		if _, err := c.broadcast(fmt.Sprintf("C %s against the product %s", symshape.FormatShape(cs), symshape.FormatShape(out)), out, cs); err != nil {
 			return err
 		}
 	}
@@ -142,10 +144,10 @@ func einsumRule(c *ctx, n *graph.Node) error {
 		if !hasEll {
 			nell = 0
 			if len(letters) != len(s) {
-				return fmt.Errorf("operand %d %q has %d letters but shape %s", j, term, len(letters), fmtShape(s))
+				return fmt.Errorf("operand %d %q has %d letters but shape %s", j, term, len(letters), symshape.FormatShape(s))
 			}
 		} else if nell < 0 {
-			return fmt.Errorf("operand %d %q needs rank >= %d, has shape %s", j, term, len(letters)-1, fmtShape(s))
+			return fmt.Errorf("operand %d %q needs rank >= %d, has shape %s", j, term, len(letters)-1, symshape.FormatShape(s))
 		}
 		p := 0
 		for _, l := range letters {

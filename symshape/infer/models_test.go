@@ -25,7 +25,8 @@ import (
 const modelsDir = "../../testdata/models"
 
 // exportedModels are the models the acceptance test requires.
-var exportedModels = []string{"llama", "gpt2", "bert", "clip_text", "clip_vision", "resnet"}
+var exportedModels = []string{"llama", "gpt2", "bert", "clip_text", "clip_vision", "resnet",
+	"hf_llama", "hf_qwen2", "hf_gpt2", "hf_bigcode_mqa", "hf_neox", "hf_bloom"}
 
 // presentLen names, per decoder, the KV cache outputs and the axis holding
 // the sequence length.
@@ -33,8 +34,12 @@ var presentLen = map[string]struct {
 	prefix string
 	axis   int
 }{
-	"llama": {"present.", 2},
-	"gpt2":  {"present.", 3},
+	"llama":    {"present.", 2},
+	"gpt2":     {"present.", 3},
+	"hf_llama": {"present.", 2},
+	"hf_qwen2": {"present.", 2},
+	"hf_gpt2":  {"present.", 2},
+	"hf_neox":  {"present.", 2},
 }
 
 type manifest struct {
@@ -203,7 +208,7 @@ func TestExportedModels(t *testing.T) {
 				}
 				for _, d := range v.Shape {
 					if !d.IsValid() {
-						t.Errorf("value %q has an invalid dim: %s", v.Name, fmtShape(v.Shape))
+						t.Errorf("value %q has an invalid dim: %s", v.Name, symshape.FormatShape(v.Shape))
 					}
 				}
 			}
@@ -215,7 +220,7 @@ func TestExportedModels(t *testing.T) {
 					}
 					found++
 					if got := v.Shape[p.axis].String(); got != "past + seq" {
-						t.Errorf("%s length = %s, want past + seq (shape %s)", v.Name, got, fmtShape(v.Shape))
+						t.Errorf("%s length = %s, want past + seq (shape %s)", v.Name, got, symshape.FormatShape(v.Shape))
 					}
 				}
 				if found == 0 {
@@ -247,11 +252,11 @@ func TestExportedModels(t *testing.T) {
 					}
 					got, err := evalShape(v.Shape, b)
 					if err != nil {
-						t.Errorf("%s: output %q shape %s at %v: %v", dir, o.Name, fmtShape(v.Shape), mf.Symbols, err)
+						t.Errorf("%s: output %q shape %s at %v: %v", dir, o.Name, symshape.FormatShape(v.Shape), mf.Symbols, err)
 						continue
 					}
 					if fmt.Sprint(got) != fmt.Sprint(want) {
-						t.Errorf("%s: output %q: derived %s = %v at %v, reference %v", dir, o.Name, fmtShape(v.Shape), got, mf.Symbols, want)
+						t.Errorf("%s: output %q: derived %s = %v at %v, reference %v", dir, o.Name, symshape.FormatShape(v.Shape), got, mf.Symbols, want)
 					}
 				}
 			}
@@ -304,25 +309,25 @@ func checkAgainstFixed(t *testing.T, load func() *graph.Model, ranges map[string
 			w := byName[v.Name]
 			got, err := evalShape(v.Shape, b)
 			if err != nil {
-				t.Errorf("%q: shape %s at %v: %v", v.Name, fmtShape(v.Shape), fixed, err)
+				t.Errorf("%q: shape %s at %v: %v", v.Name, symshape.FormatShape(v.Shape), fixed, err)
 				bad++
 				continue
 			}
 			want, ok := constDims(w.Shape)
 			if !ok {
-				t.Errorf("%q: fixed run derived %s, not constant", v.Name, fmtShape(w.Shape))
+				t.Errorf("%q: fixed run derived %s, not constant", v.Name, symshape.FormatShape(w.Shape))
 				bad++
 				continue
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Errorf("%q: %s at %v = %v, fixed run derived %v", v.Name, fmtShape(v.Shape), fixed, got, want)
+				t.Errorf("%q: %s at %v = %v, fixed run derived %v", v.Name, symshape.FormatShape(v.Shape), fixed, got, want)
 				bad++
 			}
 			if v.Elems != nil && w.Elems != nil {
 				ge, err := evalShape(v.Elems, b)
 				we, ok := constInts(w.Elems)
 				if err == nil && ok && fmt.Sprint(ge) != fmt.Sprint(we) {
-					t.Errorf("%q: contents %s at %v = %v, fixed run derived %v", v.Name, fmtShape(v.Elems), fixed, ge, we)
+					t.Errorf("%q: contents %s at %v = %v, fixed run derived %v", v.Name, symshape.FormatShape(v.Elems), fixed, ge, we)
 					bad++
 				}
 			}
@@ -367,11 +372,11 @@ func TestRunTwice(t *testing.T) {
 	}
 	for _, v := range allValues(m.Graph) {
 		if _, ok := constDims(v.Shape); !ok {
-			t.Fatalf("%q still has a symbolic shape %s after a fixed Run", v.Name, fmtShape(v.Shape))
+			t.Fatalf("%q still has a symbolic shape %s after a fixed Run", v.Name, symshape.FormatShape(v.Shape))
 		}
 	}
 	v := m.Graph.Lookup("present.0.key")
-	if got := fmtShape(v.Shape); got != "[2, 2, 8, 16]" {
+	if got := symshape.FormatShape(v.Shape); got != "[2, 2, 8, 16]" {
 		t.Errorf("present.0.key = %s, want [2, 2, 8, 16]", got)
 	}
 }
@@ -389,5 +394,68 @@ func BenchmarkRunLlama(b *testing.B) {
 		if _, err := Run(m, Options{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The decoder test bed's limits: what tl inspect reports and an engine
+// must enforce. GPT-2, GPTBigCode and GPT-NeoX slice a 256-row causal mask
+// (and GPT-2 gathers arange(past, past + seq) from a 256-row table), so
+// past + seq <= 256; the rotary tables of the LLaMA family are gathered by
+// position_ids, a limit on that input's values. The GQA export written
+// with repeat_interleave pins total to the traced constant.
+func TestTestBedLimits(t *testing.T) {
+	cases := []struct {
+		name   string
+		limits []string
+		pins   []string
+	}{
+		{"hf_llama", []string{"values of input_ids <= 319", "values of position_ids <= 255"}, nil},
+		{"hf_qwen2", []string{"values of input_ids <= 299", "values of position_ids <= 255"}, nil},
+		{"hf_gpt2", []string{"past + seq <= 256", "values of input_ids <= 319"}, nil},
+		{"hf_bigcode_mqa", []string{"past + seq <= 256", "values of input_ids <= 299", "values of position_ids <= 255"}, nil},
+		{"hf_neox", []string{"past + seq <= 256", "values of input_ids <= 319", "values of position_ids <= 255"}, nil},
+		{"hf_bloom", []string{"values of input_ids <= 319"}, nil},
+		{"hf_gqa_interleave", []string{"values of input_ids <= 287", "values of position_ids <= 1"},
+			[]string{"total = 2", "seq = -past + 2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Run(loadModel(t, tc.name), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, l := range r.Limits {
+				got = append(got, strings.SplitN(l.String(), " (", 2)[0])
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.limits) {
+				t.Errorf("limits %q, want %q", got, tc.limits)
+			}
+			var pins []string
+			for _, p := range r.Pins {
+				pins = append(pins, p.Sym+" = "+p.Expr.String())
+			}
+			if fmt.Sprint(pins) != fmt.Sprint(tc.pins) {
+				t.Errorf("pins %q, want %q", pins, tc.pins)
+			}
+			for _, a := range r.Assumptions {
+				if !a.Limited && tc.pins == nil {
+					t.Errorf("assumption no limit explains: %v", a)
+				}
+			}
+			// The reference cases are within the limits; the pinned export
+			// cannot run its own exporter's cases.
+			for dir, mf := range manifests(t, tc.name) {
+				err := r.Check(symshape.Binding(mf.Symbols))
+				if (err != nil) != (tc.pins != nil) {
+					t.Errorf("%s: Check(%v) = %v", dir, mf.Symbols, err)
+				}
+			}
+			over := symshape.Binding{"batch": 1, "past": 256, "seq": 1, "batch_heads": 4}
+			err = r.Check(over)
+			if limited := len(tc.limits) > 0 && strings.HasPrefix(tc.limits[0], "past + seq"); limited != (err != nil) && tc.pins == nil {
+				t.Errorf("Check(%v) = %v", over, err)
+			}
+		})
 	}
 }

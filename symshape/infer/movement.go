@@ -45,7 +45,7 @@ func transposeRule(c *ctx, n *graph.Node) error {
 		}
 	}
 	if len(perm) != r {
-		return fmt.Errorf("perm %v has %d entries for input %s", perm, len(perm), fmtShape(in))
+		return fmt.Errorf("perm %v has %d entries for input %s", perm, len(perm), symshape.FormatShape(in))
 	}
 	p, err := normAxes(perm, r)
 	if err != nil {
@@ -114,14 +114,14 @@ func concatRule(c *ctx, n *graph.Node) error {
 	sum := shapes[0][axis]
 	for j, s := range shapes[1:] {
 		if len(s) != r {
-			return fmt.Errorf("input %d has shape %s, rank %d, but input %d has %s", idx[j+1], fmtShape(s), len(s), idx[0], fmtShape(shapes[0]))
+			return fmt.Errorf("input %d has shape %s, rank %d, but input %d has %s", idx[j+1], symshape.FormatShape(s), len(s), idx[0], symshape.FormatShape(shapes[0]))
 		}
 		for d := 0; d < r; d++ {
 			if d == axis {
 				continue
 			}
 			u, err := c.unify(out[d], s[d], func() string {
-				return fmt.Sprintf("inputs %s and %s do not agree on dim %d", fmtShape(shapes[0]), fmtShape(s), d)
+				return fmt.Sprintf("inputs %s and %s do not agree on dim %d", symshape.FormatShape(shapes[0]), symshape.FormatShape(s), d)
 			})
 			if err != nil {
 				return err
@@ -202,10 +202,10 @@ func splitRule(c *ctx, n *graph.Node) error {
 	switch {
 	case explicit != nil:
 		if len(explicit) != k {
-			return fmt.Errorf("split %s has %d entries for %d outputs", fmtShape(explicit), len(explicit), k)
+			return fmt.Errorf("split %s has %d entries for %d outputs", symshape.FormatShape(explicit), len(explicit), k)
 		}
 		if _, err := c.unify(symshape.Sum(explicit...), d, func() string {
-			return fmt.Sprintf("split sizes %s must add up to dim %d of %s", fmtShape(explicit), axis, fmtShape(in))
+			return fmt.Sprintf("split sizes %s must add up to dim %d of %s", symshape.FormatShape(explicit), axis, symshape.FormatShape(in))
 		}); err != nil {
 			return err
 		}
@@ -224,7 +224,7 @@ func splitRule(c *ctx, n *graph.Node) error {
 	default:
 		part, err := exactDiv(d, symshape.Const(int64(k)))
 		if err != nil {
-			return fmt.Errorf("dim %d of %s does not split into %d equal parts: %v", axis, fmtShape(in), k, err)
+			return fmt.Errorf("dim %d of %s does not split into %d equal parts: %v", axis, symshape.FormatShape(in), k, err)
 		}
 		sizes = make([]symshape.Expr, k)
 		for i := range sizes {
@@ -310,7 +310,7 @@ func sliceRule(c *ctx, n *graph.Node) error {
 		}
 	}
 	if len(starts) != len(ends) {
-		return fmt.Errorf("starts %s and ends %s differ in length", fmtShape(starts), fmtShape(ends))
+		return fmt.Errorf("starts %s and ends %s differ in length", symshape.FormatShape(starts), symshape.FormatShape(ends))
 	}
 	ax := make([]int, len(starts))
 	if axes == nil {
@@ -320,7 +320,7 @@ func sliceRule(c *ctx, n *graph.Node) error {
 	} else {
 		ai, ok := constInts(axes)
 		if !ok || len(ai) != len(starts) {
-			return fmt.Errorf("axes %s must be %d constants", fmtShape(axes), len(starts))
+			return fmt.Errorf("axes %s must be %d constants", symshape.FormatShape(axes), len(starts))
 		}
 		if ax, err = normAxes(ai, r); err != nil {
 			return err
@@ -347,7 +347,7 @@ func sliceRule(c *ctx, n *graph.Node) error {
 		}
 		s, size, err := c.sliceDim(in[a], starts[j], ends[j], step)
 		if err != nil {
-			return fmt.Errorf("axis %d of %s, start %s, end %s, step %d: %v", a, fmtShape(in), starts[j], ends[j], step, err)
+			return fmt.Errorf("axis %d of %s, start %s, end %s, step %d: %v", a, symshape.FormatShape(in), starts[j], ends[j], step, err)
 		}
 		out[a] = size
 		ks, ok1 := s.Const()
@@ -489,6 +489,7 @@ func gatherRule(c *ctx, n *graph.Node) error {
 	}
 	out := append(append(copyShape(data[:axis]), ind...), data[axis+1:]...)
 	c.setOut(n, 0, out, typeOf(n, 0))
+	c.indexLimit(n, input(n, 1), data[axis], axis)
 	ds, ok1 := c.smallIn(n, 0)
 	is, ok2 := c.smallIn(n, 1)
 	if !ok1 || !ok2 {
@@ -549,9 +550,12 @@ func gatherElementsRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(ind) != len(data) {
-		return fmt.Errorf("data %s and indices %s differ in rank", fmtShape(data), fmtShape(ind))
+		return fmt.Errorf("data %s and indices %s differ in rank", symshape.FormatShape(data), symshape.FormatShape(ind))
 	}
 	c.setOut(n, 0, ind, typeOf(n, 0))
+	if axis, err := normAxis(n.AttrInt("axis", 0), len(data)); err == nil {
+		c.indexLimit(n, input(n, 1), data[axis], axis)
+	}
 	return nil
 }
 
@@ -571,11 +575,11 @@ func gatherNDRule(c *ctx, n *graph.Node) error {
 	}
 	k64, ok := ind[len(ind)-1].Const()
 	if !ok {
-		return fmt.Errorf("last dim of indices %s must be a constant", fmtShape(ind))
+		return fmt.Errorf("last dim of indices %s must be a constant", symshape.FormatShape(ind))
 	}
 	k := int(k64)
 	if b+k > len(data) {
-		return fmt.Errorf("indices %s index %d dims past %d batch dims of data %s", fmtShape(ind), k, b, fmtShape(data))
+		return fmt.Errorf("indices %s index %d dims past %d batch dims of data %s", symshape.FormatShape(ind), k, b, symshape.FormatShape(data))
 	}
 	out := append(copyShape(ind[:len(ind)-1]), data[b+k:]...)
 	c.setOut(n, 0, out, typeOf(n, 0))
@@ -608,7 +612,7 @@ func tileRule(c *ctx, n *graph.Node) error {
 		return nil
 	}
 	if len(rep) != len(in) {
-		return fmt.Errorf("repeats %s has %d entries for input %s", fmtShape(rep), len(rep), fmtShape(in))
+		return fmt.Errorf("repeats %s has %d entries for input %s", symshape.FormatShape(rep), len(rep), symshape.FormatShape(in))
 	}
 	out := make([]symshape.Expr, len(in))
 	for i := range in {
@@ -684,13 +688,13 @@ func padRule(c *ctx, n *graph.Node) error {
 		}
 	}
 	if len(pads) != 2*len(axes) {
-		return fmt.Errorf("pads %s needs %d entries for input %s", fmtShape(pads), 2*len(axes), fmtShape(in))
+		return fmt.Errorf("pads %s needs %d entries for input %s", symshape.FormatShape(pads), 2*len(axes), symshape.FormatShape(in))
 	}
 	out := copyShape(in)
 	for j, a := range axes {
 		out[a] = symshape.Sum(in[a], pads[j], pads[j+len(axes)])
 		if c.sign(out[a]) == -1 {
-			return fmt.Errorf("pads %s make axis %d of %s negative", fmtShape(pads), a, fmtShape(in))
+			return fmt.Errorf("pads %s make axis %d of %s negative", symshape.FormatShape(pads), a, symshape.FormatShape(in))
 		}
 	}
 	c.setOut(n, 0, out, typeOf(n, 0))
@@ -704,7 +708,7 @@ func depthToSpaceRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(in) != 4 {
-		return fmt.Errorf("input %s must be 4-D", fmtShape(in))
+		return fmt.Errorf("input %s must be 4-D", symshape.FormatShape(in))
 	}
 	b := n.AttrInt("blocksize", 0)
 	if b <= 0 {
@@ -713,7 +717,7 @@ func depthToSpaceRule(c *ctx, n *graph.Node) error {
 	bb := symshape.Const(b)
 	ch, err := exactDiv(in[1], symshape.Const(b*b))
 	if err != nil {
-		return fmt.Errorf("channels of %s do not divide by blocksize² %d: %v", fmtShape(in), b*b, err)
+		return fmt.Errorf("channels of %s do not divide by blocksize² %d: %v", symshape.FormatShape(in), b*b, err)
 	}
 	c.setOut(n, 0, []symshape.Expr{in[0], ch, symshape.Mul(in[2], bb), symshape.Mul(in[3], bb)}, typeOf(n, 0))
 	return nil
@@ -726,7 +730,7 @@ func spaceToDepthRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(in) != 4 {
-		return fmt.Errorf("input %s must be 4-D", fmtShape(in))
+		return fmt.Errorf("input %s must be 4-D", symshape.FormatShape(in))
 	}
 	b := n.AttrInt("blocksize", 0)
 	if b <= 0 {
@@ -735,7 +739,7 @@ func spaceToDepthRule(c *ctx, n *graph.Node) error {
 	h, err1 := exactDiv(in[2], symshape.Const(b))
 	w, err2 := exactDiv(in[3], symshape.Const(b))
 	if err1 != nil || err2 != nil {
-		return fmt.Errorf("spatial dims of %s do not divide by blocksize %d", fmtShape(in), b)
+		return fmt.Errorf("spatial dims of %s do not divide by blocksize %d", symshape.FormatShape(in), b)
 	}
 	c.setOut(n, 0, []symshape.Expr{in[0], symshape.Mul(in[1], symshape.Const(b*b)), h, w}, typeOf(n, 0))
 	return nil

@@ -32,12 +32,12 @@ func batchNormRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(x) < 2 {
-		return fmt.Errorf("input %s must be [N, C, ...]", fmtShape(x))
+		return fmt.Errorf("input %s must be [N, C, ...]", symshape.FormatShape(x))
 	}
 	for i := 1; i <= 4; i++ {
 		if p := input(n, i); p != nil && len(p.Shape) == 1 {
 			if _, err := c.unify(x[1], p.Shape[0], func() string {
-				return fmt.Sprintf("channels of %s against input %d %s", fmtShape(x), i, fmtShape(p.Shape))
+				return fmt.Sprintf("channels of %s against input %d %s", symshape.FormatShape(x), i, symshape.FormatShape(p.Shape))
 			}); err != nil {
 				return err
 			}
@@ -142,7 +142,7 @@ func resizeRule(c *ctx, n *graph.Node) error {
 			return nil
 		}
 		if len(sz) != len(axes) {
-			return fmt.Errorf("sizes %s has %d entries for %d axes of %s", fmtShape(sz), len(sz), len(axes), fmtShape(x))
+			return fmt.Errorf("sizes %s has %d entries for %d axes of %s", symshape.FormatShape(sz), len(sz), len(axes), symshape.FormatShape(x))
 		}
 		if pol := n.AttrString("keep_aspect_ratio_policy", "stretch"); pol != "stretch" {
 			return c.resizeKeepAspect(n, x, axes, sz, pol)
@@ -165,7 +165,7 @@ func resizeRule(c *ctx, n *graph.Node) error {
 		return nil
 	}
 	if len(sc) != len(axes) {
-		return fmt.Errorf("scales %v has %d entries for %d axes of %s", sc, len(sc), len(axes), fmtShape(x))
+		return fmt.Errorf("scales %v has %d entries for %d axes of %s", sc, len(sc), len(axes), symshape.FormatShape(x))
 	}
 	for j, a := range axes {
 		d, ok := scaleDim(x[a], sc[j])
@@ -186,7 +186,7 @@ func (c *ctx) resizeKeepAspect(n *graph.Node, x []symshape.Expr, axes []int, sz 
 		d, ok1 := x[a].Const()
 		k, ok2 := sz[j].Const()
 		if !ok1 || !ok2 || d == 0 {
-			return fmt.Errorf("keep_aspect_ratio_policy %q needs constant dims and sizes, got %s and %s", pol, fmtShape(x), fmtShape(sz))
+			return fmt.Errorf("keep_aspect_ratio_policy %q needs constant dims and sizes, got %s and %s", pol, symshape.FormatShape(x), symshape.FormatShape(sz))
 		}
 		r := float64(k) / float64(d)
 		switch {
@@ -236,7 +236,7 @@ func upsampleRule(c *ctx, n *graph.Node) error {
 		}
 	}
 	if len(sc) != len(x) {
-		return fmt.Errorf("scales %v has %d entries for input %s", sc, len(sc), fmtShape(x))
+		return fmt.Errorf("scales %v has %d entries for input %s", sc, len(sc), symshape.FormatShape(x))
 	}
 	res := make([]symshape.Expr, len(x))
 	for i := range x {
@@ -274,7 +274,7 @@ func tfIdfRule(c *ctx, n *graph.Node) error {
 	case 2:
 		c.setOut(n, 0, []symshape.Expr{x[0], d}, dtype.Float32)
 	default:
-		return fmt.Errorf("input %s must be 1-D or 2-D", fmtShape(x))
+		return fmt.Errorf("input %s must be 1-D or 2-D", symshape.FormatShape(x))
 	}
 	return nil
 }

@@ -160,7 +160,7 @@ func topKRule(c *ctx, n *graph.Node) error {
 		k = c.fresh(output(n, 0), axis, "TopK's K is only known at run time")
 	}
 	if c.cmp(k, in[axis]) == symshape.Greater {
-		return fmt.Errorf("K=%s exceeds axis %d of %s", k, axis, fmtShape(in))
+		return fmt.Errorf("K=%s exceeds axis %d of %s", k, axis, symshape.FormatShape(in))
 	}
 	out := copyShape(in)
 	out[axis] = k

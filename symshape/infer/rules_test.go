@@ -427,12 +427,12 @@ func TestReduceAndResizeRules(t *testing.T) {
 }
 
 func TestControlFlow(t *testing.T) {
-	branch := func(name, out string, dims ...any) []byte {
+	branch := func(name, out string, dims ...any) *graph.Graph {
 		g := newGB(13)
 		g.name = name
 		g.node("Constant", nil, []string{out}, aTensor("value", tensorF32("c", toInt64s(dims), zeros(int(prodAny(dims)))...)))
 		g.outputs = append(g.outputs, valueInfo(out, dtype.Float32, true))
-		return g.graphBytes()
+		return g.build()
 	}
 	runCases(t, []ruleCase{
 		{
@@ -470,7 +470,7 @@ func TestControlFlow(t *testing.T) {
 				body.outputs = append(body.outputs, valueInfo("c_out", dtype.Bool, true), valueInfo("acc_out", dtype.Float32, true), valueInfo("row", dtype.Float32, true))
 				return newGB(13).in("x", f32, "n", 4).out("fin").out("rows").
 					initI64("M", nil, 6).
-					node("Loop", []string{"M", "", "x"}, []string{"fin", "rows"}, aGraph("body", body.graphBytes()))
+					node("Loop", []string{"M", "", "x"}, []string{"fin", "rows"}, aGraph("body", body.build()))
 			},
 			shape: map[string]string{"fin": "[n, 4]", "rows": "[6]"},
 		},

@@ -119,12 +119,12 @@ func (c *ctx) shapeVector(n *graph.Node, i int, out *graph.Value) ([]symshape.Ex
 		return nil, fmt.Errorf("input %d (shape) is missing", i)
 	}
 	if len(in.Shape) > 1 {
-		return nil, fmt.Errorf("input %d (shape) must be 1-D, has shape %s", i, fmtShape(in.Shape))
+		return nil, fmt.Errorf("input %d (shape) must be 1-D, has shape %s", i, symshape.FormatShape(in.Shape))
 	}
 	if e, ok := c.elems(n, i); ok {
 		for j, d := range e {
 			if c.sign(d) == -1 {
-				return nil, fmt.Errorf("input %d (shape) %s has a negative dim at %d", i, fmtShape(e), j)
+				return nil, fmt.Errorf("input %d (shape) %s has a negative dim at %d", i, symshape.FormatShape(e), j)
 			}
 		}
 		return e, nil
@@ -174,6 +174,11 @@ func rangeRule(c *ctx, n *graph.Node) error {
 		}
 		cnt = symshape.Max(cnt, symshape.Const(0))
 		c.setOut(n, 0, []symshape.Expr{cnt}, t)
+		if c.sign(delta) == 1 {
+			c.setValueMax(out, symshape.Sub(limit, symshape.Const(1)))
+		} else {
+			c.setValueMax(out, start)
+		}
 		if k, ok := cnt.Const(); ok && k <= MaxElems {
 			e := make([]symshape.Expr, k)
 			for i := range e {
@@ -241,16 +246,16 @@ func reshapeRule(c *ctx, n *graph.Node) error {
 		switch {
 		case isConst && k == -1:
 			if infer >= 0 {
-				return fmt.Errorf("shape %s has more than one -1", fmtShape(target))
+				return fmt.Errorf("shape %s has more than one -1", symshape.FormatShape(target))
 			}
 			infer = i
 		case isConst && k == 0 && !allowZero:
 			if i >= len(in) {
-				return fmt.Errorf("shape %s copies dim %d (0) but the input %s has rank %d", fmtShape(target), i, fmtShape(in), len(in))
+				return fmt.Errorf("shape %s copies dim %d (0) but the input %s has rank %d", symshape.FormatShape(target), i, symshape.FormatShape(in), len(in))
 			}
 			res[i] = in[i]
 		case isConst && k < -1:
-			return fmt.Errorf("shape %s has invalid entry %d", fmtShape(target), k)
+			return fmt.Errorf("shape %s has invalid entry %d", symshape.FormatShape(target), k)
 		default:
 			res[i] = d
 		}
@@ -266,13 +271,13 @@ func reshapeRule(c *ctx, n *graph.Node) error {
 		known := product(rest)
 		q, err := exactDiv(total, known)
 		if err != nil {
-			return fmt.Errorf("cannot reshape %s to %s: %v", fmtShape(in), fmtShape(target), err)
+			return fmt.Errorf("cannot reshape %s to %s: %v", symshape.FormatShape(in), symshape.FormatShape(target), err)
 		}
 		res[infer] = q
 	} else if !product(res).Equal(total) {
 		// Element counts must agree: unify them when a symbol can absorb it.
 		if _, err := c.unify(product(res), total, func() string {
-			return fmt.Sprintf("reshape %s to %s changes the element count", fmtShape(in), fmtShape(res))
+			return fmt.Sprintf("reshape %s to %s changes the element count", symshape.FormatShape(in), symshape.FormatShape(res))
 		}); err != nil {
 			return err
 		}
@@ -370,10 +375,10 @@ func squeezeRule(c *ctx, n *graph.Node) error {
 		}
 		for _, a := range ax {
 			if k, isConst := in[a].Const(); isConst && k != 1 {
-				return fmt.Errorf("cannot squeeze axis %d of %s: size %d", a, fmtShape(in), k)
+				return fmt.Errorf("cannot squeeze axis %d of %s: size %d", a, symshape.FormatShape(in), k)
 			}
 			if _, isConst := in[a].Const(); !isConst {
-				if _, err := c.unify(in[a], symshape.Const(1), func() string { return fmt.Sprintf("squeezed axis %d of %s", a, fmtShape(in)) }); err != nil {
+				if _, err := c.unify(in[a], symshape.Const(1), func() string { return fmt.Sprintf("squeezed axis %d of %s", a, symshape.FormatShape(in)) }); err != nil {
 					return err
 				}
 			}
@@ -449,7 +454,7 @@ func flattenRule(c *ctx, n *graph.Node) error {
 		a += int64(len(in))
 	}
 	if a < 0 || a > int64(len(in)) {
-		return fmt.Errorf("axis %d is out of range for %s", n.AttrInt("axis", 1), fmtShape(in))
+		return fmt.Errorf("axis %d is out of range for %s", n.AttrInt("axis", 1), symshape.FormatShape(in))
 	}
 	out := []symshape.Expr{product(in[:a]), product(in[a:])}
 	c.setOut(n, 0, out, typeOf(n, 0))

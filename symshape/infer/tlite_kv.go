@@ -5,6 +5,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape"
 )
 
@@ -18,7 +19,7 @@ import (
 // being the symbol the STRING attribute length names.
 
 func init() {
-	register("tlite", kvWriteRule, "KVWrite")
+	register(tlite.Domain, kvWriteRule, tlite.KVWrite)
 }
 
 func kvWriteRule(c *ctx, n *graph.Node) error {
@@ -27,7 +28,7 @@ func kvWriteRule(c *ctx, n *graph.Node) error {
 		return err
 	}
 	if len(x) != 4 {
-		return fmt.Errorf("new rows %s: want rank 4 [batch, heads, seq, head_dim] (read through new_perm)", fmtShape(x))
+		return fmt.Errorf("new rows %s: want rank 4 [batch, heads, seq, head_dim] (read through new_perm)", symshape.FormatShape(x))
 	}
 	perm := []int{0, 1, 2, 3}
 	if p, ok := n.AttrInts("new_perm"); ok {
@@ -56,7 +57,7 @@ func kvWriteRule(c *ctx, n *graph.Node) error {
 		return fmt.Errorf("attribute length %q: %w", name, err)
 	}
 	if _, err := c.unify(x[perm[0]], symshape.Const(1), func() string {
-		return fmt.Sprintf("new rows %s read through %v have a batch other than 1; the cache holds one sequence", fmtShape(x), perm)
+		return fmt.Sprintf("new rows %s read through %v have a batch other than 1; the cache holds one sequence", symshape.FormatShape(x), perm)
 	}); err != nil {
 		return err
 	}
@@ -70,7 +71,7 @@ func kvWriteRule(c *ctx, n *graph.Node) error {
 	}
 	ss, _ := c.shapeOf(n, 1)
 	if _, err := c.unify(product(ss), seq, func() string {
-		return fmt.Sprintf("slots %q %s against %s new rows", slots.Name, fmtShape(ss), seq)
+		return fmt.Sprintf("slots %q %s against %s new rows", slots.Name, symshape.FormatShape(ss), seq)
 	}); err != nil {
 		return err
 	}

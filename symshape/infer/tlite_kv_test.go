@@ -5,13 +5,14 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 // kvWrite adds a tlite.KVWrite node.
 func (g *gb) kvWrite(ins []string, out string, attrs ...attr) *gb {
 	g.node("KVWrite", ins, []string{out}, attrs...)
 	last := len(g.nodes) - 1
-	g.nodes[last] = pb(g.nodes[last]).strField(7, "tlite")
+	g.nodes[last].Domain = tlite.Domain
 	return g
 }
 

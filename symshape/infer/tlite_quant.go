@@ -5,17 +5,17 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape"
 )
 
 // tlite.MatMulQ(A, Wq[, bias]) -> Y, the 4-bit weight product `tl quantize`
-// writes (models/quant documents it): A is [..., K], Wq a 1-D uint8 tensor
-// holding a packed [K, N] weight, bias [N]; Y is [..., N] of A's type. The
-// domain and op are spelled out rather than imported from models/quant:
-// shape inference knows graphs, not the packages above it.
+// writes (graph/quant documents it): A is [..., K], Wq a 1-D uint8 tensor
+// holding a packed [K, N] weight, bias [N]; Y is [..., N] of A's type
+// (graph/tlite has the schema).
 
 func init() {
-	register("tlite", matMulQRule, "MatMulQ")
+	register(tlite.Domain, matMulQRule, tlite.MatMulQ)
 }
 
 // packedHeader is the size of the packed weight's header (quant.HeaderSize);
@@ -49,24 +49,24 @@ func matMulQRule(c *ctx, n *graph.Node) error {
 		return fmt.Errorf("packed weight %q is %v, want uint8", w.Name, w.Type)
 	}
 	if len(w.Shape) != 1 {
-		return fmt.Errorf("packed weight %q has shape %s, want one dimension", w.Name, fmtShape(w.Shape))
+		return fmt.Errorf("packed weight %q has shape %s, want one dimension", w.Name, symshape.FormatShape(w.Shape))
 	}
 	if size, ok := w.Shape[0].Const(); ok && size < packedHeader+k*nn/2 {
 		return fmt.Errorf("packed weight %q holds %d bytes, too few for a [%d, %d] 4-bit weight (at least %d)", w.Name, size, k, nn, packedHeader+k*nn/2)
 	}
 	last := len(a) - 1
 	if _, err := c.unify(a[last], symshape.Const(k), func() string {
-		return fmt.Sprintf("A %s does not end in K = %d", fmtShape(a), k)
+		return fmt.Sprintf("A %s does not end in K = %d", symshape.FormatShape(a), k)
 	}); err != nil {
 		return err
 	}
 	if b := input(n, 2); b != nil {
 		bs, _ := c.shapeOf(n, 2)
 		if len(bs) != 1 {
-			return fmt.Errorf("bias %q has shape %s, want [%d]", b.Name, fmtShape(bs), nn)
+			return fmt.Errorf("bias %q has shape %s, want [%d]", b.Name, symshape.FormatShape(bs), nn)
 		}
 		if _, err := c.unify(bs[0], symshape.Const(nn), func() string {
-			return fmt.Sprintf("bias %q has shape %s, want [%d]", b.Name, fmtShape(bs), nn)
+			return fmt.Sprintf("bias %q has shape %s, want [%d]", b.Name, symshape.FormatShape(bs), nn)
 		}); err != nil {
 			return err
 		}

@@ -6,13 +6,14 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/graphtest"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 // initU8 adds a uint8 initializer of n zero bytes (a packed weight's size;
 // the rule reads only the size).
 func (g *gb) initU8(name string, n int) *gb {
-	b := pb(nil).intField(1, int64(n)).intField(2, int64(dtype.Uint8)).strField(8, name)
-	g.inits = append(g.inits, b.bytesField(9, make([]byte, n)))
+	g.inits = append(g.inits, graphtest.Init(graphtest.Tensor(name, dtype.Uint8, []int64{int64(n)}, make([]byte, n))))
 	return g
 }
 
@@ -20,7 +21,7 @@ func (g *gb) initU8(name string, n int) *gb {
 func (g *gb) matMulQ(ins []string, out string, format string, group, k, n int64) *gb {
 	g.node("MatMulQ", ins, []string{out}, aString("format", format), aInt("group", group), aInt("K", k), aInt("N", n))
 	last := len(g.nodes) - 1
-	g.nodes[last] = pb(g.nodes[last]).strField(7, "tlite")
+	g.nodes[last].Domain = tlite.Domain
 	return g
 }
 

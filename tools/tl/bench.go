@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/memplan"
+	"github.com/tlite/tlite/symshape"
 )
 
 func init() {
@@ -22,12 +24,12 @@ func init() {
 // benchResult is what bench prints; --json writes it as is.
 type benchResult struct {
 	Model      string           `json:"model"`
-	Device     string           `json:"device"`
+	Device     deviceJSON       `json:"device"`
 	Precision  string           `json:"precision"`
 	Shapes     map[string][]int `json:"shapes"`
 	Runs       int              `json:"runs"`
-	OpenMs     float64          `json:"open_ms"`
-	FirstMs    float64          `json:"first_run_ms"`
+	Warmup     int              `json:"warmup"`
+	Startup    startup          `json:"startup"`
 	MedianMs   float64          `json:"median_ms"`
 	MinMs      float64          `json:"min_ms"`
 	MaxMs      float64          `json:"max_ms"`
@@ -56,6 +58,9 @@ func runBench(args []string) error {
 	}
 	flags, pos := splitArgs(args, valued)
 	if err := fs.Parse(flags); err != nil {
+		if strings.Contains(err.Error(), "not defined: -p") || strings.Contains(err.Error(), "not defined: -n") {
+			return fmt.Errorf("%w: -p and -n belong to the language-model mode: give the model as --model (tl bench --model m.onnx -p 128 -n 64)", err)
+		}
 		return err
 	}
 	if len(pos) != 1 {
@@ -65,6 +70,9 @@ func runBench(args []string) error {
 	if *runs < 1 {
 		return fmt.Errorf("-r %d: want at least one run", *runs)
 	}
+	if *warm < 0 {
+		return fmt.Errorf("-w %d: want 0 or more warm-up runs", *warm)
+	}
 	opts, err := sf.options()
 	if err != nil {
 		return err
@@ -73,47 +81,48 @@ func runBench(args []string) error {
 	for _, s := range shapes {
 		name, dims, ok := strings.Cut(s, "=")
 		if !ok {
-			return fmt.Errorf("--shape %q: want name=1x3x224x224", s)
+			return fmt.Errorf("--shape %q: want name=1x3x224x224 (an input) or name=N (a symbol such as batch)", s)
 		}
 		d, err := parseShape(dims)
 		if err != nil {
 			return fmt.Errorf("--shape %s: %w", name, err)
 		}
+		if _, dup := given[name]; dup {
+			return fmt.Errorf("--shape %s is given twice", name)
+		}
 		given[name] = d
 	}
-	t0 := time.Now()
-	s, err := engine.Open(pos[0], opts)
+	userMax, _ := parseBinding(*sf.max)
+	s, loadMs, err := openSession(pos[0], opts, userMax)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	res := benchResult{Model: pos[0], Device: orDefault(opts.Device, "opencl"), Precision: opts.Precision.String(),
-		Shapes: map[string][]int{}, Runs: *runs, OpenMs: ms(time.Since(t0))}
+	res := benchResult{Model: pos[0], Device: deviceOf(s), Precision: opts.Precision.String(),
+		Shapes: map[string][]int{}, Runs: *runs, Warmup: *warm}
+	shapesOf, err := benchShapes(s.Inputs(), given, s.Maxima())
+	if err != nil {
+		return err
+	}
 	feeds := map[string]*tensor.Dense{}
 	for i, p := range s.Inputs() {
-		shape, ok := given[p.Name]
-		if !ok {
-			for _, d := range p.Shape {
-				v, isConst := d.Const()
-				if !isConst {
-					return fmt.Errorf("input %q has symbolic shape %s: give --shape %s=...", p.Name, engine.ShapeString(p.Shape), p.Name)
-				}
-				shape = append(shape, int(v))
-			}
-		}
-		t, err := syntheticInput(p, shape, int64(i+1))
+		t, err := syntheticInput(p, shapesOf[p.Name], int64(i+1))
 		if err != nil {
 			return err
 		}
 		feeds[p.Name] = t
-		res.Shapes[p.Name] = shape
+		res.Shapes[p.Name] = shapesOf[p.Name]
+	}
+	firstMs, built, cached, err := firstUse(s, func() error { _, err := s.Run(feeds); return err })
+	if err != nil {
+		return err
 	}
 	t1 := time.Now()
 	if _, err := s.Run(feeds); err != nil {
 		return err
 	}
-	res.FirstMs = ms(time.Since(t1))
-	for i := 1; i < *warm; i++ {
+	res.Startup = startupOf(s, loadMs, firstMs, ms(time.Since(t1)), built, cached)
+	for i := 2; i < *warm; i++ {
 		if _, err := s.Run(feeds); err != nil {
 			return err
 		}
@@ -138,9 +147,10 @@ func runBench(args []string) error {
 	if *asJSON {
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "model %s on %s (%s), %d runs after %d warm-up\n", res.Model, res.Device, res.Precision, res.Runs, *warm)
-	t := newTable("open", "first run", "median", "min", "max", "activations", "peak RSS").alignRight(0, 1, 2, 3, 4, 5, 6)
-	t.add(fmt.Sprintf("%.1f ms", res.OpenMs), fmt.Sprintf("%.2f ms", res.FirstMs), fmt.Sprintf("%.3f ms", res.MedianMs),
+	fmt.Fprintf(stdout, "model %s on %s (%s), %d runs after %d warm-up (at least 2: the first and one to time it against)\n", res.Model, s.Device(), res.Precision, res.Runs, max(*warm, 2))
+	fmt.Fprintf(stdout, "startup: %s\n", res.Startup.line())
+	t := newTable("load", "first run", "median", "min", "max", "activations", "peak RSS").alignRight(0, 1, 2, 3, 4, 5, 6)
+	t.add(fmt.Sprintf("%.1f ms", res.Startup.LoadMs), fmt.Sprintf("%.2f ms", res.Startup.FirstRunMs), fmt.Sprintf("%.3f ms", res.MedianMs),
 		fmt.Sprintf("%.3f ms", res.MinMs), fmt.Sprintf("%.3f ms", res.MaxMs), memplan.Bytes(res.ActBytes), fmt.Sprintf("%.0f MiB", res.PeakRSSMiB))
 	t.write(stdout)
 	if opts.Profile {
@@ -152,6 +162,103 @@ func runBench(args []string) error {
 		printProfile(rows, *runs)
 	}
 	return nil
+}
+
+// benchShapes decides every input's shape from --shape: an input's full
+// shape (name=1x3x224x224), or a symbol's value (batch=1) that shapes
+// every input using it; batch symbols default to 1. Every dim is checked
+// against the model's constants and the plan's maxima before anything is
+// allocated.
+func benchShapes(ports []engine.Port, given map[string][]int, maxima map[string]int64) (map[string][]int, error) {
+	inputs := map[string]bool{}
+	syms := map[string]bool{}
+	for _, p := range ports {
+		inputs[p.Name] = true
+		for _, d := range p.Shape {
+			for _, sym := range d.Symbols() {
+				syms[sym] = true
+			}
+		}
+	}
+	b := symshape.Binding{}
+	for name, dims := range given {
+		switch {
+		case inputs[name]:
+		case syms[name]:
+			if len(dims) != 1 {
+				return nil, fmt.Errorf("--shape %s: %s is a symbol: give one value (--shape %s=1)", name, name, name)
+			}
+			b[name] = int64(dims[0])
+		default:
+			var names []string
+			for _, p := range ports {
+				names = append(names, p.Name)
+			}
+			return nil, fmt.Errorf("--shape %s: the model has no input or symbol of that name (inputs: %s; symbols: %s)", name, strings.Join(names, ", "), joinSorted(syms))
+		}
+	}
+	// Bare symbols of the given input shapes bind too.
+	for _, p := range ports {
+		dims, ok := given[p.Name]
+		if !ok {
+			continue
+		}
+		if len(dims) != len(p.Shape) {
+			return nil, fmt.Errorf("--shape %s=%s: the input has rank %d, shape %s", p.Name, dimsString(dims), len(p.Shape), symshape.FormatShape(p.Shape))
+		}
+		for i, d := range p.Shape {
+			if sym, bare := d.SymName(); bare {
+				if v, seen := b[sym]; seen && v != int64(dims[i]) {
+					return nil, fmt.Errorf("--shape %s=%s: dim %d is %s, already %d", p.Name, dimsString(dims), i, sym, v)
+				}
+				b[sym] = int64(dims[i])
+			}
+		}
+	}
+	for sym := range syms {
+		if _, ok := b[sym]; !ok && strings.Contains(strings.ToLower(sym), "batch") {
+			b[sym] = 1
+		}
+	}
+	for sym, v := range b {
+		if mx, ok := maxima[sym]; ok && v > mx {
+			return nil, fmt.Errorf("%s=%d is more than the plan's maximum %d: give --max %s=%d", sym, v, mx, sym, v)
+		}
+	}
+	out := map[string][]int{}
+	for _, p := range ports {
+		shape := make([]int, len(p.Shape))
+		dims, isGiven := given[p.Name]
+		for i, d := range p.Shape {
+			v, err := d.Eval(b)
+			if err != nil {
+				missing := []string{}
+				for _, sym := range d.Symbols() {
+					if _, ok := b[sym]; !ok {
+						missing = append(missing, sym)
+					}
+				}
+				return nil, fmt.Errorf("input %q has shape %s: give --shape %s=N (a symbol) or --shape %s=... (the whole input)", p.Name, symshape.FormatShape(p.Shape), strings.Join(missing, "=N --shape "), p.Name)
+			}
+			if isGiven && int64(dims[i]) != v {
+				return nil, fmt.Errorf("--shape %s=%s: dim %d must be %s = %d", p.Name, dimsString(dims), i, d, v)
+			}
+			if v < 0 || v > 1<<31 {
+				return nil, fmt.Errorf("input %q: dim %d = %d is out of range", p.Name, i, v)
+			}
+			shape[i] = int(v)
+		}
+		out[p.Name] = shape
+	}
+	return out, nil
+}
+
+func dimsString(d []int) string {
+	parts := make([]string, len(d))
+	for i, x := range d {
+		parts[i] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, "x")
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -15,9 +15,8 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/generate"
-	"github.com/tlite/tlite/engine/kv"
+	"github.com/tlite/tlite/engine/tokenizer"
 	"github.com/tlite/tlite/graph"
-	"github.com/tlite/tlite/models/tokenizer"
 )
 
 // statsOut receives generation statistics, so that stdout is only the
@@ -103,8 +102,19 @@ func contextFor(model string, flagCtx int) int {
 	return engine.DefaultMax
 }
 
+// precision is the --precision flag as the engine names it.
+func (f *llmFlags) precision() string {
+	if o, err := f.sf.options(); err == nil {
+		return o.Precision.String()
+	}
+	return *f.sf.precision
+}
+
 // open loads the tokenizer and opens the model as a stepper.
 func (f *llmFlags) open(model string, cfg generate.Config) (llmStepper, *tokenizer.Tokenizer, error) {
+	if _, err := os.Stat(model); err != nil {
+		return nil, nil, fmt.Errorf("model: %w", err)
+	}
 	tp := *f.tokenizer
 	if tp == "" {
 		tp = filepath.Join(filepath.Dir(model), "tokenizer.json")
@@ -130,6 +140,12 @@ func (f *llmFlags) openStepper(model string, maxSeq int, cfg generate.Config) (l
 	if err != nil {
 		return nil, err
 	}
+	if *f.ctx < 0 {
+		return nil, fmt.Errorf("--ctx %d: want a positive context length (or leave it out for config.json's)", *f.ctx)
+	}
+	if err := checkModel(model, opts.Max); err != nil {
+		return nil, err
+	}
 	ctx := contextFor(model, *f.ctx)
 	if maxSeq > 0 {
 		if opts.Max == nil {
@@ -149,21 +165,13 @@ type llmStepper interface {
 	Close() error
 }
 
-// inPlace is engine/kv's stepper with the session it owns.
-type inPlace struct {
-	*kv.Stepper
-	s *engine.Session
-}
-
-func (p inPlace) Session() *engine.Session { return p.s }
-func (p inPlace) Close() error             { return p.s.Close() }
-
 // openLLM opens a decoder with the plan sized for ctx tokens of context and
 // the KV cache mode asked for.
 func openLLM(model string, opts engine.Options, ctx int, mode string, cfg generate.Config) (llmStepper, error) {
 	switch mode {
 	case "explicit":
-		return generate.OpenExplicit(model, opts, ctx, cfg)
+		st, err := generate.OpenExplicit(model, opts, ctx, cfg)
+		return st, cliError(err)
 	case "inplace", "":
 	default:
 		return nil, fmt.Errorf("--kv %q: want inplace or explicit", mode)
@@ -172,54 +180,148 @@ func openLLM(model string, opts engine.Options, ctx int, mode string, cfg genera
 	if err != nil {
 		return nil, err
 	}
-	maxima, err := generate.ContextMaxima(m, ctx, opts.Max)
+	if !hasInput(m, "input_ids") {
+		m.Close()
+		return nil, fmt.Errorf("%s has no input_ids input, so it is not a decoder tl can step: for other models use tl bench %s --shape name=1x3x224x224 (or tl run); to export a decoder see models/README.md", model, model)
+	}
+	past := hasPast(m)
 	m.Close()
+	d, err := generate.Open(model, opts, ctx, cfg)
 	if err != nil {
-		return nil, err
+		if !past && !engine.IsNoDevice(err) {
+			return nil, fmt.Errorf("%w\n%s takes no input named like past_key_values: was it exported without a KV cache? tl steps a decoder token by token and needs past key/value inputs and present outputs (see \"Exporting your own model for tlite\" in models/README.md and models/export/llama.py)", err, model)
+		}
+		return nil, cliError(err)
 	}
-	opts.Max = maxima
-	opts.KVCache = &engine.KVConfig{MaxContext: ctx}
-	s, err := engine.Open(model, opts)
-	if err != nil {
-		return nil, err
+	if d.Mode != generate.KVInPlace {
+		fmt.Fprintf(statsOut, "tl: in-place KV cache not possible, using --kv explicit: %s\n", d.Fallback)
 	}
-	p, err := kv.NewStepper(s)
-	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("%w (use --kv explicit for this model)", err)
+	return d, nil
+}
+
+// kvModeOf is the KV cache mode st runs in.
+func kvModeOf(st llmStepper) string {
+	if d, ok := st.(*generate.Decoder); ok {
+		return d.Mode
 	}
-	p.LastOnly = cfg.LastOnly
-	return inPlace{p, s}, nil
+	return generate.KVExplicit
+}
+
+// generateResult is what generate --json writes: the prompt, the text and
+// the statistics.
+type generateResult struct {
+	Model        string            `json:"model"`
+	Device       deviceJSON        `json:"device"`
+	Precision    string            `json:"precision"`
+	KV           string            `json:"kv"`
+	Context      int               `json:"context"`
+	Prompt       string            `json:"prompt,omitempty"`
+	PromptIDs    []int             `json:"prompt_ids"`
+	Text         string            `json:"text"`
+	TokenIDs     []int             `json:"token_ids"`
+	StopReason   string            `json:"stop_reason"`
+	SamplingJSON samplingJSON      `json:"sampling"`
+	Startup      startup           `json:"startup"`
+	Stats        generateStatsJSON `json:"stats"`
+	Warnings     []string          `json:"warnings,omitempty"`
+}
+
+type samplingJSON struct {
+	Temperature       float64 `json:"temperature"`
+	TopK              int     `json:"top_k"`
+	TopP              float64 `json:"top_p"`
+	RepetitionPenalty float64 `json:"repetition_penalty"`
+	Seed              int64   `json:"seed"`
+	Greedy            bool    `json:"greedy"`
+}
+
+type generateStatsJSON struct {
+	PromptTokens     int     `json:"prompt_tokens"`
+	PrefillMs        float64 `json:"prefill_ms"`
+	PrefillTokPerSec float64 `json:"prefill_tok_per_sec"`
+	TTFTMs           float64 `json:"ttft_ms"`
+	NewTokens        int     `json:"new_tokens"`
+	DecodeSteps      int     `json:"decode_steps"`
+	DecodeMs         float64 `json:"decode_ms"`
+	DecodeTokPerSec  float64 `json:"decode_tok_per_sec"`
+}
+
+// parseTokens reads "1,2,3".
+func parseTokens(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("--tokens %q: want token ids (non-negative integers) separated by commas", s)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--tokens %q: no token ids", s)
+	}
+	return out, nil
+}
+
+// samplingWarnings says when sampling flags were given that greedy
+// decoding ignores, and what to add.
+func samplingWarnings(set map[string]bool, temp float64) []string {
+	if temp != 0 {
+		return nil
+	}
+	var given []string
+	for _, f := range []string{"top-k", "top-p", "seed"} {
+		if set[f] {
+			given = append(given, "--"+f)
+		}
+	}
+	if len(given) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s given, but --temperature is 0 (greedy), which ignores them: add --temperature 0.8 (for example) to sample", strings.Join(given, ", "))}
 }
 
 func runGenerate(args []string) error {
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	lf := addLLMFlags(fs)
 	prompt := fs.String("prompt", "", `the prompt ("-": read it from stdin)`)
+	tokens := fs.String("tokens", "", "the prompt as token ids, e.g. 1,2,3 (used as given: no BOS is added)")
 	n := fs.Int("n", 128, "tokens to generate at most (0: until a stop or the context is full)")
-	temp := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy")
+	temp := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy (argmax), and then --top-k, --top-p and --seed do nothing")
 	topK := fs.Int("top-k", 0, "keep the k most likely tokens (0: all)")
 	topP := fs.Float64("top-p", 0, "keep the most likely tokens up to this probability (0 or 1: all)")
 	rep := fs.Float64("repeat-penalty", 1, "repetition penalty (1: off)")
-	seed := fs.Int64("seed", 0, "sampling seed")
+	seed := fs.Int64("seed", 0, "sampling seed (default: a random one, printed with the statistics so the run can be repeated)")
 	var stops multiFlag
 	fs.Var(&stops, "stop", "stop when the text contains this string (repeat for several)")
 	ignoreEOS := fs.Bool("ignore-eos", false, "do not stop at the end-of-sequence token")
 	noBOS := fs.Bool("no-bos", false, "do not put the BOS token before the prompt")
 	special := fs.Bool("special", false, "print special tokens")
+	asJSON := fs.Bool("json", false, "write the prompt, the text and the statistics as one JSON object instead of streaming")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: tl generate --model m.onnx [--tokenizer tokenizer.json] --prompt "..." [-n 128] [--temperature 0] [--top-k 0] [--top-p 0] [--repeat-penalty 1] [--seed 0] [--stop STR] [--ctx N] [--device d] [--precision fp32|fp16] [--max sym=N] [--profile]`)
-		fmt.Fprintln(fs.Output(), "The text streams to stdout; timings go to stderr.")
+		fmt.Fprintln(fs.Output(), `usage: tl generate --model m.onnx [--tokenizer tokenizer.json] --prompt "..." | --tokens 1,2,3 [-n 128] [--temperature 0] [--top-k 0] [--top-p 0] [--repeat-penalty 1] [--seed N] [--stop STR] [--ctx N] [--json] [--device d] [--precision fp32|fp16] [--max sym=N] [--profile]`)
+		fmt.Fprintln(fs.Output(), "The text streams to stdout; timings go to stderr. Sampling: give --temperature (e.g. 0.8) with --top-k/--top-p.")
 		fs.PrintDefaults()
 	}
-	flags, pos := splitArgs(args, llmValued("prompt", "n", "temperature", "top-k", "top-p", "repeat-penalty", "seed", "stop"))
+	flags, pos := splitArgs(args, llmValued("prompt", "tokens", "n", "temperature", "top-k", "top-p", "repeat-penalty", "seed", "stop"))
 	if err := fs.Parse(flags); err != nil {
 		return err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	model, err := lf.modelPath(pos)
 	if err != nil {
 		fs.Usage()
 		return err
+	}
+	if *lf.ctx < 0 {
+		return fmt.Errorf("--ctx %d: want a positive context length (or leave it out for config.json's)", *lf.ctx)
+	}
+	if *n < 0 {
+		return fmt.Errorf("-n %d: want 0 (until a stop or a full context) or more", *n)
 	}
 	text := *prompt
 	if text == "-" {
@@ -229,34 +331,128 @@ func runGenerate(args []string) error {
 		}
 		text = string(b)
 	}
+	var ids []int
+	if *tokens != "" {
+		if set["prompt"] {
+			return fmt.Errorf("give the prompt as --prompt or as --tokens, not both")
+		}
+		if ids, err = parseTokens(*tokens); err != nil {
+			return err
+		}
+	}
+	warnings := samplingWarnings(set, *temp)
+	if *temp > 0 && !set["seed"] {
+		*seed = time.Now().UnixNano() & (1<<31 - 1) // printed below so the run can be repeated
+	}
+	sampling := generate.Sampling{Temperature: *temp, TopK: *topK, TopP: *topP, RepetitionPenalty: *rep, Seed: *seed}
+	if err := sampling.Validate(); err != nil {
+		return err
+	}
+	if !*asJSON {
+		for _, w := range warnings {
+			fmt.Fprintf(statsOut, "tl generate: warning: %s\n", w)
+		}
+	}
 	t0 := time.Now()
 	st, tok, err := lf.open(model, generate.Config{LastOnly: true})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	openTime := time.Since(t0)
-	// One small step compiles the kernels the prefill and decode use, so
-	// that first-use compilation does not count as time to first token.
-	if err := warmUp(st); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	req := generate.Request{Prompt: text, NoBOS: *noBOS, MaxNewTokens: *n, IgnoreEOS: *ignoreEOS, StopStrings: stops, Special: *special,
-		Sampling: generate.Sampling{Temperature: *temp, TopK: *topK, TopP: *topP, RepetitionPenalty: *rep, Seed: *seed}}
-	res, err := generate.New(st, tok).Generate(ctx, req, func(s string) error {
-		_, err := io.WriteString(stdout, s)
-		return err
-	})
-	fmt.Fprintln(stdout)
+	loadMs := ms(time.Since(t0))
+	g := generate.New(st, tok)
+	req := generate.Request{Prompt: text, Tokens: ids, NoBOS: *noBOS, MaxNewTokens: *n, IgnoreEOS: *ignoreEOS, StopStrings: stops, Special: *special,
+		Sampling: sampling}
+	promptIDs, err := g.Prompt(req)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(statsOut, "\nprompt %d tokens: prefill %.1f ms (%.1f tok/s), time to first token %.1f ms\n",
+	for _, id := range promptIDs {
+		if id >= st.Vocab() {
+			return fmt.Errorf("--tokens: id %d is outside the vocabulary of %d", id, st.Vocab())
+		}
+	}
+	// The context holds the prompt and every generated token but the last.
+	ctxLen := st.MaxContext()
+	if room := ctxLen + 1 - len(promptIDs); room < 1 {
+		return fmt.Errorf("the prompt is %d tokens, more than the context of %d: raise --ctx to at least %d", len(promptIDs), ctxLen, len(promptIDs))
+	} else if *n > room {
+		msg := fmt.Sprintf("the prompt is %d tokens and the context %d, so at most %d of -n %d tokens fit", len(promptIDs), ctxLen, room, *n)
+		if set["ctx"] || set["n"] {
+			return fmt.Errorf("%s: raise --ctx to %d or lower -n", msg, len(promptIDs)+*n-1)
+		}
+		warnings = append(warnings, msg)
+		if !*asJSON {
+			fmt.Fprintf(statsOut, "tl generate: warning: %s (raise --ctx)\n", msg)
+		}
+	}
+	// Warm-up: a small step, twice, builds (or loads from the cache) the
+	// kernels prefill and decode use, so that compilation is reported as
+	// such and not hidden in the time to first token.
+	var sess *engine.Session
+	if p, ok := st.(interface{ Session() *engine.Session }); ok {
+		sess = p.Session()
+	}
+	var first, second float64
+	var built, cached int64
+	if sess != nil {
+		first, built, cached, err = firstUse(sess, func() error { return warmUp(st) })
+	} else {
+		tw := time.Now()
+		err = warmUp(st)
+		first = ms(time.Since(tw))
+	}
+	if err != nil {
+		return err
+	}
+	tw := time.Now()
+	if err := warmUp(st); err != nil {
+		return err
+	}
+	second = ms(time.Since(tw))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	onToken := func(s string) error {
+		_, err := io.WriteString(stdout, s)
+		return err
+	}
+	if *asJSON {
+		onToken = nil
+	}
+	res, err := g.Generate(ctx, req, onToken)
+	if !*asJSON {
+		fmt.Fprintln(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	out := generateResult{Model: model, Precision: lf.precision(), KV: kvModeOf(st), Context: ctxLen, Prompt: text, PromptIDs: promptIDs,
+		Text: res.Text, TokenIDs: res.Tokens, StopReason: string(res.Reason), Warnings: warnings,
+		SamplingJSON: samplingJSON{Temperature: *temp, TopK: *topK, TopP: *topP, RepetitionPenalty: *rep, Seed: *seed, Greedy: *temp == 0},
+		Stats: generateStatsJSON{PromptTokens: res.PromptTokens, PrefillMs: ms(res.PrefillTime), PrefillTokPerSec: res.PrefillTokPerSec,
+			TTFTMs: ms(res.FirstTokenTime), NewTokens: res.NewTokens, DecodeSteps: res.DecodeSteps, DecodeMs: ms(res.DecodeTime), DecodeTokPerSec: res.DecodeTokPerSec}}
+	if ids != nil {
+		out.Prompt = ""
+	}
+	if sess != nil {
+		out.Device = deviceOf(sess)
+		out.Startup = startupOf(sess, loadMs, first, second, built, cached)
+	} else {
+		out.Startup = startup{LoadMs: loadMs, FirstRunMs: first}
+	}
+	if *asJSON {
+		return writeJSON(stdout, out)
+	}
+	fmt.Fprintf(statsOut, "\nstartup: %s; warm-up step after it %.1f ms\n", out.Startup.line(), second)
+	fmt.Fprintf(statsOut, "prompt %d tokens: prefill %.1f ms (%.1f tok/s), time to first token %.1f ms\n",
 		res.PromptTokens, ms(res.PrefillTime), res.PrefillTokPerSec, ms(res.FirstTokenTime))
-	fmt.Fprintf(statsOut, "generated %d tokens (%s): decode %.1f ms for %d steps (%.1f tok/s); model opened in %.0f ms\n",
-		res.NewTokens, res.Reason, ms(res.DecodeTime), res.DecodeSteps, res.DecodeTokPerSec, ms(openTime))
+	fmt.Fprintf(statsOut, "generated %d tokens (%s): decode %.1f ms for %d steps (%.1f tok/s), KV cache %s\n",
+		res.NewTokens, res.Reason, ms(res.DecodeTime), res.DecodeSteps, res.DecodeTokPerSec, out.KV)
+	if *temp > 0 {
+		fmt.Fprintf(statsOut, "sampling: temperature %g, top-k %d, top-p %g, seed %d (--seed %d repeats this run)\n", *temp, *topK, *topP, *seed, *seed)
+	} else {
+		fmt.Fprintln(statsOut, "sampling: greedy (--temperature 0)")
+	}
 	if *lf.sf.profile {
 		rows, err := st.Session().Profile()
 		if err != nil {
@@ -292,14 +488,16 @@ func warmUp(st generate.Stepper) error {
 
 // perplexityResult is what perplexity prints; --json writes it as is.
 type perplexityResult struct {
-	Model      string  `json:"model"`
-	Text       string  `json:"text"`
-	Documents  int     `json:"documents"`
-	Predicted  int     `json:"predicted_tokens"`
-	Loss       float64 `json:"loss"`
-	Perplexity float64 `json:"perplexity"`
-	Window     int     `json:"window"`
-	Seconds    float64 `json:"seconds"`
+	Model      string     `json:"model"`
+	Device     deviceJSON `json:"device"`
+	KV         string     `json:"kv"`
+	Text       string     `json:"text"`
+	Documents  int        `json:"documents"`
+	Predicted  int        `json:"predicted_tokens"`
+	Loss       float64    `json:"loss"`
+	Perplexity float64    `json:"perplexity"`
+	Window     int        `json:"window"`
+	Seconds    float64    `json:"seconds"`
 }
 
 func runPerplexity(args []string) error {
@@ -309,10 +507,11 @@ func runPerplexity(args []string) error {
 	sep := fs.String("sep", "", `document separator, with Go escapes (e.g. "\n%\n"); each document is scored alone (default: the whole file is one document)`)
 	window := fs.Int("window", 0, "score in windows of this many tokens, each from an empty context (default: the context length)")
 	bos := fs.Bool("bos", true, "put the BOS token before each document")
+	noBOS := fs.Bool("no-bos", false, "do not put the BOS token before each document (as generate's --no-bos; same as --bos=false)")
 	eos := fs.Bool("eos", false, "put the EOS token after each document (and score it)")
 	asJSON := fs.Bool("json", false, "write the result as JSON")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: tl perplexity --model m.onnx --text file.txt [--sep "\n%\n"] [--window N] [--bos] [--eos] [--ctx N] [--device d] [--precision fp32|fp16] [--json]`)
+		fmt.Fprintln(fs.Output(), `usage: tl perplexity --model m.onnx --text file.txt [--sep "\n%\n"] [--window N] [--no-bos] [--eos] [--ctx N] [--device d] [--precision fp32|fp16] [--json]`)
 		fs.PrintDefaults()
 	}
 	flags, pos := splitArgs(args, llmValued("text", "sep", "window"))
@@ -328,9 +527,15 @@ func runPerplexity(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("give the text to score with --text")
 	}
+	if *noBOS {
+		*bos = false
+	}
 	raw, err := os.ReadFile(*textPath)
 	if err != nil {
 		return err
+	}
+	if strings.TrimSpace(string(raw)) == "" {
+		return fmt.Errorf("%s has no text to score: give a file with at least two tokens of text", *textPath)
 	}
 	docs := []string{string(raw)}
 	if *sep != "" {
@@ -370,12 +575,43 @@ func runPerplexity(args []string) error {
 	if w <= 0 || w > st.MaxContext() {
 		w = st.MaxContext()
 	}
-	res := perplexityResult{Model: model, Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
+	if total.Predicted == 0 {
+		return fmt.Errorf("%s: no token was predicted (each document needs at least two tokens); perplexity is undefined", *textPath)
+	}
+	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), KV: kvModeOf(st), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
 		Loss: total.Loss(), Perplexity: total.Perplexity(), Window: w, Seconds: time.Since(t0).Seconds()}
 	if *asJSON {
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "%s on %s: %d documents, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, %.1f s)\n",
-		res.Model, res.Text, res.Documents, res.Predicted, res.Loss, res.Perplexity, res.Window, res.Seconds)
+	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, KV %s, %.1f s)\n",
+		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.Window, res.KV, res.Seconds)
 	return nil
+}
+
+func hasInput(m *graph.Model, name string) bool {
+	for _, v := range m.Graph.Inputs {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// plural writes "1 document", "2 documents".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// hasPast reports whether the model takes past key/values (an input
+// named like past_key_values).
+func hasPast(m *graph.Model) bool {
+	for _, v := range m.Graph.Inputs {
+		if strings.Contains(strings.ToLower(v.Name), "past") {
+			return true
+		}
+	}
+	return false
 }

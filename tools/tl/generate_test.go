@@ -68,12 +68,24 @@ func TestGenerateCommandErrors(t *testing.T) {
 		{model, "--model", model, "--prompt", "x"},                         // two models
 		{model, "--tokenizer", "/nonexistent/tokenizer.json"},              // no tokenizer
 		{model, "--prompt", "x", "--top-p", "3"},                           // bad sampling
-		{model, "--prompt", "x", "--ctx", "4", "--ignore-eos", "-n", "99"}, // fine: stops when the context is full
+		{model, "--prompt", "x", "--ctx", "4", "--ignore-eos", "-n", "99"}, // -n cannot fit in --ctx: say so, do not stop silently
+		{model, "--prompt", "x", "--ctx", "-1"},                            // a negative context
+		{"/nonexistent/model.onnx", "--prompt", "x"},                       // no model (not reported as a missing tokenizer)
+		{model, "--prompt", "x", "--tokens", "1,2"},                        // two prompts
+		{model, "--tokens", "1,x"},                                         // bad ids
+		{model, "--tokens", "99999"},                                       // an id outside the vocabulary
+		{model, "--prompt", "x", "--max", "bogus=4"},                       // a symbol the model lacks
+		{model, "--prompt", "x", "--ctx", "4", "--ignore-eos", "-n", "0"},  // fine: stops when the context is full
 	} {
 		_, stats, err := capture(t, runGenerate, args...)
-		last := args[len(args)-1] == "99"
+		last := args[len(args)-1] == "0"
+		if args[0] == "/nonexistent/model.onnx" && (err == nil || strings.Contains(err.Error(), "tokenizer")) {
+			t.Errorf("a missing model gave %v; want an error naming the model", err)
+		}
 		if last {
-			if err != nil || !strings.Contains(stats, "context full") {
+			// The prompt is BOS + "x": 2 tokens; 4 positions hold 2 + 2
+			// generated, and the logits of the 4th give one more.
+			if err != nil || !strings.Contains(stats, "context full") || !strings.Contains(stats, "generated 3 tokens") {
 				t.Errorf("%q: err %v, stats %q; want a generation ended by the context", args, err, stats)
 			}
 		} else if err == nil {
@@ -108,7 +120,7 @@ func TestPerplexityCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "1 documents") || !strings.Contains(out, "window 64") {
+	if !strings.Contains(out, "1 document,") || !strings.Contains(out, "window 64") {
 		t.Errorf("one-document output %q", out)
 	}
 }

@@ -30,6 +30,8 @@ type inspectReport struct {
 	Equalities  []string          `json:"equalities,omitempty"`
 	Fresh       []string          `json:"fresh_symbols,omitempty"`
 	Assumptions []string          `json:"assumptions,omitempty"`
+	Limits      []string          `json:"limits,omitempty"`
+	Pins        []string          `json:"pinned,omitempty"`
 	Nodes       int               `json:"nodes"`
 	Classes     map[string]int    `json:"classes"`
 	Ops         []opInfo          `json:"ops"`
@@ -40,11 +42,16 @@ type inspectReport struct {
 	SymbolNames map[string]string `json:"symbol_names,omitempty"`
 }
 
+// portInfo is an input or output. Shapes are arrays whose elements are
+// numbers for fixed dims and strings for symbolic ones ("batch",
+// "past + seq"); a shape not derived is null.
 type portInfo struct {
 	Name     string `json:"name"`
 	Type     string `json:"type"`
-	Shape    string `json:"shape"`
-	Declared string `json:"declared,omitempty"`
+	Shape    []any  `json:"shape"`
+	Declared []any  `json:"declared,omitempty"`
+	shape    string // as printed
+	declared string
 }
 
 type opInfo struct {
@@ -63,7 +70,8 @@ type weightInfo struct {
 type activationInfo struct {
 	Value string `json:"value"`
 	Node  string `json:"node"`
-	Shape string `json:"shape"`
+	Shape []any  `json:"shape"`
+	shape string
 	Bytes string `json:"bytes_expr"`
 	At    int64  `json:"bytes_at"`
 }
@@ -85,6 +93,12 @@ func runInspect(args []string) error {
 	if len(pos) != 1 {
 		fs.Usage()
 		return fmt.Errorf("want one model path, got %d arguments", len(pos))
+	}
+	if *top < 0 {
+		return fmt.Errorf("--top %d: want a count of at least 0", *top)
+	}
+	if err := checkModel(pos[0], nil); err != nil {
+		return err
 	}
 	m, err := graph.Load(pos[0])
 	if err != nil {
@@ -132,15 +146,39 @@ func parseBinding(s string) (map[string]int64, error) {
 	return out, nil
 }
 
-func shapeString(s []symshape.Expr) string {
+// shapeArray is a symbolic shape for JSON: numbers and strings.
+func shapeArray(s []symshape.Expr) []any {
 	if s == nil {
-		return "?"
+		return nil
 	}
-	parts := make([]string, len(s))
+	out := make([]any, len(s))
 	for i, d := range s {
-		parts[i] = d.String()
+		if v, ok := d.Const(); ok {
+			out[i] = v
+		} else {
+			out[i] = d.String()
+		}
 	}
-	return "[" + strings.Join(parts, ", ") + "]"
+	return out
+}
+
+// declaredArray is the file's declared shape for JSON ("?" for unknown).
+func declaredArray(ds []graph.Dim) []any {
+	if ds == nil {
+		return nil
+	}
+	out := make([]any, len(ds))
+	for i, d := range ds {
+		switch {
+		case d.Param != "":
+			out[i] = d.Param
+		case d.Value >= 0:
+			out[i] = d.Value
+		default:
+			out[i] = "?"
+		}
+	}
+	return out
 }
 
 func declaredString(ds []graph.Dim) string {
@@ -166,9 +204,9 @@ func buildInspect(path string, m *graph.Model, res *infer.Result, at map[string]
 	rep := &inspectReport{Path: path, Producer: m.Producer, Opsets: m.Opsets, Symbols: res.Symbols,
 		Nodes: len(g.Nodes), Classes: map[string]int{}, At: map[string]int64{}, SymbolNames: res.SymbolNames}
 	port := func(v *graph.Value) portInfo {
-		p := portInfo{Name: v.Name, Type: v.Type.String(), Shape: shapeString(v.Shape)}
-		if d := declaredString(v.Declared); d != p.Shape {
-			p.Declared = d
+		p := portInfo{Name: v.Name, Type: v.Type.String(), Shape: shapeArray(v.Shape), shape: symshape.FormatShape(v.Shape)}
+		if d := declaredString(v.Declared); d != p.shape {
+			p.declared, p.Declared = d, declaredArray(v.Declared)
 		}
 		return p
 	}
@@ -185,7 +223,17 @@ func buildInspect(path string, m *graph.Model, res *infer.Result, at map[string]
 		rep.Fresh = append(rep.Fresh, fmt.Sprintf("%s: %s (%s)", f.Sym, f.Reason, f.Node))
 	}
 	for _, a := range res.Assumptions {
-		rep.Assumptions = append(rep.Assumptions, a.String())
+		if !a.Limited {
+			// Assumptions that hold exactly while clamps do not bind are
+			// reported as the limits they imply.
+			rep.Assumptions = append(rep.Assumptions, a.String())
+		}
+	}
+	for _, l := range res.Limits {
+		rep.Limits = append(rep.Limits, l.String())
+	}
+	for _, p := range res.Pins {
+		rep.Pins = append(rep.Pins, p.String())
 	}
 	for c, n := range res.Counts {
 		rep.Classes[c.String()] = n
@@ -267,7 +315,7 @@ func buildInspect(path string, m *graph.Model, res *infer.Result, at map[string]
 			if err != nil {
 				continue
 			}
-			acts = append(acts, activationInfo{Value: v.Name, Node: n.OpType, Shape: shapeString(v.Shape), Bytes: productString(v.Type.Size(), v.Shape), At: val})
+			acts = append(acts, activationInfo{Value: v.Name, Node: n.OpType, Shape: shapeArray(v.Shape), shape: symshape.FormatShape(v.Shape), Bytes: productString(v.Type.Size(), v.Shape), At: val})
 		}
 	}
 	sort.SliceStable(acts, func(i, j int) bool { return acts[i].At > acts[j].At })
@@ -310,10 +358,10 @@ func printInspect(w io.Writer, r *inspectReport) {
 
 	io := newTable("", "name", "type", "shape", "declared")
 	for _, p := range r.Inputs {
-		io.add("input", p.Name, p.Type, p.Shape, p.Declared)
+		io.add("input", p.Name, p.Type, p.shape, p.declared)
 	}
 	for _, p := range r.Outputs {
-		io.add("output", p.Name, p.Type, p.Shape, p.Declared)
+		io.add("output", p.Name, p.Type, p.shape, p.declared)
 	}
 	io.write(w)
 	fmt.Fprintf(w, "\nsymbols   %s\n", strings.Join(r.Symbols, ", "))
@@ -323,8 +371,14 @@ func printInspect(w io.Writer, r *inspectReport) {
 	for _, f := range r.Fresh {
 		fmt.Fprintf(w, "fresh     %s\n", f)
 	}
+	for _, p := range r.Pins {
+		fmt.Fprintf(w, "pinned    %s\n", p)
+	}
 	for _, a := range r.Assumptions {
 		fmt.Fprintf(w, "assumed   %s\n", a)
+	}
+	for _, l := range r.Limits {
+		fmt.Fprintf(w, "limit     %s\n", l)
 	}
 
 	shapeOps := r.Classes["Folded"] + r.Classes["ConstFold"] + r.Classes["HostRuntime"]
@@ -357,7 +411,7 @@ func printInspect(w io.Writer, r *inspectReport) {
 	fmt.Fprintf(w, "\nlargest activations (bytes as symbolic expressions; sized at %s):\n", strings.Join(at, " "))
 	act := newTable("value", "op", "shape", "bytes", "at").alignRight(4)
 	for _, a := range r.Largest {
-		act.add(a.Value, a.Node, a.Shape, a.Bytes, memplan.Bytes(a.At))
+		act.add(a.Value, a.Node, a.shape, a.Bytes, memplan.Bytes(a.At))
 	}
 	act.write(w)
 }

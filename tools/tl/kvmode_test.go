@@ -8,7 +8,7 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/generate"
-	"github.com/tlite/tlite/models/tokenizer"
+	"github.com/tlite/tlite/engine/tokenizer"
 )
 
 // Both KV modes the commands offer must reproduce PyTorch's greedy

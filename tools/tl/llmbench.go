@@ -73,19 +73,20 @@ type llmTest struct {
 
 // llmBenchResult is what LLM bench prints; --json writes it as is.
 type llmBenchResult struct {
-	Model      string    `json:"model"`
-	Path       string    `json:"path"`
-	SizeBytes  int64     `json:"size_bytes"`
-	Params     int64     `json:"params"`
-	Device     string    `json:"device"`
-	Precision  string    `json:"precision"`
-	Context    int       `json:"context"`
-	Runs       int       `json:"runs"`
-	Warmup     int       `json:"warmup"`
-	OpenMs     float64   `json:"open_ms"`
-	Tests      []llmTest `json:"tests"`
-	ActBytes   int64     `json:"activation_bytes_allocated"`
-	PeakRSSMiB float64   `json:"peak_rss_mib"`
+	Model      string     `json:"model"`
+	Path       string     `json:"path"`
+	SizeBytes  int64      `json:"size_bytes"`
+	Params     int64      `json:"params"`
+	Device     deviceJSON `json:"device"`
+	Precision  string     `json:"precision"`
+	KV         string     `json:"kv"`
+	Context    int        `json:"context"`
+	Runs       int        `json:"runs"`
+	Warmup     int        `json:"warmup"`
+	Startup    startup    `json:"startup"`
+	Tests      []llmTest  `json:"tests"`
+	ActBytes   int64      `json:"activation_bytes_allocated"`
+	PeakRSSMiB float64    `json:"peak_rss_mib"`
 }
 
 // runLLMBench is bench's language-model mode, in the manner of llama-bench:
@@ -127,6 +128,9 @@ func runLLMBench(args []string) error {
 		}
 		ps = append(ps, p)
 	}
+	if *ctxFlag < 0 {
+		return fmt.Errorf("--ctx %d: want a positive context length", *ctxFlag)
+	}
 	if *runs < 1 || *warm < 0 || *gen < 0 {
 		return fmt.Errorf("-r %d, -w %d, -n %d: want at least one run and no negative counts", *runs, *warm, *gen)
 	}
@@ -151,8 +155,11 @@ func runLLMBench(args []string) error {
 	if _, ok := opts.Max["seq"]; !ok {
 		opts.Max["seq"] = int64(maxP)
 	}
-	res := llmBenchResult{Model: modelName(*model), Path: *model, Device: orDefault(opts.Device, "opencl"),
+	res := llmBenchResult{Model: modelName(*model), Path: *model,
 		Precision: opts.Precision.String(), Context: ctx, Runs: *runs, Warmup: *warm}
+	if err := checkModel(*model, opts.Max, "seq"); err != nil {
+		return err
+	}
 	if res.SizeBytes, res.Params, err = weightStats(*model); err != nil {
 		return err
 	}
@@ -162,12 +169,25 @@ func runLLMBench(args []string) error {
 		return err
 	}
 	defer st.Close()
-	res.OpenMs = ms(time.Since(t0))
+	loadMs := ms(time.Since(t0))
+	res.Device = deviceOf(st.Session())
+	res.KV = kvModeOf(st)
 	rng := rand.New(rand.NewSource(*seed))
 	ids := make([]int, maxP)
 	for i := range ids {
 		ids[i] = rng.Intn(st.Vocab())
 	}
+	// The first warm-up builds the kernels; a second one, timed, tells
+	// that cost apart.
+	first, built, cached, err := firstUse(st.Session(), func() error { _, _, _, err := llmRun(st, ids[:ps[0]], min(*gen, 1)); return err })
+	if err != nil {
+		return err
+	}
+	tw := time.Now()
+	if _, _, _, err := llmRun(st, ids[:ps[0]], min(*gen, 1)); err != nil {
+		return err
+	}
+	res.Startup = startupOf(st.Session(), loadMs, first, ms(time.Since(tw)), built, cached)
 	for _, p := range ps {
 		for i := 0; i < *warm; i++ {
 			if _, _, _, err := llmRun(st, ids[:p], *gen); err != nil {
@@ -204,7 +224,7 @@ func runLLMBench(args []string) error {
 	}
 	t := newTable("model", "size", "params", "backend", "test", "t/s", "ms/run").alignRight(1, 2, 5, 6)
 	for _, tt := range res.Tests {
-		t.add(res.Model, memplan.Bytes(res.SizeBytes), humanCount(res.Params), res.Device+" "+res.Precision, tt.Name,
+		t.add(res.Model, memplan.Bytes(res.SizeBytes), humanCount(res.Params), res.Device.Backend+" "+res.Precision, tt.Name,
 			fmt.Sprintf("%.2f ± %.2f", tt.TokPerSec.Median, tt.TokPerSec.Stddev), fmt.Sprintf("%.2f", tt.Ms.Median))
 	}
 	t.write(stdout)
@@ -214,8 +234,9 @@ func runLLMBench(args []string) error {
 			fmt.Fprintf(stdout, "%s: time to first token %.2f ms (min %.2f, max %.2f)\n", tt.Name, tt.TTFTMs.Median, tt.TTFTMs.Min, tt.TTFTMs.Max)
 		}
 	}
-	fmt.Fprintf(stdout, "memory: peak RSS %.0f MiB, activations %s (plan for %d tokens of context); open %.0f ms\n",
-		res.PeakRSSMiB, memplan.Bytes(res.ActBytes), res.Context, res.OpenMs)
+	fmt.Fprintf(stdout, "memory: peak RSS %.0f MiB, activations %s (plan for %d tokens of context); KV cache: %s\n",
+		res.PeakRSSMiB, memplan.Bytes(res.ActBytes), res.Context, res.KV)
+	fmt.Fprintf(stdout, "device: %s; startup: %s\n", st.Session().Device(), res.Startup.line())
 	if opts.Profile {
 		rows, err := st.Session().Profile()
 		if err != nil {
@@ -309,11 +330,9 @@ func weightStats(path string) (bytes, params int64, err error) {
 		if v.Const == nil {
 			continue
 		}
-		n := v.Const.NumElements()
-		bytes += n * int64(v.Const.Type.Size())
-		params += n
+		bytes += int64(len(v.Const.Data))
 	}
-	return bytes, params, nil
+	return bytes, paramCount(m), nil
 }
 
 // humanCount prints 1250432 as 1.25 M.

@@ -7,12 +7,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/quant/qonnx"
 	"github.com/tlite/tlite/memplan"
-	"github.com/tlite/tlite/models/quant"
-	"github.com/tlite/tlite/models/quant/qonnx"
 )
 
 func init() {
@@ -34,6 +35,8 @@ type quantizeReport struct {
 	Skipped     []qonnx.Skipped  `json:"skipped"`
 	Activations int              `json:"activation_products"`
 	Embeddings  []string         `json:"embeddings_kept_float"`
+	Params      int64            `json:"params"`
+	Copied      []string         `json:"copied,omitempty"`
 	BytesBefore int64            `json:"initializer_bytes_before"`
 	BytesAfter  int64            `json:"initializer_bytes_after"`
 	Report      *maeReport       `json:"mae_report,omitempty"`
@@ -86,7 +89,7 @@ func toMAEReport(r *quant.Report) *maeReport {
 func runQuantize(args []string) error {
 	fs := flag.NewFlagSet("quantize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	format := fs.String("format", "", "weight storage: e0m4, int4 (4-bit, tlite.MatMulQ nodes) or fp16 (float16 initializers)")
+	format := fs.String("format", "", "weight storage: e0m4, int4 (4-bit MatMul/Gemm weights as tlite.MatMulQ nodes) or fp16 (MatMul, Gemm and Conv weights as float16 initializers)")
 	group := fs.Int("group", quant.DefaultGroup, "4-bit group size along K (a multiple of 32 dividing K)")
 	minSize := fs.Int("min-size", qonnx.DefaultMinSize, "smallest K*N converted; smaller weights stay float32")
 	report := fs.Bool("report", false, "print per weight matrix the mean absolute error of E0M4 and INT4 and their ratio")
@@ -105,12 +108,11 @@ func runQuantize(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("want an input and an output model path, got %d arguments", len(pos))
 	}
-	f := qonnx.Format(*format)
-	switch f {
-	case qonnx.E0M4, qonnx.Int4, qonnx.FP16:
-	case "":
+	if *format == "" {
 		return fmt.Errorf("--format is required: e0m4, int4 or fp16")
-	default:
+	}
+	f, err := quant.ParseFormat(*format)
+	if err != nil {
 		return fmt.Errorf("--format %q: want e0m4, int4 or fp16", *format)
 	}
 	if *threshold <= 0 {
@@ -126,6 +128,18 @@ func runQuantize(args []string) error {
 		return err
 	}
 	defer m.Close()
+	if err := checkQuantizeOutput(in, out, m.ExternalFiles()); err != nil {
+		return err
+	}
+	params := paramCount(m)
+	if m.Metadata == nil {
+		m.Metadata = map[string]string{}
+	}
+	if _, ok := m.Metadata[paramsKey]; !ok {
+		// The packed weights no longer count their elements; the
+		// original count travels with the model for bench to report.
+		m.Metadata[paramsKey] = strconv.FormatInt(params, 10)
+	}
 	last := t0
 	progress := func(done, total int, w qonnx.Weight) {
 		// Small models finish before anyone wonders; big ones report
@@ -139,19 +153,42 @@ func runQuantize(args []string) error {
 	if err != nil {
 		return err
 	}
+	if f == quant.FP16 {
+		convs, err := convWeightsToHalf(m.Graph, *minSize)
+		if err != nil {
+			return err
+		}
+		for _, c := range convs {
+			res.BytesAfter -= c.FloatBytes - c.StoredBytes
+		}
+		res.Weights = append(res.Weights, convs...)
+	} else {
+		// No 4-bit convolution kernel exists: say which weights stay.
+		for _, n := range m.Graph.Nodes {
+			if n.OpType == "Conv" && len(n.Inputs) > 1 && n.Inputs[1] != nil && n.Inputs[1].Const != nil && n.Inputs[1].Const.NumElements() >= int64(*minSize) {
+				res.Skipped = append(res.Skipped, qonnx.Skipped{Node: n.Name, Weight: n.Inputs[1].Name,
+					Reason: "Conv: tlite has no 4-bit convolution kernel; --format fp16 stores Conv weights half"})
+			}
+		}
+	}
 	if err := m.Graph.Validate(); err != nil {
 		return fmt.Errorf("the rewritten graph is invalid (a bug): %w", err)
 	}
 	dataFile := filepath.Base(out) + ".data"
-	if err := graph.Write(m, out, graph.WriteOptions{ExternalThreshold: *threshold, DataFile: dataFile, Align: *align}); err != nil {
+	inline, err := writeAtomically(m, out, graph.WriteOptions{ExternalThreshold: *threshold, DataFile: dataFile, Align: *align})
+	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(out), dataFile)); err != nil {
+	if inline {
 		dataFile = "" // everything fitted inline
 	}
-	rep := quantizeReport{Input: in, Output: out, DataFile: dataFile, Format: string(f), Group: res.Group, MinSize: res.MinSize,
+	copied, err := copyBeside(in, out, "config.json", "tokenizer.json")
+	if err != nil {
+		return err
+	}
+	rep := quantizeReport{Input: in, Output: out, DataFile: dataFile, Format: f.String(), Group: res.Group, MinSize: res.MinSize,
 		Weights: res.Weights, Skipped: res.Skipped, Activations: res.Activations, Embeddings: res.Embeddings,
-		BytesBefore: res.BytesBefore, BytesAfter: res.BytesAfter, Report: toMAEReport(res.Report),
+		Params: params, Copied: copied, BytesBefore: res.BytesBefore, BytesAfter: res.BytesAfter, Report: toMAEReport(res.Report),
 		Seconds: time.Since(t0).Seconds(), Opsets: m.Opsets}
 	if rep.Weights == nil {
 		rep.Weights = []qonnx.Weight{}
@@ -178,10 +215,11 @@ func printQuantize(w io.Writer, rep quantizeReport, res *qonnx.Result) {
 		products += len(x.Nodes)
 	}
 	how := rep.Format
-	if rep.Format != string(qonnx.FP16) {
+	if rep.Format != quant.FP16.String() {
 		how = fmt.Sprintf("%s, group %d", rep.Format, rep.Group)
 	}
 	fmt.Fprintf(w, "%s -> %s (%s, min size %d)\n", rep.Input, rep.Output, how, rep.MinSize)
+	fmt.Fprintf(w, "parameters: %s (counted on the original weights)\n", humanCount(rep.Params))
 	fmt.Fprintf(w, "converted %d weights read by %d products: %s -> %s\n", len(rep.Weights), products, memplan.Bytes(fb), memplan.Bytes(sb))
 	fmt.Fprintf(w, "all initializers: %s -> %s\n", memplan.Bytes(rep.BytesBefore), memplan.Bytes(rep.BytesAfter))
 	if len(rep.Weights) > 0 {
@@ -210,6 +248,9 @@ func printQuantize(w io.Writer, rep quantizeReport, res *qonnx.Result) {
 	if res.Report != nil {
 		fmt.Fprintln(w)
 		res.Report.WriteTo(w)
+	}
+	for _, c := range rep.Copied {
+		fmt.Fprintf(w, "copied %s beside the output\n", c)
 	}
 	if rep.DataFile != "" {
 		fmt.Fprintf(w, "wrote %s and %s in %.1fs\n", rep.Output, rep.DataFile, rep.Seconds)

@@ -12,7 +12,8 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
-	"github.com/tlite/tlite/models/quant"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/symshape/infer"
 )
 
@@ -46,7 +47,7 @@ func TestQuantizeReport(t *testing.T) {
 	if len(rep.Weights) != 13 || len(rep.Skipped) != 2 || rep.Report == nil || len(rep.Report.Matrices) != 13 {
 		t.Fatalf("%d weights, %d skipped, report %v; want 13, 2 and 13 rows", len(rep.Weights), len(rep.Skipped), rep.Report)
 	}
-	if rep.DataFile != "q.onnx.data" || rep.Opsets[quant.OpDomain] != 1 {
+	if rep.DataFile != "q.onnx.data" || rep.Opsets[tlite.Domain] != 1 {
 		t.Errorf("data file %q, opsets %v", rep.DataFile, rep.Opsets)
 	}
 	orig, err := graph.Load(llamaPath)
@@ -156,7 +157,7 @@ func TestQuantizeText(t *testing.T) {
 	}
 	nq := 0
 	for _, n := range m.Graph.Nodes {
-		if n.Domain == quant.OpDomain && n.OpType == quant.OpMatMulQ && res.Class[n] == infer.Device {
+		if n.Domain == tlite.Domain && n.OpType == tlite.MatMulQ && res.Class[n] == infer.Device {
 			nq++
 		}
 	}
@@ -182,8 +183,8 @@ func TestQuantizeFP16(t *testing.T) {
 			half++
 		}
 	}
-	if half != 11 || m.Opset(quant.OpDomain) != 0 {
-		t.Errorf("%d float16 initializers (want 11: every weight of at least 4096 elements), tlite opset %d", half, m.Opset(quant.OpDomain))
+	if half != 11 || m.Opset(tlite.Domain) != 0 {
+		t.Errorf("%d float16 initializers (want 11: every weight of at least 4096 elements), tlite opset %d", half, m.Opset(tlite.Domain))
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"gorgonia.org/tensor"
 
@@ -27,17 +26,45 @@ func init() {
 	register(command{"devices", "list the OpenCL devices tlite can use", runDevices})
 }
 
+// runResult is what run prints; --json writes it as is.
+type runResult struct {
+	Model     string       `json:"model"`
+	Device    deviceJSON   `json:"device"`
+	Precision string       `json:"precision"`
+	Inputs    []tensorInfo `json:"inputs"`
+	Outputs   []tensorInfo `json:"outputs"`
+	Startup   startup      `json:"startup"`
+	RunMs     float64      `json:"run_ms"`
+	OutDir    string       `json:"out_dir,omitempty"`
+	Made      []string     `json:"inputs_made_empty,omitempty"`
+}
+
+// tensorInfo summarises one tensor; Min/Max/Mean are null for empty ones.
+type tensorInfo struct {
+	Name  string    `json:"name"`
+	Type  string    `json:"type"`
+	Shape []int     `json:"shape"`
+	Min   *float64  `json:"min,omitempty"`
+	Max   *float64  `json:"max,omitempty"`
+	Mean  *float64  `json:"mean,omitempty"`
+	First []float64 `json:"first,omitempty"`
+	File  string    `json:"file,omitempty"`
+}
+
 func runRun(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var inputs multiFlag
 	fs.Var(&inputs, "input", "an input as name=file.npy (repeat for each input)")
+	inputsFrom := fs.String("inputs", "", "a folder of <name>.npy files, or a JSON file {\"name\": {\"dims\": [...], \"type\": \"float32\", \"data\": [...]}}")
 	out := fs.String("out", "", "directory to write outputs to as <name>.npy (default: print a summary only)")
+	asJSON := fs.Bool("json", false, "write the timings and the outputs' summary as JSON")
 	sf := addSessionFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tl run model.onnx --input name=file.npy ... [--out dir] [--device d] [--precision fp32|fp16] [--max seq=N] [--profile]")
+		fmt.Fprintln(fs.Output(), "usage: tl run model.onnx [--input name=file.npy ...] [--inputs DIR|file.json] [--out dir] [--json] [--device d] [--precision fp32|fp16] [--max seq=N] [--profile]")
+		fmt.Fprintln(fs.Output(), "Past key/value inputs left out are given as empty tensors (a decoder's first step).")
 		fs.PrintDefaults()
 	}
-	valued := map[string]bool{"input": true, "out": true}
+	valued := map[string]bool{"input": true, "inputs": true, "out": true}
 	for k := range sessionValued {
 		valued[k] = true
 	}
@@ -59,46 +86,90 @@ func runRun(args []string) error {
 		if !ok {
 			return fmt.Errorf("--input %q: want name=file.npy", in)
 		}
+		if _, dup := feeds[name]; dup {
+			return fmt.Errorf("--input %s is given twice: give each input once", name)
+		}
 		t, err := npy.ReadFile(file)
 		if err != nil {
 			return fmt.Errorf("--input %s: %w", name, err)
 		}
 		feeds[name] = t
 	}
-	t0 := time.Now()
-	s, err := engine.Open(pos[0], opts)
+	userMax, _ := parseBinding(*sf.max)
+	s, loadMs, err := openSession(pos[0], opts, userMax)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	openTime := time.Since(t0)
-	t1 := time.Now()
-	res, err := s.Run(feeds)
+	if *inputsFrom != "" {
+		var more map[string]*tensor.Dense
+		if fi, err := os.Stat(*inputsFrom); err != nil {
+			return fmt.Errorf("--inputs: %w", err)
+		} else if fi.IsDir() {
+			more, err = readInputsDir(*inputsFrom, s.Inputs())
+		} else {
+			more, err = readInputsJSON(*inputsFrom)
+		}
+		if err != nil {
+			return fmt.Errorf("--inputs: %w", err)
+		}
+		for name, t := range more {
+			if _, dup := feeds[name]; dup {
+				return fmt.Errorf("input %s is given both by --input and by --inputs %s: give it once", name, *inputsFrom)
+			}
+			feeds[name] = t
+		}
+	}
+	made := fillEmptyPast(s.Inputs(), feeds)
+	var res map[string]*tensor.Dense
+	runMs, built, cached, err := firstUse(s, func() error {
+		var err error
+		res, err = s.Run(feeds)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	runTime := time.Since(t1)
-	fmt.Fprintf(stdout, "opened in %v, ran in %v\n", openTime.Round(time.Millisecond), runTime.Round(time.Microsecond))
+	rr := runResult{Model: pos[0], Device: deviceOf(s), Precision: opts.Precision.String(), Made: made,
+		Startup: startupOf(s, loadMs, runMs, 0, built, cached), RunMs: runMs, Inputs: []tensorInfo{}, Outputs: []tensorInfo{}}
+	for _, p := range s.Inputs() {
+		if t, ok := feeds[p.Name]; ok {
+			rr.Inputs = append(rr.Inputs, tensorInfo{Name: p.Name, Type: t.Dtype().String(), Shape: shapeOf(t)})
+		}
+	}
 	names := make([]string, 0, len(res))
 	for n := range res {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	files := uniqueFileNames(names)
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		rr.OutDir = *out
+	}
 	t := newTable("output", "type", "shape", "min", "max", "mean", "first values").alignRight(3, 4, 5)
 	for _, n := range names {
 		v := res[n]
+		info := summarizeInfo(n, v)
 		mn, mx, mean, first := summarize(v)
-		t.add(n, v.Dtype().String(), fmt.Sprint([]int(v.Shape())), mn, mx, mean, first)
+		t.add(n, v.Dtype().String(), fmt.Sprint(info.Shape), mn, mx, mean, first)
 		if *out != "" {
-			if err := os.MkdirAll(*out, 0o755); err != nil {
-				return err
-			}
-			file := filepath.Join(*out, sanitize(n)+".npy")
-			if err := npy.WriteFile(file, v); err != nil {
+			info.File = filepath.Join(*out, files[n])
+			if err := npy.WriteFile(info.File, v); err != nil {
 				return err
 			}
 		}
+		rr.Outputs = append(rr.Outputs, info)
 	}
+	if *asJSON {
+		return writeJSON(stdout, rr)
+	}
+	if len(made) > 0 {
+		fmt.Fprintf(stdout, "empty past inputs made: %s\n", strings.Join(made, ", "))
+	}
+	fmt.Fprintf(stdout, "on %s: %s\n", s.Device(), rr.Startup.line())
 	t.write(stdout)
 	if *out != "" {
 		fmt.Fprintf(stdout, "outputs written to %s\n", *out)
@@ -113,6 +184,58 @@ func runRun(args []string) error {
 		printMemory(s, feeds)
 	}
 	return nil
+}
+
+// shapeOf is a tensor's shape as a JSON array ([] for a scalar).
+func shapeOf(t *tensor.Dense) []int {
+	if t.Shape().IsScalar() {
+		return []int{}
+	}
+	return append([]int{}, t.Shape()...)
+}
+
+// uniqueFileNames maps output names to distinct file names: sanitised
+// names that collide ("a/b" and "a_b") get a numeric suffix, so no output
+// overwrites another.
+func uniqueFileNames(names []string) map[string]string {
+	out := map[string]string{}
+	used := map[string]bool{}
+	for _, n := range names { // names are sorted: the same outputs get the same files each run
+		base := sanitize(n)
+		f := base + ".npy"
+		for i := 2; used[strings.ToLower(f)]; i++ {
+			f = fmt.Sprintf("%s_%d.npy", base, i)
+		}
+		used[strings.ToLower(f)] = true
+		out[n] = f
+	}
+	return out
+}
+
+// summarizeInfo is summarize for --json.
+func summarizeInfo(name string, t *tensor.Dense) tensorInfo {
+	info := tensorInfo{Name: name, Type: t.Dtype().String(), Shape: shapeOf(t)}
+	xs := floatsOf(t)
+	if len(xs) == 0 {
+		return info
+	}
+	mn, mx, sum := math.Inf(1), math.Inf(-1), 0.0
+	for _, x := range xs {
+		mn, mx, sum = math.Min(mn, x), math.Max(mx, x), sum+x
+	}
+	mean := sum / float64(len(xs))
+	for _, p := range []*float64{&mn, &mx, &mean} {
+		if math.IsNaN(*p) || math.IsInf(*p, 0) {
+			*p = 0 // JSON has no NaN; the table shows them
+		}
+	}
+	info.Min, info.Max, info.Mean = &mn, &mx, &mean
+	for i := 0; i < len(xs) && i < 4; i++ {
+		if !math.IsNaN(xs[i]) && !math.IsInf(xs[i], 0) {
+			info.First = append(info.First, xs[i])
+		}
+	}
+	return info
 }
 
 // printMemory prints the activation plan at the run's symbol values.
@@ -153,8 +276,12 @@ func sanitize(name string) string {
 	}, name)
 }
 
-// summarize returns min, max, mean and the first few values as text.
-func summarize(t *tensor.Dense) (string, string, string, string) {
+// floatsOf reads a tensor's elements as float64 (nil for an empty tensor
+// or an unsupported type).
+func floatsOf(t *tensor.Dense) []float64 {
+	if t.Shape().TotalSize() == 0 && !t.Shape().IsScalar() {
+		return nil
+	}
 	var xs []float64
 	switch d := t.Data().(type) {
 	case []float32:
@@ -179,9 +306,21 @@ func summarize(t *tensor.Dense) (string, string, string, string) {
 				xs = append(xs, 0)
 			}
 		}
-	default:
-		return "", "", "", fmt.Sprint(t.Data())
+	case float32:
+		xs = []float64{float64(d)}
+	case float64:
+		xs = []float64{d}
+	case int64:
+		xs = []float64{float64(d)}
+	case int32:
+		xs = []float64{float64(d)}
 	}
+	return xs
+}
+
+// summarize returns min, max, mean and the first few values as text.
+func summarize(t *tensor.Dense) (string, string, string, string) {
+	xs := floatsOf(t)
 	if len(xs) == 0 {
 		return "", "", "", "(empty)"
 	}
@@ -210,7 +349,13 @@ func runDevices(args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(stdout, list)
+		out := []deviceListJSON{}
+		for _, d := range list {
+			out = append(out, deviceListJSON{Index: d.Index, Type: d.Type, Name: d.Name, Platform: d.Platform, Vendor: d.Vendor,
+				Version: d.Version, Driver: d.Driver, ComputeUnits: d.ComputeUnits, GlobalMem: d.GlobalMem, MaxAlloc: d.MaxAlloc,
+				FP16: d.FP16, Unified: d.Unified, PriorityExt: d.PriorityExt})
+		}
+		return writeJSON(stdout, out)
 	}
 	t := newTable("index", "type", "name", "platform", "version", "CUs", "max alloc", "fp16", "priority hints")
 	for _, d := range list {
@@ -226,4 +371,22 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// deviceListJSON is one device of devices --json, in snake_case like every
+// other --json output.
+type deviceListJSON struct {
+	Index        string `json:"index"`
+	Type         string `json:"type"`
+	Name         string `json:"name"`
+	Platform     string `json:"platform"`
+	Vendor       string `json:"vendor"`
+	Version      string `json:"version"`
+	Driver       string `json:"driver"`
+	ComputeUnits int    `json:"compute_units"`
+	GlobalMem    int64  `json:"global_mem_bytes"`
+	MaxAlloc     int64  `json:"max_alloc_bytes"`
+	FP16         bool   `json:"fp16"`
+	Unified      bool   `json:"unified_memory"`
+	PriorityExt  string `json:"priority_hints"`
 }

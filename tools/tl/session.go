@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,7 +35,11 @@ func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
 var sessionValued = map[string]bool{"device": true, "precision": true, "max": true}
 
 func (f *sessionFlags) options() (engine.Options, error) {
-	opts := engine.Options{Device: *f.device, Profile: *f.profile}
+	dev := *f.device
+	if dev == "" {
+		dev = os.Getenv("TLITE_DEVICE") // "go" must reach the engine, which only OpenCL reads it for
+	}
+	opts := engine.Options{Device: dev, Profile: *f.profile}
 	switch strings.ToLower(*f.precision) {
 	case "fp32", "f32":
 		opts.Precision = engine.FP32

@@ -1,0 +1,57 @@
+// Package tlite is the one home of tlite's own ONNX operator domain: its
+// name, its version, and the schema of each operator in it. The fusion
+// passes (engine/fuse), the quantizer (graph/quant/qonnx) and the KV-cache
+// rewrite make these nodes; shape inference (symshape/infer/tlite_*.go)
+// derives their shapes; the engine lowers them (engine/lower_*.go). All of
+// them name the ops through these constants.
+//
+// The package imports nothing, so every layer may use it.
+package tlite
+
+// Domain is the operator domain of tlite's operators; a model that uses
+// one imports it at Version.
+const Domain = "tlite"
+
+// Version is the opset version of Domain.
+const Version = 1
+
+// The operators. Inputs in brackets are optional; "sum?" is an output
+// that may be left unread.
+const (
+	// RMSNorm(x, [scale]) -> y normalises the last axis by its root mean
+	// square; attribute epsilon.
+	RMSNorm = "RMSNorm"
+	// AddRMSNorm(a, b, [scale]) -> sum?, y is y = RMSNorm(a + b), also
+	// writing the sum (the residual stream).
+	AddRMSNorm = "AddRMSNorm"
+	// AddLayerNorm(a, b, scale, [bias]) -> sum?, y is LayerNormalization of
+	// a + b; attributes axis, epsilon.
+	AddLayerNorm = "AddLayerNorm"
+	// MatMulBias(a, b, [bias]) -> y is y = alpha*(a@b) + beta*bias with
+	// numpy matmul broadcasting; attributes alpha, beta.
+	MatMulBias = "MatMulBias"
+	// Attention(q, k, v, [mask]) -> o is scaled-dot-product attention with
+	// grouped-query K/V; attributes scale, causal, q_perm, k_perm, v_perm,
+	// o_perm (engine/fuse/attention.go documents them).
+	Attention = "Attention"
+	// FusedElementwise(inputs...) -> outputs runs the GRAPH attribute body,
+	// a chain of element-wise ops, as one kernel.
+	FusedElementwise = "FusedElementwise"
+	// KVWrite(new, slots) -> view writes new K or V rows into a cache the
+	// node owns, at the given slots, and returns a view of its first
+	// `length` slots as [1, length, heads, head_dim]; attributes capacity,
+	// pad, length, cache, new_perm (engine/fuse/kvcache.go).
+	KVWrite = "KVWrite"
+	// MatMulQ(A, Wq, [bias]) -> Y is the 4-bit weight product `tl quantize`
+	// writes: A is float [..., K]; Wq a 1-D uint8 initializer holding one
+	// packed weight (graph/quant's header, codes and parameters, each
+	// 64-byte aligned, so a memory-mapped file hands the arrays to a device
+	// without a copy); bias float [N]. Y is [..., N] of A's type. The
+	// attributes format ("e0m4" or "int4"), group, K and N repeat the
+	// header, so that tools reading the graph alone know the shape; a
+	// reader must check that they agree with it.
+	MatMulQ = "MatMulQ"
+)
+
+// Key is op as the engine's registries key it: "tlite.<op>".
+func Key(op string) string { return Domain + "." + op }
