@@ -30,7 +30,9 @@ func backends() []backendCase {
 // sequence lengths, the decoders' prefill and decode) and compares with the
 // PyTorch outputs.
 func TestModels(t *testing.T) {
-	for _, model := range []string{"resnet", "resnet_bn", "bert", "gpt2", "llama", "clip_text", "clip_vision"} {
+	for _, model := range []string{"resnet", "resnet_bn", "bert", "gpt2", "llama", "clip_text", "clip_vision",
+		// The decoder test bed (models/export/hf_*.py) models that run today.
+		"hf_llama", "hf_qwen2", "hf_gpt2", "hf_bigcode_mqa", "hf_neox"} {
 		cases := loadCases(t, model)
 		for _, bc := range backends() {
 			t.Run(model+"/"+bc.name, func(t *testing.T) {

@@ -502,3 +502,12 @@ func parseNonNegative(key, s string) (int64, error) {
 	}
 	return v, nil
 }
+
+// ParseTensor decodes one bare serialized TensorProto, such as the
+// input_N.pb / output_N.pb files of ONNX's backend test data. Tensors in
+// raw_data alias data (the caller must keep it unchanged); typed fields are
+// copied. External data is refused: a bare tensor has no model folder.
+func ParseTensor(data []byte) (*Tensor, error) {
+	l := &loader{model: &Model{}}
+	return l.decodeTensor(data)
+}

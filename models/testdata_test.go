@@ -256,7 +256,8 @@ func findManifests(t *testing.T, dir string) []string {
 // half-finished regeneration is noticed here rather than as a skipped test
 // elsewhere.
 func TestModelSet(t *testing.T) {
-	want := []string{"bert", "clip_text", "clip_vision", "gpt2", "llama", "resnet", "resnet_bn"}
+	want := []string{"bert", "clip_text", "clip_vision", "gpt2", "llama", "resnet", "resnet_bn",
+		"hf_llama", "hf_qwen2", "hf_gqa_interleave", "hf_gpt2", "hf_bigcode_mqa", "hf_neox", "hf_bloom"}
 	have := map[string]bool{}
 	for _, d := range modelDirs(t) {
 		have[filepath.Base(d)] = true
@@ -399,7 +400,8 @@ func checkNpy(t *testing.T, path string, mt manifestTensor) {
 // back exactly the cache its prefill case produced, which is what lets an
 // engine test chain the two runs.
 func TestDecodeContinuesPrefill(t *testing.T) {
-	for _, name := range []string{"llama", "gpt2"} {
+	for _, name := range []string{"llama", "gpt2", "hf_llama", "hf_qwen2", "hf_gqa_interleave",
+		"hf_gpt2", "hf_bigcode_mqa", "hf_neox", "hf_bloom"} {
 		var pre, dec manifest
 		readJSON(t, filepath.Join(modelsRoot, name, "ref/prefill/manifest.json"), &pre)
 		readJSON(t, filepath.Join(modelsRoot, name, "ref/decode/manifest.json"), &dec)

@@ -1,6 +1,7 @@
 package symshape
 
 import (
+	"math"
 	"math/bits"
 	"sort"
 )
@@ -338,4 +339,29 @@ func divExact(e Expr, k int64) Expr {
 // used to pick one sign representative for divisors.
 func leadingNegative(e Expr) bool {
 	return len(e.n.terms) > 0 && e.n.terms[0].c < 0
+}
+
+// CoefficientGCD returns the greatest common divisor g of the coefficients
+// of e's non-constant terms (0 when e is a constant) and e's constant term
+// k. Atoms take integer values, so e can be 0 only when g divides k. ok is
+// false for an invalid e.
+func (e Expr) CoefficientGCD() (g, k int64, ok bool) {
+	if !e.IsValid() {
+		return 0, 0, false
+	}
+	for _, t := range e.n.terms {
+		if t.m == unitMono || t.m.key == "" {
+			k = t.c
+			continue
+		}
+		c := t.c
+		if c < 0 {
+			if c == math.MinInt64 {
+				return 0, 0, false
+			}
+			c = -c
+		}
+		g = gcd(g, c)
+	}
+	return g, k, true
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything tlite needs on Debian 12: the OpenCL loader, headers and
 # PoCL (an OpenCL device on the CPU, for machines without a GPU driver),
-# PyTorch and ONNX for the export recipes, and Go itself when the machine has
+# PyTorch, torchvision and ONNX for the export recipes, and Go itself when the machine has
 # none new enough (fetched from the Go module proxy, which serves toolchains).
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
@@ -11,7 +11,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
 need_apt=()
-for p in pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo python3-torch python3-onnx python3-numpy unzip curl ca-certificates gcc; do
+for p in pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo python3-torch python3-torchvision python3-onnx python3-numpy unzip curl ca-certificates gcc; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

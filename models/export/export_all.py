@@ -34,6 +34,10 @@ import clip_text  # noqa: E402
 import clip_vision  # noqa: E402
 import exportlib  # noqa: E402
 import gpt2  # noqa: E402
+import hf_gpt2  # noqa: E402
+import hf_llama  # noqa: E402
+import hf_neox  # noqa: E402
+import hfdecoder  # noqa: E402
 import llama  # noqa: E402
 import resnet  # noqa: E402
 
@@ -46,6 +50,10 @@ RECIPES = {
     "resnet": resnet,
     "resnet_bn": resnet.BN_VARIANT,
 }
+# The decoder test bed: decoders shaped like Hugging Face modeling code.
+for _fam in (hf_llama.LLAMA, hf_llama.QWEN2, hf_llama.GQA_INTERLEAVE, hf_gpt2.GPT2,
+             hf_gpt2.BIGCODE, hf_neox.NEOX, hf_neox.BLOOM):
+    RECIPES[_fam.name] = hfdecoder.Recipe(_fam)
 
 
 def main():

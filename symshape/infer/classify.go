@@ -63,7 +63,27 @@ func (c *ctx) classOf(n *graph.Node) Class {
 		}
 	}
 	if allConst {
-		return ConstFold
+		// Folding runs at load and keeps its outputs for the session's
+		// life: within the budget only (a ConstantOfShape of [2^33] read
+		// by one Add is not worth 32 GiB of host memory at load).
+		var bytes int64
+		fits := true
+		for _, v := range n.Outputs {
+			if v == nil {
+				continue
+			}
+			b, ok := c.outputBytes(v)
+			if !ok {
+				fits = false
+				break
+			}
+			bytes += b
+		}
+		if fits && c.folded+bytes <= c.foldBudget() {
+			c.folded += bytes
+			return ConstFold
+		}
+		return Device
 	}
 	if allHost {
 		small := true

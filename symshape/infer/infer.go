@@ -94,6 +94,11 @@ type Options struct {
 	// slicing a 64-row position table to seq rows gives seq rows, not
 	// min(seq, 64). Derived shapes are then valid only within the bounds.
 	Bounds symshape.Bounds
+	// FoldBytes is the load-time folding budget: nodes whose inputs are all
+	// constants are classified ConstFold only while the bytes of all folded
+	// outputs together stay within it; past it they stay Device nodes. 0
+	// means DefaultFoldBytes.
+	FoldBytes int64
 }
 
 // Class says how a node is executed once shapes are known.
@@ -157,6 +162,9 @@ type Assumption struct {
 	Kept symshape.Expr
 	Node string
 	What string
+	// Limited is true when A == B holds exactly while clamps in them do not
+	// bind; the clamps are then recorded in Result.Limits.
+	Limited bool
 }
 
 // String prints the assumption for logs.
@@ -176,6 +184,11 @@ type Result struct {
 	Fresh []FreshSym
 	// Assumptions are equalities that could not be proven nor solved.
 	Assumptions []Assumption
+	// Limits are the maxima the derivation relies on (see Limit), symbol
+	// limits first; an engine must refuse sizes beyond them.
+	Limits []Limit
+	// Pins are proofs that fix a dynamic input axis (see Pin).
+	Pins []Pin
 	// Class holds every node of the main graph (subgraph nodes are not
 	// classified: their owner is).
 	Class map[*graph.Node]Class
@@ -241,6 +254,8 @@ type ctx struct {
 	known  map[*graph.Value]bool          // values whose contents are known constants (not only Elems)
 	host   map[*graph.Value]bool          // values computed on the host (Folded, ConstFold, HostRuntime outputs)
 	data   map[*graph.Value]*graph.Tensor // contents of initializers, Constants and Options.Inputs
+	vbound map[*graph.Value]valBound      // bounds of integer tensors' values (see limits.go)
+	folded int64                          // bytes of ConstFold outputs so far
 	nfresh int
 }
 
@@ -301,12 +316,13 @@ func Run(m *graph.Model, opts Options) (*Result, error) {
 			Counts:      map[Class]int{},
 			SymbolNames: map[string]string{},
 		},
-		seen:  map[*graph.Value]bool{},
-		syms:  map[string]*symInfo{},
-		subst: map[string]symshape.Expr{},
-		known: map[*graph.Value]bool{},
-		host:  map[*graph.Value]bool{},
-		data:  map[*graph.Value]*graph.Tensor{},
+		seen:   map[*graph.Value]bool{},
+		syms:   map[string]*symInfo{},
+		subst:  map[string]symshape.Expr{},
+		known:  map[*graph.Value]bool{},
+		host:   map[*graph.Value]bool{},
+		data:   map[*graph.Value]*graph.Tensor{},
+		vbound: map[*graph.Value]valBound{},
 	}
 	g := m.Graph
 	clearDerived(g)
@@ -324,6 +340,10 @@ func Run(m *graph.Model, opts Options) (*Result, error) {
 		c.res.Counts[c.res.Class[n]]++
 	}
 	c.res.Symbols = c.collectSymbols()
+	if err := c.finishLimits(); err != nil {
+		return nil, err
+	}
+	sortLimits(c.res.Limits)
 	return c.res, nil
 }
 
@@ -392,6 +412,10 @@ func (c *ctx) runNode(n *graph.Node) error {
 	if err := c.apply(r, n); err != nil {
 		return fmt.Errorf("node %s (%s): %w", n.Name, n.OpType, err)
 	}
+	if err := c.checkOutputs(n); err != nil {
+		return fmt.Errorf("node %s (%s): %w", n.Name, n.OpType, err)
+	}
+	c.trackValues(n)
 	c.node = nil
 	for i, v := range n.Outputs {
 		if v != nil && v.Shape == nil {

@@ -25,7 +25,8 @@ import (
 const modelsDir = "../../testdata/models"
 
 // exportedModels are the models the acceptance test requires.
-var exportedModels = []string{"llama", "gpt2", "bert", "clip_text", "clip_vision", "resnet"}
+var exportedModels = []string{"llama", "gpt2", "bert", "clip_text", "clip_vision", "resnet",
+	"hf_llama", "hf_qwen2", "hf_gpt2", "hf_bigcode_mqa", "hf_neox", "hf_bloom"}
 
 // presentLen names, per decoder, the KV cache outputs and the axis holding
 // the sequence length.
@@ -33,8 +34,12 @@ var presentLen = map[string]struct {
 	prefix string
 	axis   int
 }{
-	"llama": {"present.", 2},
-	"gpt2":  {"present.", 3},
+	"llama":    {"present.", 2},
+	"gpt2":     {"present.", 3},
+	"hf_llama": {"present.", 2},
+	"hf_qwen2": {"present.", 2},
+	"hf_gpt2":  {"present.", 2},
+	"hf_neox":  {"present.", 2},
 }
 
 type manifest struct {
@@ -389,5 +394,55 @@ func BenchmarkRunLlama(b *testing.B) {
 		if _, err := Run(m, Options{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The decoder test bed's limits: what tl inspect reports and an engine
+// must enforce. GPT-2, GPTBigCode and GPT-NeoX slice a 256-row causal mask
+// (and GPT-2 gathers arange(past, past + seq) from a 256-row table), so
+// past + seq <= 256; the rotary tables of the LLaMA family are gathered by
+// position_ids, a limit on that input's values. The GQA export written
+// with repeat_interleave pins total to the traced constant.
+func TestTestBedLimits(t *testing.T) {
+	cases := []struct {
+		name   string
+		limits []string
+		pins   []string
+	}{
+		{"hf_llama", []string{"values of input_ids <= 319", "values of position_ids <= 255"}, nil},
+		{"hf_qwen2", []string{"values of input_ids <= 299", "values of position_ids <= 255"}, nil},
+		{"hf_gpt2", []string{"past + seq <= 256", "values of input_ids <= 319"}, nil},
+		{"hf_bigcode_mqa", []string{"past + seq <= 256", "values of input_ids <= 299", "values of position_ids <= 255"}, nil},
+		{"hf_neox", []string{"past + seq <= 256", "values of input_ids <= 319", "values of position_ids <= 255"}, nil},
+		{"hf_bloom", []string{"values of input_ids <= 319"}, nil},
+		{"hf_gqa_interleave", []string{"values of input_ids <= 287", "values of position_ids <= 1"},
+			[]string{"total = 2", "seq = -past + 2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Run(loadModel(t, tc.name), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, l := range r.Limits {
+				got = append(got, strings.SplitN(l.String(), " (", 2)[0])
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.limits) {
+				t.Errorf("limits %q, want %q", got, tc.limits)
+			}
+			var pins []string
+			for _, p := range r.Pins {
+				pins = append(pins, p.Sym+" = "+p.Expr.String())
+			}
+			if fmt.Sprint(pins) != fmt.Sprint(tc.pins) {
+				t.Errorf("pins %q, want %q", pins, tc.pins)
+			}
+			for _, a := range r.Assumptions {
+				if !a.Limited && tc.pins == nil {
+					t.Errorf("assumption no limit explains: %v", a)
+				}
+			}
+		})
 	}
 }

@@ -489,6 +489,7 @@ func gatherRule(c *ctx, n *graph.Node) error {
 	}
 	out := append(append(copyShape(data[:axis]), ind...), data[axis+1:]...)
 	c.setOut(n, 0, out, typeOf(n, 0))
+	c.indexLimit(n, input(n, 1), data[axis], axis)
 	ds, ok1 := c.smallIn(n, 0)
 	is, ok2 := c.smallIn(n, 1)
 	if !ok1 || !ok2 {
@@ -552,6 +553,9 @@ func gatherElementsRule(c *ctx, n *graph.Node) error {
 		return fmt.Errorf("data %s and indices %s differ in rank", symshape.FormatShape(data), symshape.FormatShape(ind))
 	}
 	c.setOut(n, 0, ind, typeOf(n, 0))
+	if axis, err := normAxis(n.AttrInt("axis", 0), len(data)); err == nil {
+		c.indexLimit(n, input(n, 1), data[axis], axis)
+	}
 	return nil
 }
 

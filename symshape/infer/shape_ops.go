@@ -174,6 +174,11 @@ func rangeRule(c *ctx, n *graph.Node) error {
 		}
 		cnt = symshape.Max(cnt, symshape.Const(0))
 		c.setOut(n, 0, []symshape.Expr{cnt}, t)
+		if c.sign(delta) == 1 {
+			c.setValueMax(out, symshape.Sub(limit, symshape.Const(1)))
+		} else {
+			c.setValueMax(out, start)
+		}
 		if k, ok := cnt.Const(); ok && k <= MaxElems {
 			e := make([]symshape.Expr, k)
 			for i := range e {

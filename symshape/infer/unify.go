@@ -32,8 +32,13 @@ func (c *ctx) unify(a, b symshape.Expr, what func() string) (symshape.Expr, erro
 	case symshape.Less, symshape.Greater:
 		return symshape.Expr{}, fmt.Errorf("%s: %s vs %s can never be equal", what(), a, b)
 	}
+	if neverEqual(a, b) {
+		return symshape.Expr{}, fmt.Errorf("%s: %s == %s has no solution in integers", what(), a, b)
+	}
 	kept := simpler(a, b)
-	c.res.Assumptions = append(c.res.Assumptions, Assumption{A: a, B: b, Kept: kept, Node: c.nodeName(), What: what()})
+	w := what()
+	limited := c.clampLimits(a, b, w)
+	c.res.Assumptions = append(c.res.Assumptions, Assumption{A: a, B: b, Kept: kept, Node: c.nodeName(), What: w, Limited: limited})
 	return kept, nil
 }
 

@@ -30,6 +30,8 @@ type inspectReport struct {
 	Equalities  []string          `json:"equalities,omitempty"`
 	Fresh       []string          `json:"fresh_symbols,omitempty"`
 	Assumptions []string          `json:"assumptions,omitempty"`
+	Limits      []string          `json:"limits,omitempty"`
+	Pins        []string          `json:"pinned,omitempty"`
 	Nodes       int               `json:"nodes"`
 	Classes     map[string]int    `json:"classes"`
 	Ops         []opInfo          `json:"ops"`
@@ -221,7 +223,17 @@ func buildInspect(path string, m *graph.Model, res *infer.Result, at map[string]
 		rep.Fresh = append(rep.Fresh, fmt.Sprintf("%s: %s (%s)", f.Sym, f.Reason, f.Node))
 	}
 	for _, a := range res.Assumptions {
-		rep.Assumptions = append(rep.Assumptions, a.String())
+		if !a.Limited {
+			// Assumptions that hold exactly while clamps do not bind are
+			// reported as the limits they imply.
+			rep.Assumptions = append(rep.Assumptions, a.String())
+		}
+	}
+	for _, l := range res.Limits {
+		rep.Limits = append(rep.Limits, l.String())
+	}
+	for _, p := range res.Pins {
+		rep.Pins = append(rep.Pins, p.String())
 	}
 	for c, n := range res.Counts {
 		rep.Classes[c.String()] = n
@@ -359,8 +371,14 @@ func printInspect(w io.Writer, r *inspectReport) {
 	for _, f := range r.Fresh {
 		fmt.Fprintf(w, "fresh     %s\n", f)
 	}
+	for _, p := range r.Pins {
+		fmt.Fprintf(w, "pinned    %s\n", p)
+	}
 	for _, a := range r.Assumptions {
 		fmt.Fprintf(w, "assumed   %s\n", a)
+	}
+	for _, l := range r.Limits {
+		fmt.Fprintf(w, "limit     %s\n", l)
 	}
 
 	shapeOps := r.Classes["Folded"] + r.Classes["ConstFold"] + r.Classes["HostRuntime"]
