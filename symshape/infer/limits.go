@@ -425,7 +425,7 @@ func (c *ctx) checkOutputs(n *graph.Node) error {
 		}
 		if _, ok := c.outputBytes(v); !ok {
 			if _, all := constDims(v.Shape); all {
-				return fmt.Errorf("output %d %q of shape %s is larger than %d bytes", i, v.Name, fmtShape(v.Shape), int64(MaxTensorBytes))
+				return fmt.Errorf("output %d %q of shape %s is larger than %d bytes", i, v.Name, symshape.FormatShape(v.Shape), int64(MaxTensorBytes))
 			}
 		}
 	}

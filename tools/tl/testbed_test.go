@@ -9,7 +9,7 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/generate"
-	"github.com/tlite/tlite/models/tokenizer"
+	"github.com/tlite/tlite/engine/tokenizer"
 )
 
 // The decoder test bed (models/export/hf_*.py): decoders shaped like the
