@@ -74,8 +74,21 @@ type Options struct {
 	Precision Precision
 	// Max declares the largest value of input symbols ("batch", "seq", ...):
 	// the memory plan is sized for them and Run refuses larger inputs.
-	// Undeclared symbols get DefaultMaxBatch or DefaultMax.
+	// Undeclared symbols get their value in the shapes InputShapes
+	// returns, else DefaultMaxBatch or DefaultMax. A maximum derived from
+	// the model (see Session.Limits) caps all of them.
 	Max map[string]int64
+	// InputShapes, when set, is called once the inputs' symbolic shapes
+	// are known and returns the concrete shapes (by input name; some may
+	// be left out) the session will be run with: symbols Max does not
+	// declare are bounded by them, so the plan is sized for what is run
+	// instead of for the defaults. Inputs beyond a derived limit are
+	// refused here.
+	InputShapes func(inputs []Port) (map[string][]int, error)
+	// MemoryLimit caps the bytes the plan and constants may take; 0 means
+	// the device's memory (the available memory for the pure-Go device).
+	// A plan beyond it is refused at Open (a *MemoryError).
+	MemoryLimit int64
 	// Profile records per-kernel device time; see Session.Profile.
 	Profile bool
 	// Priority is the OpenCL queue priority hint.
@@ -134,6 +147,8 @@ type Session struct {
 	inVals  []*vinfo
 	outVals []*vinfo
 	max     map[string]int64
+	maxFrom map[string]Maximum
+	res     *infer.Result
 	plan    *memplan.Plan
 	reqRoot []*vinfo
 	slots   []*buffer
@@ -248,33 +263,14 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 		s.outputs = append(s.outputs, Port{Name: v.Name, Type: v.Type.String(), Shape: v.Shape})
 		s.outVals = append(s.outVals, c.info(v))
 	}
-	// Declared maxima of symbols the model does not use are dropped, so
-	// that Maxima and the reports show what the plan is sized for.
-	used := map[string]bool{}
-	for _, sym := range res.Symbols {
-		used[sym] = true
-	}
-	s.max = map[string]int64{}
-	for k, v := range opts.Max {
-		if used[k] {
-			s.max[k] = v
-		}
-	}
-	for _, p := range s.inputs {
-		for _, d := range p.Shape {
-			for _, sym := range d.Symbols() {
-				if _, ok := s.max[sym]; ok {
-					continue
-				}
-				if strings.Contains(strings.ToLower(sym), "batch") {
-					s.max[sym] = DefaultMaxBatch
-				} else {
-					s.max[sym] = DefaultMax
-				}
-			}
-		}
+	s.res = res
+	if err := s.setMaxima(res, &opts); err != nil {
+		return err
 	}
 	if err := s.planMemory(); err != nil {
+		return err
+	}
+	if err := s.checkFit(opts.MemoryLimit); err != nil {
 		return err
 	}
 	return s.allocate()
@@ -507,8 +503,19 @@ func (s *Session) checkInputs(inputs map[string]*tensor.Dense) ([]*hostTensor, s
 		hosts[i] = h
 		shapes[p.Name] = h.shape
 	}
-	bind, err := bindShapes(s.inputs, shapes, s.max)
+	// Derived limits first: past one, the model itself cannot compute,
+	// whatever maximum the plan was sized for.
+	bind, err := bindShapes(s.inputs, shapes, nil)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.checkLimits(bind, shapes); err != nil {
+		return nil, nil, err
+	}
+	if bind, err = bindShapes(s.inputs, shapes, s.max); err != nil {
+		return nil, nil, err
+	}
+	if err := s.checkValueLimits(inputs); err != nil {
 		return nil, nil, err
 	}
 	return hosts, bind, nil
