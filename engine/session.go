@@ -582,7 +582,9 @@ func (s *Session) exec(in *instr) error {
 	x := s.x
 	switch in.kind {
 	case iDevice:
-		if s.labels {
+		// Gathers are always labelled: a device-side index fault is
+		// reported by Finish under the label of the launch.
+		if s.labels || in.node.OpType == "Gather" || in.node.OpType == "GatherElements" {
 			s.dev.SetLabel(in.node.Name)
 		}
 		x.scratch = in.scratchRefs

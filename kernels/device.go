@@ -167,8 +167,14 @@ func (l *Lib) Read(b Buf, off int, dst []byte) error {
 	return l.dev.Read(b.Mem, off, dst)
 }
 
-// Finish waits for the device's queue.
-func (l *Lib) Finish() error { return l.dev.Finish() }
+// Finish waits for the device's queue, then reports a fault a kernel
+// marked since the last Finish (see fault.go).
+func (l *Lib) Finish() error {
+	if err := l.dev.Finish(); err != nil {
+		return err
+	}
+	return l.checkFaults()
+}
 
 // SetLabel names the launches that follow in the device's profile.
-func (l *Lib) SetLabel(label string) { l.dev.SetLabel(label) }
+func (l *Lib) SetLabel(label string) { l.label = label; l.dev.SetLabel(label) }

@@ -70,6 +70,12 @@ type Lib struct {
 	mu    sync.Mutex
 	progs map[string]*opencl.Program
 	kerns map[string]*opencl.Kernel
+	// fault and faulting are the device-side fault slots (fault.go);
+	// label is the last SetLabel, to name a faulting launch.
+	fault    *opencl.Buffer
+	faulting [faultSlots]faultLaunch
+	nfault   int
+	label    string
 }
 
 // New returns a kernel library for dev. Programs are built lazily, so opening
