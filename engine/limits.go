@@ -76,6 +76,8 @@ type MemoryError struct {
 	Need, Have int64
 	// Device names the device.
 	Device string
+	// Single is set when one allocation exceeds the device's largest.
+	Single bool
 	// Largest is the largest tensor of the plan and its size.
 	Largest      string
 	LargestBytes int64
@@ -98,7 +100,11 @@ func (e *MemoryError) Error() string {
 		syms = append(syms, fmt.Sprintf("%s = %s", s, m))
 		fix = append(fix, s+"=N")
 	}
-	msg := fmt.Sprintf("engine: the memory plan needs %s, more than the %s device can hold (%s); the largest tensor is %s (%s)",
+	what := "the memory plan and constants need %s, more than the %s device has (%s)"
+	if e.Single {
+		what = "the memory plan needs one allocation of %s, more than the largest the %s device allows (%s)"
+	}
+	msg := fmt.Sprintf("engine: "+what+"; the largest tensor is %s (%s)",
 		memplan.Bytes(e.Need), e.Device, memplan.Bytes(e.Have), e.Largest, memplan.Bytes(e.LargestBytes))
 	if len(syms) > 0 {
 		msg += fmt.Sprintf(" at %s: bound the sizes with Options.Max (tl: --max %s) or give the input shapes you will run with", strings.Join(syms, ", "), strings.Join(fix, ","))
@@ -355,9 +361,7 @@ func (s *Session) checkFit(limit int64) error {
 		}
 		e.Largest, e.LargestBytes = s.reqName(sl.Tenants), big
 	}
-	if tooBig {
-		e.Device += " (largest single allocation)"
-	}
+	e.Single = tooBig
 	return e
 }
 
