@@ -98,7 +98,9 @@ func (e *MemoryError) Error() string {
 	for _, s := range names {
 		m := e.Symbols[s]
 		syms = append(syms, fmt.Sprintf("%s = %s", s, m))
-		fix = append(fix, s+"=N")
+		if m.Value > 1 {
+			fix = append(fix, s+"=<n>")
+		}
 	}
 	what := "the memory plan and constants need %s, more than the %s device has (%s)"
 	if e.Single {
@@ -107,7 +109,10 @@ func (e *MemoryError) Error() string {
 	msg := fmt.Sprintf("engine: "+what+"; the largest tensor is %s (%s)",
 		memplan.Bytes(e.Need), e.Device, memplan.Bytes(e.Have), e.Largest, memplan.Bytes(e.LargestBytes))
 	if len(syms) > 0 {
-		msg += fmt.Sprintf(" at %s: bound the sizes with Options.Max (tl: --max %s) or give the input shapes you will run with", strings.Join(syms, ", "), strings.Join(fix, ","))
+		msg += fmt.Sprintf(" at %s", strings.Join(syms, ", "))
+		if len(fix) > 0 {
+			msg += fmt.Sprintf(": bound the sizes with Options.Max (tl: --max %s) or run smaller inputs", strings.Join(fix, ","))
+		}
 	}
 	return msg
 }
@@ -359,7 +364,16 @@ func (s *Session) checkFit(limit int64) error {
 				e.Symbols[sym] = m
 			}
 		}
+		// Name the tenant that sized the slot, not the first one.
 		e.Largest, e.LargestBytes = s.reqName(sl.Tenants), big
+		var most int64 = -1
+		for _, t := range sl.Tenants {
+			if t < len(s.reqs) {
+				if b, ok := s.reqs[t].Bytes.MaxValue(s.bounds()); ok && b > most {
+					most, e.Largest = b, s.reqs[t].Name
+				}
+			}
+		}
 	}
 	e.Single = tooBig
 	return e

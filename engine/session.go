@@ -150,6 +150,7 @@ type Session struct {
 	maxFrom map[string]Maximum
 	res     *infer.Result
 	plan    *memplan.Plan
+	reqs    []memplan.Request // the plan's requests, for messages
 	reqRoot []*vinfo
 	slots   []*buffer
 	consts  []*buffer
@@ -375,7 +376,7 @@ func (s *Session) planMemory() error {
 	if err != nil {
 		return fmt.Errorf("engine: memory plan: %w", err)
 	}
-	s.plan = plan
+	s.plan, s.reqs = plan, reqs
 	return nil
 }
 
