@@ -9,6 +9,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/memplan"
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
@@ -409,4 +410,53 @@ func hostAvailable() int64 {
 		}
 	}
 	return 0
+}
+
+// decoderContext is the derived maximum of a decoder's context, past + seq
+// (seq alone without past inputs): seq is input_ids' axis 1 and past the
+// symbolic axis of the first input named like past_key_values that is not
+// input_ids' batch. False when the model is not shaped so, or no limit
+// bounds its context.
+func decoderContext(g *graph.Graph, res *infer.Result) (int64, infer.Limit, bool) {
+	var seq, batch, past symshape.Expr
+	for _, v := range g.Inputs {
+		if v.Name == "input_ids" && len(v.Shape) == 2 {
+			batch, seq = v.Shape[0], v.Shape[1]
+		}
+	}
+	if !seq.IsValid() {
+		return 0, infer.Limit{}, false
+	}
+	for _, v := range g.Inputs {
+		if !strings.Contains(strings.ToLower(v.Name), "past") || past.IsValid() {
+			continue
+		}
+		for _, d := range v.Shape {
+			if _, isConst := d.Const(); !isConst && !d.Equal(batch) {
+				past = d
+				break
+			}
+		}
+	}
+	ctx := seq
+	if past.IsValid() {
+		ctx = symshape.Add(past, seq)
+	}
+	return res.ExprMax(ctx)
+}
+
+// ContextLimit derives the shapes of the decoder m (annotating m, as
+// OpenModel would) and returns the most tokens of context its derived
+// limits allow (a learned position table of 256 rows: 256) with the limit
+// it comes from; false when nothing in the model bounds the context.
+func ContextLimit(m *graph.Model) (int64, infer.Limit, bool, error) {
+	if m == nil || m.Graph == nil {
+		return 0, infer.Limit{}, false, fmt.Errorf("engine: no model")
+	}
+	res, err := infer.Run(m, infer.Options{})
+	if err != nil {
+		return 0, infer.Limit{}, false, fmt.Errorf("engine: shape inference: %w", err)
+	}
+	v, l, ok := decoderContext(m.Graph, res)
+	return v, l, ok, nil
 }

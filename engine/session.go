@@ -239,6 +239,12 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 		}
 	}
 	if opts.KVCache != nil {
+		// The cache never holds more tokens than the model can position.
+		if lim, _, ok := decoderContext(m.Graph, res); ok && int64(opts.KVCache.MaxContext) > lim {
+			kc := *opts.KVCache
+			kc.MaxContext = int(lim)
+			opts.KVCache = &kc
+		}
 		if err := s.applyKVCache(m.Graph, res, &opts); err != nil {
 			return err
 		}

@@ -117,6 +117,7 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 		return 0, false
 	}
 	maxCtx := -1
+	var seqDim symshape.Expr
 	bound := func(v int) {
 		if maxCtx < 0 || v < maxCtx {
 			maxCtx = v
@@ -130,6 +131,7 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 		switch {
 		case p.Name == "input_ids":
 			e.ids, e.idsT = p.Name, dt
+			seqDim = p.Shape[1]
 			if v, ok := limit(p.Shape[1]); ok {
 				e.maxSeq = v
 			}
@@ -182,6 +184,15 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 	}
 	if len(e.kv) == 0 {
 		return nil, fmt.Errorf("generate: the model has no past_key_values inputs; a stepper needs a KV-cache model")
+	}
+	// A limit derived from the model (a learned position table) bounds
+	// past + seq, the tokens a sequence holds.
+	for _, p := range ins {
+		if p.Name == e.kv[0].in {
+			if v, _, ok := s.ExprLimit(symshape.Add(p.Shape[e.kv[0].axis], seqDim)); ok {
+				bound(int(v))
+			}
+		}
 	}
 	if lp, ok := outs["logits"]; ok {
 		e.logits = lp.Name

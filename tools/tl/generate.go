@@ -18,6 +18,7 @@ import (
 	"github.com/tlite/tlite/engine/kv"
 	"github.com/tlite/tlite/engine/tokenizer"
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // statsOut receives generation statistics, so that stdout is only the
@@ -36,13 +37,15 @@ type llmFlags struct {
 	ctx              *int
 	kv               *string
 	sf               *sessionFlags
+	// ctxFrom says where the context length came from, once opened.
+	ctxFrom string
 }
 
 func addLLMFlags(fs *flag.FlagSet) *llmFlags {
 	return &llmFlags{
 		model:     fs.String("model", "", "the decoder's ONNX file (or give it as the first argument)"),
 		tokenizer: fs.String("tokenizer", "", "tokenizer.json (default: the one next to the model)"),
-		ctx:       fs.Int("ctx", 0, "context length the memory plan is sized for (default: config.json's max_context next to the model, else 1024)"),
+		ctx:       fs.Int("ctx", 0, "context length the memory plan is sized for (default: config.json's max_context next to the model, else the model's own limit such as a learned position table, else 1024)"),
 		kv:        kvFlag(fs),
 		sf:        addSessionFlags(fs),
 	}
@@ -84,23 +87,55 @@ type modelConfig struct {
 	NPositions int `json:"n_positions"`
 }
 
-// contextFor is the context length for model: --ctx, else config.json's,
-// else the engine's default maximum.
-func contextFor(model string, flagCtx int) int {
+// contextFor is the context length for model and where it comes from:
+// --ctx, else config.json's, else the limit derived from the model (a
+// learned position table), else the engine's default maximum. A --ctx
+// beyond the derived limit is refused; a config.json beyond it is capped.
+func contextFor(model string, flagCtx int) (int, string, error) {
+	lim, from, limited := derivedContext(model)
+	limit := ""
+	if limited {
+		limit = fmt.Sprintf("derived from the model: %s <= %d at node %s", from.Expr, lim, from.Node)
+	}
 	if flagCtx > 0 {
-		return flagCtx
+		if limited && int64(flagCtx) > lim {
+			return 0, "", fmt.Errorf("--ctx %d is beyond this model's context limit of %d (node %s: %s)", flagCtx, lim, from.Node, from.Why)
+		}
+		return flagCtx, "--ctx", nil
 	}
 	if b, err := os.ReadFile(filepath.Join(filepath.Dir(model), "config.json")); err == nil {
 		var c modelConfig
 		if json.Unmarshal(b, &c) == nil {
 			for _, v := range []int{c.MaxContext, c.MaxPos, c.NPositions} {
 				if v > 0 {
-					return v
+					if limited && int64(v) > lim {
+						return int(lim), fmt.Sprintf("config.json says %d; %s", v, limit), nil
+					}
+					return v, "config.json", nil
 				}
 			}
 		}
 	}
-	return engine.DefaultMax
+	if limited {
+		return int(lim), limit, nil
+	}
+	return engine.DefaultMax, "the default, no config.json and no limit derived from the model", nil
+}
+
+// derivedContext is the context limit engine.ContextLimit derives for the
+// model at path (false if none, or if the model does not load: opening it
+// reports that).
+func derivedContext(path string) (int64, infer.Limit, bool) {
+	m, err := graph.Load(path)
+	if err != nil {
+		return 0, infer.Limit{}, false
+	}
+	defer m.Close()
+	v, l, ok, err := engine.ContextLimit(m)
+	if err != nil {
+		return 0, infer.Limit{}, false
+	}
+	return v, l, ok
 }
 
 // precision is the --precision flag as the engine names it.
@@ -147,7 +182,11 @@ func (f *llmFlags) openStepper(model string, maxSeq int, cfg generate.Config) (l
 	if err := checkModel(model, opts.Max); err != nil {
 		return nil, err
 	}
-	ctx := contextFor(model, *f.ctx)
+	ctx, from, err := contextFor(model, *f.ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.ctxFrom = from
 	if maxSeq > 0 {
 		if opts.Max == nil {
 			opts.Max = map[string]int64{}
@@ -226,6 +265,7 @@ type generateResult struct {
 	Precision    string            `json:"precision"`
 	KV           string            `json:"kv"`
 	Context      int               `json:"context"`
+	ContextFrom  string            `json:"context_from"`
 	Prompt       string            `json:"prompt,omitempty"`
 	PromptIDs    []int             `json:"prompt_ids"`
 	Text         string            `json:"text"`
@@ -389,7 +429,12 @@ func runGenerate(args []string) error {
 		return fmt.Errorf("the prompt is %d tokens, more than the context of %d: raise --ctx to at least %d", len(promptIDs), ctxLen, len(promptIDs))
 	} else if *n > room {
 		msg := fmt.Sprintf("the prompt is %d tokens and the context %d, so at most %d of -n %d tokens fit", len(promptIDs), ctxLen, room, *n)
-		if set["ctx"] || set["n"] {
+		if strings.Contains(lf.ctxFrom, "derived from the model") {
+			msg += fmt.Sprintf(" (the context is this model's own limit, %s)", lf.ctxFrom)
+			if set["n"] {
+				return fmt.Errorf("%s: lower -n", msg)
+			}
+		} else if set["ctx"] || set["n"] {
 			return fmt.Errorf("%s: raise --ctx to %d or lower -n", msg, len(promptIDs)+*n-1)
 		}
 		warnings = append(warnings, msg)
@@ -437,7 +482,7 @@ func runGenerate(args []string) error {
 	if err != nil {
 		return err
 	}
-	out := generateResult{Model: model, Precision: lf.precision(), KV: *lf.kv, Context: ctxLen, Prompt: text, PromptIDs: promptIDs,
+	out := generateResult{Model: model, Precision: lf.precision(), KV: *lf.kv, Context: ctxLen, ContextFrom: lf.ctxFrom, Prompt: text, PromptIDs: promptIDs,
 		Text: res.Text, TokenIDs: res.Tokens, StopReason: string(res.Reason), Warnings: warnings,
 		SamplingJSON: samplingJSON{Temperature: *temp, TopK: *topK, TopP: *topP, RepetitionPenalty: *rep, Seed: *seed, Greedy: *temp == 0},
 		Stats: generateStatsJSON{PromptTokens: res.PromptTokens, PrefillMs: ms(res.PrefillTime), PrefillTokPerSec: res.PrefillTokPerSec,
@@ -455,6 +500,7 @@ func runGenerate(args []string) error {
 		return writeJSON(stdout, out)
 	}
 	fmt.Fprintf(statsOut, "\nstartup: %s; warm-up step after it %.1f ms\n", out.Startup.line(), second)
+	fmt.Fprintf(statsOut, "context: %d tokens (%s)\n", ctxLen, lf.ctxFrom)
 	fmt.Fprintf(statsOut, "prompt %d tokens: prefill %.1f ms (%.1f tok/s), time to first token %.1f ms\n",
 		res.PromptTokens, ms(res.PrefillTime), res.PrefillTokPerSec, ms(res.FirstTokenTime))
 	fmt.Fprintf(statsOut, "generated %d tokens (%s): decode %.1f ms for %d steps (%.1f tok/s)\n",
@@ -507,7 +553,10 @@ type perplexityResult struct {
 	Loss       float64    `json:"loss"`
 	Perplexity float64    `json:"perplexity"`
 	Window     int        `json:"window"`
-	Seconds    float64    `json:"seconds"`
+	Context    int        `json:"context"`
+	// ContextFrom says where the context length came from.
+	ContextFrom string  `json:"context_from"`
+	Seconds     float64 `json:"seconds"`
 }
 
 func runPerplexity(args []string) error {
@@ -589,12 +638,12 @@ func runPerplexity(args []string) error {
 		return fmt.Errorf("%s: no token was predicted (each document needs at least two tokens); perplexity is undefined", *textPath)
 	}
 	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
-		Loss: total.Loss(), Perplexity: total.Perplexity(), Window: w, Seconds: time.Since(t0).Seconds()}
+		Loss: total.Loss(), Perplexity: total.Perplexity(), Window: w, Context: st.MaxContext(), ContextFrom: lf.ctxFrom, Seconds: time.Since(t0).Seconds()}
 	if *asJSON {
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, %.1f s)\n",
-		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.Window, res.Seconds)
+	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, %.1f s; context %d: %s)\n",
+		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.Window, res.Seconds, res.Context, res.ContextFrom)
 	return nil
 }
 

@@ -121,3 +121,30 @@ func TestPlansFromInputs(t *testing.T) {
 		t.Errorf("bench at 100000 x 100000: %v", err)
 	}
 }
+
+// TestContextFromDerivedLimit: hf_gpt2 has 256 learned positions and no
+// config.json: tl generate takes its context from the derived limit, says
+// so, and stops there; --ctx beyond it and a bench past it are refused.
+func TestContextFromDerivedLimit(t *testing.T) {
+	model := "../../testdata/models/hf_gpt2/model.onnx"
+	out, _, err := capture(t, runGenerate, model, "--tokens", "1,2,3", "-n", "0", "--ignore-eos", "--kv", "explicit", "--device", "go", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g generateResult
+	if err := json.Unmarshal([]byte(out), &g); err != nil {
+		t.Fatal(err)
+	}
+	if g.Context != 256 || !strings.Contains(g.ContextFrom, "derived from the model") || !strings.Contains(g.ContextFrom, "/wpe/Gather") ||
+		g.StopReason != "context full" || len(g.TokenIDs) != 254 {
+		t.Errorf("context %d (%s), stop %q after %d tokens; want 256 from the /wpe/Gather limit, full after 254", g.Context, g.ContextFrom, g.StopReason, len(g.TokenIDs))
+	}
+	_, _, err = capture(t, runGenerate, model, "--tokens", "1,2,3", "-n", "4", "--ctx", "300", "--kv", "explicit", "--device", "go")
+	if err == nil || !strings.Contains(err.Error(), "limit of 256") {
+		t.Errorf("--ctx 300: %v", err)
+	}
+	_, _, err = capture(t, runBench, "--model", model, "-p", "250", "-n", "10", "--kv", "explicit", "--device", "go")
+	if err == nil || !strings.Contains(err.Error(), "limit of 256") {
+		t.Errorf("bench -p 250 -n 10: %v", err)
+	}
+}
