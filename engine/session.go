@@ -89,6 +89,9 @@ type Options struct {
 	// the device's memory (the available memory for the pure-Go device).
 	// A plan beyond it is refused at Open (a *MemoryError).
 	MemoryLimit int64
+	// FoldBytes is the load-time constant-folding budget
+	// (infer.Options.FoldBytes; 0: infer.DefaultFoldBytes).
+	FoldBytes int64
 	// Profile records per-kernel device time; see Session.Profile.
 	Profile bool
 	// Priority is the OpenCL queue priority hint.
@@ -225,7 +228,7 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 			return &UnsupportedError{Node: n.Name, Op: n.OpType, Domain: n.Domain, Opset: m.Opset(n.Domain), Backend: s.dev.Name()}
 		}
 	}
-	res, err := infer.Run(m, infer.Options{Inputs: opts.Known})
+	res, err := infer.Run(m, infer.Options{Inputs: opts.Known, FoldBytes: opts.FoldBytes})
 	if err != nil {
 		return fmt.Errorf("engine: shape inference: %w", err)
 	}

@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/owulveryck/onnx-go/backend/testbackend"
+	"gorgonia.org/tensor"
+
+	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/graphtest"
+	"github.com/tlite/tlite/symshape"
+)
+
+// Fuzzing limits: every fuzzed model is planned for inputs whose free dims
+// are at most fuzzDim, with at most fuzzMemory bytes of plan and
+// constants and fuzzFold bytes of load-time folding.
+const (
+	fuzzDim    = 4
+	fuzzMemory = 64 << 20
+	fuzzFold   = 16 << 20
+)
+
+// FuzzOpenRun goes past parsing: each input that parses as a model is
+// opened on the pure-Go device (shape derivation, rewrites, lowering, the
+// memory plan) with the plan sized for small input shapes, and run once on
+// inputs of those shapes. Any error is fine; a panic, an allocation past
+// the limits or a run that does not return is a failure. Seeds: the
+// onnx-go operator corpus, the test models under testdata/cli and the
+// hostile models of hostile_test.go.
+func FuzzOpenRun(f *testing.F) {
+	for _, mk := range testbackend.GetAllRegisteredTests() {
+		f.Add(mk().ModelB)
+	}
+	paths, _ := filepath.Glob("../testdata/cli/*.onnx")
+	for _, p := range paths {
+		if data, err := os.ReadFile(p); err == nil && len(data) < 1<<20 {
+			f.Add(data)
+		}
+	}
+	for _, m := range fuzzSeeds() {
+		f.Add(graphtest.Bytes(m))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := graph.Parse(data, "")
+		if err != nil {
+			return
+		}
+		defer m.Close()
+		openAndRunSmall(t, m, data)
+	})
+}
+
+// openAndRunSmall opens m on the pure-Go device with small input shapes
+// (free dims 1..fuzzDim, chosen from seed bytes) and runs it once.
+func openAndRunSmall(t *testing.T, m *graph.Model, seed []byte) {
+	pick := func(i int) int {
+		if len(seed) == 0 {
+			return 1
+		}
+		return 1 + int(seed[i%len(seed)])%fuzzDim
+	}
+	var shapes map[string][]int
+	opts := Options{Device: "go", MemoryLimit: fuzzMemory, FoldBytes: fuzzFold,
+		InputShapes: func(ports []Port) (map[string][]int, error) {
+			shapes = map[string][]int{}
+			b := symshape.Binding{}
+			for pi, p := range ports {
+				for a, d := range p.Shape {
+					if name, bare := d.SymName(); bare {
+						if _, seen := b[name]; !seen {
+							b[name] = int64(pick(7*pi + a))
+						}
+					}
+				}
+			}
+			for pi, p := range ports {
+				dims := make([]int, len(p.Shape))
+				for a, d := range p.Shape {
+					v, err := d.Eval(b)
+					if err != nil || v < 0 || v > 1<<16 {
+						v = int64(pick(7*pi + a)) // left to the binding to refuse
+					}
+					dims[a] = int(v)
+				}
+				shapes[p.Name] = dims
+			}
+			return shapes, nil
+		}}
+	s, err := OpenModel(m, opts)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	if tot := s.Plan().Allocated() + s.constB; tot > 2*fuzzMemory {
+		t.Fatalf("the plan and constants take %d bytes, past the %d-byte limit", tot, int64(fuzzMemory))
+	}
+	feeds := map[string]*tensor.Dense{}
+	for i, p := range s.Inputs() {
+		dims := shapes[p.Name]
+		n := 1
+		for _, d := range dims {
+			n *= d
+		}
+		if n > fuzzMemory/8 {
+			return
+		}
+		var backing any
+		switch p.Type {
+		case "float32", "float16":
+			v := make([]float32, n)
+			for j := range v {
+				v[j] = float32(pick(i+j)) - 2.5
+			}
+			backing = v
+		case "int64":
+			v := make([]int64, n)
+			for j := range v {
+				v[j] = int64(pick(i+j) - 1)
+			}
+			backing = v
+		case "int32":
+			v := make([]int32, n)
+			for j := range v {
+				v[j] = int32(pick(i+j) - 1)
+			}
+			backing = v
+		case "bool":
+			v := make([]bool, n)
+			for j := range v {
+				v[j] = pick(i+j)%2 == 0
+			}
+			backing = v
+		default:
+			return
+		}
+		if len(dims) == 0 {
+			feeds[p.Name] = tensor.New(tensor.FromScalar(scalarOf(backing)))
+		} else {
+			feeds[p.Name] = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(backing))
+		}
+	}
+	s.Run(feeds)
+}
+
+func scalarOf(backing any) any {
+	switch v := backing.(type) {
+	case []float32:
+		return v[0]
+	case []int64:
+		return v[0]
+	case []int32:
+		return v[0]
+	case []bool:
+		return v[0]
+	}
+	return nil
+}
+
+// fuzzSeeds are small models of the shapes the hostile tests use, for the
+// fuzzer to mutate: a free-dim Reshape, a Gather into a table, a Pad and
+// an Expand from a shape input.
+func fuzzSeeds() []*graph.Model {
+	table := graphtest.Float32s("table", []int64{5, 3}, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
+	mk := func(nodes []*graph.Node, inits []*graph.Tensor, ins, outs []*graph.Value) *graph.Model {
+		var is []*graph.Value
+		for _, x := range inits {
+			is = append(is, graphtest.Init(x))
+		}
+		return graphtest.Model(17, graphtest.Graph("seed", nodes, is, ins, outs))
+	}
+	return []*graph.Model{
+		mk([]*graph.Node{graphtest.Node("Reshape", "r", []string{"x", "s"}, []string{"y"})},
+			[]*graph.Tensor{graphtest.Int64s("s", []int64{2}, -1, 3)},
+			[]*graph.Value{graphtest.Value("x", dtype.Float32, "n", 3)}, []*graph.Value{graphtest.Unshaped("y", dtype.Float32)}),
+		mk([]*graph.Node{
+			graphtest.Node("Gather", "g", []string{"table", "ids"}, []string{"e"}),
+			graphtest.Node("Add", "a", []string{"e", "x"}, []string{"y"}),
+		}, []*graph.Tensor{table},
+			[]*graph.Value{graphtest.Value("ids", dtype.Int64, "b", "n"), graphtest.Value("x", dtype.Float32, "b", "n", 3)},
+			[]*graph.Value{graphtest.Unshaped("y", dtype.Float32)}),
+		mk([]*graph.Node{graphtest.Node("Pad", "p", []string{"x", "pads"}, []string{"y"})},
+			[]*graph.Tensor{graphtest.Int64s("pads", []int64{4}, 0, 1, 2, 1)},
+			[]*graph.Value{graphtest.Value("x", dtype.Float32, "h", "w")}, []*graph.Value{graphtest.Unshaped("y", dtype.Float32)}),
+		mk([]*graph.Node{
+			graphtest.Node("Shape", "sh", []string{"x"}, []string{"s"}),
+			graphtest.Node("Expand", "e", []string{"t", "s"}, []string{"y"}),
+			graphtest.Node("MatMul", "mm", []string{"y", "w"}, []string{"z"}),
+		}, []*graph.Tensor{graphtest.Float32s("t", []int64{1, 3}, 1, 2, 3), graphtest.Float32s("w", []int64{3, 2}, 1, 0, 0, 1, 1, 1)},
+			[]*graph.Value{graphtest.Value("x", dtype.Float32, "n", 3)}, []*graph.Value{graphtest.Unshaped("z", dtype.Float32)}),
+	}
+}
