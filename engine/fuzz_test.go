@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/owulveryck/onnx-go/backend/testbackend"
+	_ "github.com/owulveryck/onnx-go/backend/testbackend/onnx" // registers the corpus
 	"gorgonia.org/tensor"
 
 	"github.com/tlite/tlite/graph"
