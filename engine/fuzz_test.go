@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -192,4 +193,177 @@ func fuzzSeeds() []*graph.Model {
 		}, []*graph.Tensor{graphtest.Float32s("t", []int64{1, 3}, 1, 2, 3), graphtest.Float32s("w", []int64{3, 2}, 1, 0, 0, 1, 1, 1)},
 			[]*graph.Value{graphtest.Value("x", dtype.Float32, "n", 3)}, []*graph.Value{graphtest.Unshaped("z", dtype.Float32)}),
 	}
+}
+
+// fuzzBytes reads choices from fuzz input; past its end every choice is 0.
+type fuzzBytes struct {
+	b []byte
+	i int
+}
+
+func (r *fuzzBytes) next() int {
+	if r.i >= len(r.b) {
+		return 0
+	}
+	r.i++
+	return int(r.b[r.i-1])
+}
+
+// intn is a choice in [0, n).
+func (r *fuzzBytes) intn(n int) int { return r.next() % n }
+
+// size is a small int (-2..9) most of the time, a large one (2^k) rarely:
+// the sizes and indices of the generated constants.
+func (r *fuzzBytes) size() int64 {
+	v := r.next()
+	if v >= 250 {
+		return int64(1) << (10 + 4*(v-250)) // 2^10 .. 2^30
+	}
+	return int64(v%12) - 2
+}
+
+func (r *fuzzBytes) ints(name string, n int) *graph.Tensor {
+	vals := make([]int64, n)
+	for i := range vals {
+		vals[i] = r.size()
+	}
+	return graphtest.Int64s(name, []int64{int64(n)}, vals...)
+}
+
+// fuzzOps are the operators FuzzGraph composes: element-wise, movement,
+// reductions, shape computations and indexing.
+var fuzzOps = []string{"Relu", "Neg", "Exp", "Sqrt", "Add", "Mul", "Sub", "Div", "MatMul", "Transpose", "Reshape",
+	"Expand", "Tile", "Pad", "Slice", "Concat", "Gather", "Unsqueeze", "Squeeze", "ReduceSum", "Softmax", "Shape",
+	"Cast", "ConstantOfShape", "Range", "Where", "Flatten", "GatherElements", "Split", "Equal", "CumSum", "ArgMax"}
+
+// FuzzGraph builds a small graph from the fuzz input (a sequence of
+// operators over two free-shaped inputs, with constant operands, indices
+// and sizes taken from the input bytes, sometimes huge or out of range)
+// and opens and runs it on the pure-Go device like FuzzOpenRun: every
+// input reaches shape derivation and most reach the plan and a run.
+func FuzzGraph(f *testing.F) {
+	for i := 0; i < len(fuzzOps); i++ {
+		f.Add([]byte{byte(i), 1, 2, 3, 4, 5, 6, 7, byte(i + 1), 0, 1, 2})
+	}
+	f.Add([]byte{10, 0, 255, 3, 14, 0, 2, 1, 16, 7, 9})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := fuzzModel(&fuzzBytes{b: data})
+		b, err := graph.Marshal(m)
+		if err != nil {
+			return
+		}
+		pm, err := graph.Parse(b, "")
+		if err != nil {
+			return
+		}
+		defer pm.Close()
+		openAndRunSmall(t, pm, data)
+	})
+}
+
+// fuzzModel composes up to 8 nodes over inputs x (float32 [n, 3]) and ids
+// (int64 [n]).
+func fuzzModel(r *fuzzBytes) *graph.Model {
+	type val struct {
+		name  string
+		isInt bool
+	}
+	pool := []val{{"x", false}, {"ids", true}}
+	var nodes []*graph.Node
+	var inits []*graph.Tensor
+	k := 0
+	fresh := func(p string) string { k++; return fmt.Sprintf("%s%d", p, k) }
+	pickVal := func(wantInt bool) string {
+		var c []string
+		for _, v := range pool {
+			if v.isInt == wantInt {
+				c = append(c, v.name)
+			}
+		}
+		return c[r.intn(len(c))]
+	}
+	constInts := func(n int) string {
+		t := r.ints(fresh("c"), n)
+		inits = append(inits, t)
+		return t.Name
+	}
+	n := 1 + r.intn(8)
+	for i := 0; i < n; i++ {
+		op := fuzzOps[r.intn(len(fuzzOps))]
+		x := pickVal(false)
+		out := fresh("v")
+		isInt := false
+		var node *graph.Node
+		switch op {
+		case "Relu", "Neg", "Exp", "Sqrt":
+			node = graphtest.Node(op, out, []string{x}, []string{out})
+		case "Add", "Mul", "Sub", "Div", "MatMul":
+			node = graphtest.Node(op, out, []string{x, pickVal(false)}, []string{out})
+		case "Transpose":
+			node = graphtest.Node(op, out, []string{x}, []string{out}, graphtest.Ints("perm", int64(r.intn(3)), int64(r.intn(3))))
+		case "Reshape", "Expand", "Tile":
+			node = graphtest.Node(op, out, []string{x, constInts(1 + r.intn(3))}, []string{out})
+		case "Pad":
+			node = graphtest.Node(op, out, []string{x, constInts(4)}, []string{out})
+		case "Slice":
+			node = graphtest.Node(op, out, []string{x, constInts(1), constInts(1), constInts(1)}, []string{out})
+		case "Concat":
+			node = graphtest.Node(op, out, []string{x, pickVal(false)}, []string{out}, graphtest.Int("axis", r.size()))
+		case "Gather", "GatherElements":
+			idx := pickVal(true)
+			if r.intn(2) == 0 {
+				idx = constInts(1 + r.intn(3))
+			}
+			node = graphtest.Node(op, out, []string{x, idx}, []string{out}, graphtest.Int("axis", int64(r.intn(3))-1))
+		case "Unsqueeze", "Squeeze", "ReduceSum":
+			node = graphtest.Node(op, out, []string{x, constInts(1)}, []string{out})
+		case "Softmax", "Flatten", "CumSum", "ArgMax":
+			ins := []string{x}
+			if op == "CumSum" {
+				ins = append(ins, constInts(1)[0:])
+				inits[len(inits)-1].Dims = nil // the axis is a scalar
+			}
+			node = graphtest.Node(op, out, ins, []string{out}, graphtest.Int("axis", int64(r.intn(3))-1))
+			isInt = op == "ArgMax"
+		case "Shape":
+			node = graphtest.Node(op, out, []string{x}, []string{out})
+			isInt = true
+		case "Cast":
+			node = graphtest.Node(op, out, []string{pickVal(true)}, []string{out}, graphtest.Int("to", int64(dtype.Float32)))
+		case "ConstantOfShape":
+			node = graphtest.Node(op, out, []string{pickVal(true)}, []string{out})
+		case "Range":
+			s, l, d := fresh("c"), fresh("c"), fresh("c")
+			inits = append(inits, graphtest.Int64s(s, nil, r.size()), graphtest.Int64s(l, nil, r.size()), graphtest.Int64s(d, nil, r.size()))
+			node = graphtest.Node(op, out, []string{s, l, d}, []string{out})
+			isInt = true
+		case "Where":
+			cond := fresh("b")
+			nodes = append(nodes, graphtest.Node("Equal", cond, []string{pickVal(true), constInts(1)}, []string{cond}))
+			node = graphtest.Node(op, out, []string{cond, x, pickVal(false)}, []string{out})
+		case "Equal":
+			eq := fresh("b")
+			nodes = append(nodes, graphtest.Node("Equal", eq, []string{pickVal(true), pickVal(true)}, []string{eq}))
+			node = graphtest.Node("Cast", out, []string{eq}, []string{out}, graphtest.Int("to", int64(dtype.Int64)))
+			isInt = true
+		case "Split":
+			o2 := fresh("v")
+			node = graphtest.Node(op, out, []string{x}, []string{out, o2}, graphtest.Int("axis", int64(r.intn(2))))
+			pool = append(pool, val{o2, false})
+		}
+		nodes = append(nodes, node)
+		pool = append(pool, val{out, isInt})
+	}
+	last := pool[len(pool)-1]
+	var ins []*graph.Value
+	ins = append(ins, graphtest.Value("x", dtype.Float32, "n", 3), graphtest.Value("ids", dtype.Int64, "n"))
+	ot := dtype.Float32
+	if last.isInt {
+		ot = dtype.Int64
+	}
+	var is []*graph.Value
+	for _, t := range inits {
+		is = append(is, graphtest.Init(t))
+	}
+	return graphtest.Model(17, graphtest.Graph("fuzz", nodes, is, ins, []*graph.Value{graphtest.Unshaped(last.name, ot)}))
 }
