@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -195,7 +196,12 @@ func (f *llmFlags) openStepper(model string, maxSeq int, cfg generate.Config) (l
 			opts.Max["seq"] = int64(maxSeq)
 		}
 	}
-	return openLLM(model, opts, ctx, *f.kv, cfg)
+	st, err := openLLM(model, opts, ctx, *f.kv, cfg)
+	var me *engine.MemoryError
+	if errors.As(err, &me) {
+		return nil, fmt.Errorf("%w\n(the plan is sized for a context of %d tokens, from %s: give a smaller --ctx)", err, ctx, from)
+	}
+	return st, err
 }
 
 // llmStepper is a decoder stepper with its session, whichever KV mode.

@@ -148,3 +148,25 @@ func TestContextFromDerivedLimit(t *testing.T) {
 		t.Errorf("bench -p 250 -n 10: %v", err)
 	}
 }
+
+// TestPureGoRefusesHugePlans: sizes that used to abort the pure-Go device
+// with out-of-memory (--ctx 100000, --max seq=100000) are refused at Open
+// with an error naming the size and the flag, before anything is allocated.
+func TestPureGoRefusesHugePlans(t *testing.T) {
+	llama := "../../testdata/models/llama/model.onnx"
+	tok := "../../testdata/models/hf_llama/tokenizer.json"
+	before := peakRSSMiB()
+	for _, kvMode := range []string{"inplace", "explicit"} {
+		_, _, err := capture(t, runGenerate, llama, "--tokenizer", tok, "--tokens", "1,2,3", "-n", "2", "--ctx", "100000", "--kv", kvMode, "--device", "go")
+		if err == nil || !strings.Contains(err.Error(), "memory plan") || !strings.Contains(err.Error(), "smaller --ctx") {
+			t.Errorf("generate --ctx 100000 --kv %s: %v", kvMode, err)
+		}
+	}
+	_, _, err := capture(t, runBench, llama, "--shape", "seq=5", "--shape", "past=0", "--max", "seq=100000", "-r", "1", "--device", "go")
+	if err == nil || !strings.Contains(err.Error(), "seq = 100000 (declared)") || !strings.Contains(err.Error(), "--max seq=<n>") {
+		t.Errorf("bench --max seq=100000: %v", err)
+	}
+	if after := peakRSSMiB(); after-before > 200 {
+		t.Errorf("refusing the plans raised the peak RSS by %.0f MiB", after-before)
+	}
+}
