@@ -43,6 +43,9 @@ type compiler struct {
 	prog  []*instr
 
 	hostDev   *kernels.HostDevice
+	// memLimit is Options.MemoryLimit: it bounds what the host computes
+	// at run time too (0: the memory available).
+	memLimit int64
 	hostSteps map[*graph.Node]*stepDef
 }
 
@@ -406,7 +409,13 @@ func (c *compiler) runHost(n *graph.Node, ins []*hostTensor, bind symshape.Bindi
 		if sz == 0 {
 			return nil, fmt.Errorf("output %q: element type %v is not supported", o.Name, vi.dt)
 		}
-		b, _ := allocBuffer(dev, numel(dims)*sz)
+		if err := c.checkHostBytes(fmt.Sprintf("output %q", o.Name), dims, sz); err != nil {
+			return nil, err
+		}
+		b, err := allocBuffer(dev, numel(dims)*sz)
+		if err != nil {
+			return nil, err
+		}
 		x.refs[vi.id] = tref{b: b}
 		outs[k] = &hostTensor{dt: vi.dt, shape: dims, data: b.host()}
 	}
@@ -415,7 +424,13 @@ func (c *compiler) runHost(n *graph.Node, ins []*hostTensor, bind symshape.Bindi
 		if err != nil {
 			return nil, err
 		}
-		b, _ := allocBuffer(dev, int(sz))
+		if err := c.checkHostBytes("scratch", []int{int(sz)}, 1); err != nil {
+			return nil, err
+		}
+		b, err := allocBuffer(dev, int(sz))
+		if err != nil {
+			return nil, err
+		}
 		x.scratch = append(x.scratch, tref{b: b})
 	}
 	if err := sd.run(x); err != nil {

@@ -136,6 +136,23 @@ func TestHostileModels(t *testing.T) {
 				[]*graph.Value{graphtest.Value("ids", dtype.Int64, "n")}, []*graph.Value{graphtest.Value("y", dtype.Float32, "n", 3)})
 		}, feeds: map[string]*tensor.Dense{"ids": i64s([]int{2}, 1, 2)}, runErr: []string{"gather", "index 6 is out of range"},
 			good: map[string]*tensor.Dense{"ids": i64s([]int{2}, 1, -1)}},
+		{name: "ConstantOfShape of a shape given at run time", model: func(t *testing.T) *graph.Model {
+			return hostileModel(t, []*graph.Node{
+				graphtest.Node("ConstantOfShape", "cos", []string{"s"}, []string{"y"}),
+			}, nil, []*graph.Value{graphtest.Value("s", dtype.Int64, 1)}, []*graph.Value{graphtest.Unshaped("y", dtype.Float32)})
+		}, openErr: []string{"size of y", "unbounded"}}, // a data-dependent device output: refused, not guessed
+		{name: "Range to a limit given at run time", model: func(t *testing.T) *graph.Model {
+			return hostileModel(t, []*graph.Node{
+				graphtest.Node("Range", "range", []string{"start", "limit", "delta"}, []string{"y"}),
+			}, []*graph.Tensor{graphtest.Int64s("start", nil, 0), graphtest.Int64s("delta", nil, 1)},
+				[]*graph.Value{graphtest.Value("limit", dtype.Int64)}, []*graph.Value{graphtest.Unshaped("y", dtype.Int64)})
+		}, opts: Options{MemoryLimit: 1 << 30}, feeds: map[string]*tensor.Dense{"limit": tensor.New(tensor.FromScalar(int64(1 << 34)))}, runErr: []string{"range", "128.00 GiB", "more than the 1.00 GiB"},
+			good: map[string]*tensor.Dense{"limit": tensor.New(tensor.FromScalar(int64(5)))}},
+		{name: "Expand to a shape given at run time", model: func(t *testing.T) *graph.Model {
+			return hostileModel(t, []*graph.Node{
+				graphtest.Node("Expand", "expand", []string{"x", "s"}, []string{"y"}),
+			}, nil, []*graph.Value{graphtest.Value("x", dtype.Float32, 1), graphtest.Value("s", dtype.Int64, 2)}, []*graph.Value{graphtest.Unshaped("y", dtype.Float32)})
+		}, openErr: []string{"size of y", "unbounded"}},
 	}
 	for _, c := range cases {
 		for _, dev := range []string{"go", "opencl"} {

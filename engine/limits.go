@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -459,4 +460,29 @@ func ContextLimit(m *graph.Model) (int64, infer.Limit, bool, error) {
 	}
 	v, l, ok := decoderContext(m.Graph, res)
 	return v, l, ok, nil
+}
+
+// checkHostBytes refuses a tensor the host would compute at run time (a
+// shape read from data: Range to a given limit, an Expand to a given
+// shape) when it needs more bytes than the session allows: its
+// MemoryLimit, else the memory available.
+func (c *compiler) checkHostBytes(what string, dims []int, esize int) error {
+	var n int64 = int64(esize)
+	for _, d := range dims {
+		if d < 0 {
+			return fmt.Errorf("%s: negative dim in %v", what, dims)
+		}
+		if d != 0 && n > math.MaxInt64/int64(d) {
+			return fmt.Errorf("%s of shape %v: the size overflows", what, dims)
+		}
+		n *= int64(d)
+	}
+	limit := c.memLimit
+	if limit <= 0 {
+		limit = hostAvailable()
+	}
+	if limit > 0 && n > limit {
+		return fmt.Errorf("%s of shape %v needs %s, more than the %s of host memory the session may use", what, dims, memplan.Bytes(n), memplan.Bytes(limit))
+	}
+	return nil
 }

@@ -253,6 +253,7 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 		}
 	}
 	c := newCompiler(s, m, res, fs)
+	c.memLimit = opts.MemoryLimit
 	s.c = c
 	if err := c.build(opts.Known); err != nil {
 		return err
