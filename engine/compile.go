@@ -42,10 +42,10 @@ type compiler struct {
 	byVal map[*graph.Value]*vinfo
 	prog  []*instr
 
-	hostDev   *kernels.HostDevice
+	hostDev *kernels.HostDevice
 	// memLimit is Options.MemoryLimit: it bounds what the host computes
 	// at run time too (0: the memory available).
-	memLimit int64
+	memLimit  int64
 	hostSteps map[*graph.Node]*stepDef
 }
 
