@@ -341,7 +341,23 @@ func (s *Session) checkFit(limit int64) error {
 	if total <= 0 && maxAlloc <= 0 {
 		return nil
 	}
-	need := s.constB
+	// The constants are uploaded after this check: count them here.
+	var need int64
+	bigConst, bigConstName := int64(0), ""
+	for _, r := range s.c.vals {
+		if r.root != r || r.kind != vkConst || !r.devUse || r.konst == nil {
+			continue
+		}
+		_, esz, err := storeFor(r.dt, s.c.fs)
+		if err != nil {
+			continue
+		}
+		b := int64(numel(r.konst.shape)) * int64(esz)
+		need += b
+		if b > bigConst {
+			bigConst, bigConstName = b, r.name
+		}
+	}
 	var big int64
 	bigReq := -1
 	for i, sl := range s.plan.Slots {
@@ -349,6 +365,9 @@ func (s *Session) checkFit(limit int64) error {
 		if sl.Max > big && len(sl.Tenants) > 0 {
 			big, bigReq = sl.Max, i
 		}
+	}
+	if maxAlloc > 0 && bigConst > maxAlloc && bigConst > big {
+		return &MemoryError{Need: bigConst, Have: maxAlloc, Device: name, Single: true, Largest: "constant " + bigConstName, LargestBytes: bigConst}
 	}
 	tooBig := maxAlloc > 0 && big > maxAlloc
 	if !tooBig && (total <= 0 || need <= total) {
