@@ -609,6 +609,7 @@ func padPlan(shape, pads []int) (out []int, in View, begin []int, err error) {
 		b, e, d := pads[i], pads[r+i], shape[i]
 		st := in.Strides[i]
 		off := 0
+		endCrop := e < 0
 		if b < 0 {
 			off, d, b = -b, d+b, 0
 		}
@@ -616,7 +617,14 @@ func padPlan(shape, pads []int) (out []int, in View, begin []int, err error) {
 			d, e = d+e, 0
 		}
 		if d < 0 {
-			d = 0
+			// A crop past the data eats into the padding on the other
+			// side: the output is d + pads[i] + pads[r+i] long.
+			if endCrop {
+				b = max(b+d, 0)
+			} else {
+				e = max(e+d, 0)
+			}
+			d, off = 0, 0
 		}
 		cv.Off += off * st
 		o := d + b + e
@@ -713,6 +721,9 @@ func PadRef(esize int, src []byte, shape, pads []int, mode PadMode, value uint64
 	n := 1
 	for _, d := range outs {
 		n *= d
+	}
+	if n > 0 && mode != PadConstant && in.Elements() == 0 {
+		return fmt.Errorf("kernels: Pad: mode %d needs a non-empty input, shape %v with pads %v", mode, shape, pads)
 	}
 	for e := 0; e < n; e++ {
 		r, so, inside := e, in.Off, true

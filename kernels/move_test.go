@@ -510,6 +510,9 @@ func naivePadSrc(c, b, d int, mode PadMode) int {
 	if i >= 0 && i < d {
 		return i
 	}
+	if d == 0 {
+		return -1 // nothing to reflect, repeat or wrap: the constant
+	}
 	switch mode {
 	case PadConstant:
 		return -1
@@ -549,10 +552,15 @@ func TestMovePad(t *testing.T) {
 		{[]int{1, 2, 3, 2, 3, 2}, []int{0, 0, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0}},
 		{[]int{2, 3, 4, 5}, []int{0, 0, 0, 0, 0, 0, 0, 0}},
 		{[]int{3, 4}, []int{0, 5, 0, 6}}, // more than the size: reflection bounces
+		{[]int{1, 3}, []int{5, -1, -2, 5}}, // cropping past the data eats into the padding (found by FuzzGraph); constant mode only
+		{[]int{2, 3}, []int{-4, 0, 3, 0}},
 	}
 	modes := []PadMode{PadConstant, PadReflect, PadEdge, PadWrap}
 	for ci, c := range cases {
 		for _, mode := range modes {
+			if ci >= 7 && mode != PadConstant {
+				continue // no data left to reflect, repeat or wrap: refused
+			}
 			for _, esize := range esizes {
 				r := len(c.shape)
 				out, err := PadShape(c.shape, c.pads)
@@ -578,6 +586,7 @@ func TestMovePad(t *testing.T) {
 						if eEnd < 0 {
 							d += eEnd
 						}
+						d = max(d, 0)
 						j := naivePadSrc(idx[i], b, d, mode)
 						if j < 0 {
 							inside = false
