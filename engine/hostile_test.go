@@ -94,6 +94,14 @@ func TestHostileModels(t *testing.T) {
 				graphtest.Node("Reshape", "reshape", []string{"x", "s"}, []string{"y"}),
 			}, nil, []*graph.Value{graphtest.Value("x", dtype.Float32, 4, 4)}, []*graph.Value{graphtest.Unshaped("y", dtype.Float32)})
 		}, openErr: []string{"reshape", "16"}},
+		{name: "Reshape of 15 elements to [batch, 4]", model: func(t *testing.T) *graph.Model {
+			return hostileModel(t, []*graph.Node{
+				graphtest.Node("Shape", "shape", []string{"y"}, []string{"s"}),
+				graphtest.Node("Reshape", "reshape", []string{"x", "s"}, []string{"r"}),
+				graphtest.Node("Add", "add", []string{"r", "y"}, []string{"z"}),
+			}, nil, []*graph.Value{graphtest.Value("x", dtype.Float32, 3, 5), graphtest.Value("y", dtype.Float32, "batch", 4)},
+				[]*graph.Value{graphtest.Unshaped("z", dtype.Float32)})
+		}, openErr: []string{"reshape", "15"}},
 		{name: "Reshape of n elements to [2, 3]", model: func(t *testing.T) *graph.Model {
 			return hostileModel(t, []*graph.Node{
 				graphtest.Node("Reshape", "reshape", []string{"x", "s"}, []string{"y"}),
