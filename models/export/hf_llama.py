@@ -14,10 +14,15 @@ Structure kept from that modeling code (modules written here):
   inverted attention_mask expanded the same way.
 * Scores `q @ k.transpose(2, 3) / sqrt(head_dim)`, mask added, softmax in
   float32, RMSNorm, SwiGLU, separate q/k/v/o projections without bias.
-* `variant="qwen2"` adds the q/k/v biases Qwen2 has and ties nothing else;
-  `variant="gqa_interleave"` repeats K/V with `repeat_interleave`, which
-  torch 1.13 exports with the traced repeat count baked into a constant:
-  the exporter mistake issue 9 wants recognised.
+* `qkv_bias=True` (hf_qwen2) adds the q/k/v biases Qwen2 has;
+  `repeat="interleave"` (hf_gqa_interleave) repeats K/V with
+  `repeat_interleave`. torch 1.13 exports it, along the fixed-size head
+  axis, as Split + Expand + Reshape whose target shapes are constants
+  written at export (with -1 standing for the dynamic sizes), so the graph
+  cannot follow the cache length: tlite's shape inference proves total = 2
+  and ONNX Runtime rejects the first MatMul. It is kept as the exporter
+  mistake case; its reference data is PyTorch's, which the graph cannot
+  reproduce.
 
 Inputs: input_ids, attention_mask [batch, total], position_ids, cache
 past_key_values.{i}.key/.value [batch, kv_heads, past, head_dim].
@@ -241,8 +246,8 @@ QWEN2 = family("hf_qwen2", 2002, Config(qkv_bias=True, n_kv_heads=1, vocab=300, 
 GQA_INTERLEAVE = family(
     "hf_gqa_interleave", 2003, Config(repeat="interleave", vocab=288),
     COMMON[:1] + COMMON[2:] + (
-        "GQA by k.repeat_interleave(n_rep, dim=1): torch 1.13 exports the repeat count traced "
-        "from the example cache length into a constant (the exporter mistake)",), 5.0)
+        "GQA by k.repeat_interleave(n_rep, dim=1): torch 1.13 writes constant target shapes into the "
+        "export, which cannot follow the dynamic cache length (the exporter mistake)",), 5.0)
 
 
 def export(out_dir, size="test"):

@@ -25,7 +25,11 @@ scale all the way through. The export folds BatchNorm into the convolutions
 
 The input is 1x3xHxW (H = W = --size, 96 by default) with a dynamic batch
 axis named "batch"; the reference case is batch 1 from a seeded normal
-distribution. Outputs come from the PyTorch module itself.
+distribution. Outputs come from the PyTorch module itself. With
+--dynamic-hw the height and width axes are dynamic too (symbols "height"
+and "width", also on 4-D outputs) and the nets go to OUT/NAME_hw: the case
+of a classifier whose plan must be sized from the input given, not a worst
+case.
 
 Nets (torchvision.models names, plus one written here):
   mobilenet_v3_small, mobilenet_v3_large  HardSwish/HardSigmoid, SE blocks
@@ -128,20 +132,26 @@ def calibrate(model, size, batches=4, batch=8):
     return len(bns)
 
 
-def export(name, out_root, size):
-    out_dir = os.path.join(out_root, name)
+def export(name, out_root, size, dynamic_hw=False):
+    out_dir = os.path.join(out_root, name + ("_hw" if dynamic_hw else ""))
     os.makedirs(out_dir, exist_ok=True)
     rng = exportlib.seed_everything(SEED)
     model = build(name)
     n_bn = calibrate(model, size)
     path = os.path.join(out_dir, "model.onnx")
     x = torch.from_numpy(rng.standard_normal((1, 3, size, size)).astype(np.float32))
-    onnx_model = exportlib.export_onnx(model, (x,), path, ["pixel_values"], ["output"],
-                                       {"pixel_values": {0: "batch"}, "output": {0: "batch"}})
     with torch.no_grad():
         y = model(x)
+    axes = {"pixel_values": {0: "batch"}, "output": {0: "batch"}}
+    symbols = {"batch": 1}
+    if dynamic_hw:
+        axes["pixel_values"].update({2: "height", 3: "width"})
+        if y.dim() == 4:
+            axes["output"].update({2: "height", 3: "width"})
+        symbols.update({"height": size, "width": size})
+    onnx_model = exportlib.export_onnx(model, (x,), path, ["pixel_values"], ["output"], axes)
     exportlib.write_case(os.path.join(out_dir, "ref"), name, onnx_model, "batch1",
-                         {"batch": 1}, [("pixel_values", x)], [("output", y)],
+                         symbols, [("pixel_values", x)], [("output", y)],
                          f"random weights, {n_bn} BatchNorm layers calibrated on random batches")
     params = sum(p.numel() for p in model.parameters())
     exportlib.write_model_json(out_dir, name, {"input_size": size, "parameters": params,
@@ -159,6 +169,7 @@ def main():
     ap.add_argument("--out", default=default_out(), help="cache directory (default %(default)s)")
     ap.add_argument("--only", help="comma-separated subset of the nets")
     ap.add_argument("--size", type=int, default=96, help="input height and width")
+    ap.add_argument("--dynamic-hw", action="store_true", help="also make height and width dynamic (to OUT/NAME_hw)")
     ap.add_argument("--list", action="store_true", help="list the nets and exit")
     args = ap.parse_args()
     if args.list:
@@ -171,10 +182,10 @@ def main():
     torch.set_num_threads(1)
     for name in names:
         t0 = time.time()
-        m, amax, std = export(name, args.out, args.size)
+        m, amax, std = export(name, args.out, args.size, args.dynamic_hw)
         ops = exportlib.op_histogram(m)
         print(f"{name}: {len(m.graph.node)} nodes, output max |y| {amax:.3g} std {std:.3g}, "
-              f"{time.time() - t0:.1f}s -> {os.path.join(args.out, name)}")
+              f"{time.time() - t0:.1f}s -> {os.path.join(args.out, name + ('_hw' if args.dynamic_hw else ''))}")
         print("  ops: " + ", ".join(f"{k}:{v}" for k, v in ops.items()))
 
 

@@ -56,6 +56,25 @@
 // HostRuntime when it reads only host values and makes small tensors, and
 // Device otherwise.
 //
+// # Limits and pins
+//
+// Some derivation steps hold only for some sizes: a clamp assumed not to
+// bind (rows past..past+seq of a 256-row mask derive as
+// min(past + seq, 256) - min(past, 256) and are unified with seq), an index
+// into a fixed table (arange(past, past + seq) into 256 learned positions,
+// input_ids into the embedding). Each becomes a Limit in Result.Limits, a
+// maximum of an expression of symbols or of a graph input's values, with
+// the node that relies on it; Result.Check refuses sizes beyond them and
+// Result.ExprMax and InputLimit give the maxima to size a context from. An
+// equality that fixes a dynamic input axis to a constant (a size traced as
+// a constant at export) is reported as a Pin with what it means. Equalities
+// with no integer solution (4*batch == 15) are errors, not assumptions.
+//
+// Constant folding at load is budgeted (Options.FoldBytes): a node whose
+// inputs are all constants stays a Device node once the folded bytes would
+// exceed the budget. Any value whose constant shape exceeds MaxTensorBytes,
+// or whose size overflows, is refused with the node named.
+//
 // # Broadcasting and symbols that could be 1
 //
 // ONNX broadcasting makes a dim of 1 stretch. A symbolic dim that is not

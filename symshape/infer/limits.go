@@ -11,19 +11,6 @@ import (
 	"github.com/tlite/tlite/symshape"
 )
 
-// # Limits
-//
-// A derivation step can be valid only for some sizes: GPT-2's causal mask is
-// sliced out of a 256 x 256 buffer, so its rows derive as
-// min(past + seq, 256) - min(past, 256) and unify with the scores' seq only
-// while past + seq <= 256; a Gather into a learned position table is in
-// range only while the positions are. Run records each such condition as a
-// Limit (a maximum of an expression in the remaining symbols, or of a graph
-// input's values) with the node that relies on it. An engine must refuse
-// sizes beyond them (see Result.Check) and can size a context from them
-// (Result.ExprMax): past them, the model computes something else than its
-// exporter's framework, or nothing at all.
-
 // Limit is a maximum that a derivation step relies on.
 type Limit struct {
 	// Expr is the bounded quantity, in the remaining symbols (e.g.
@@ -290,7 +277,8 @@ func pinMeaning(e Equality, top int64) string {
 	}
 	return fixed + ", although the graph inputs declare it a dynamic axis: a size was recorded as a " +
 		"constant when the model was exported (torch.onnx traces Python ints read from tensor sizes as " +
-		"constants, and torch 1.13 exports repeat_interleave with the repeat count of the example input). " +
+		"constants, and torch 1.13 exports repeat_interleave along a fixed-size axis with constant shape " +
+		"vectors that cannot follow the other, dynamic axes). " +
 		"Re-export with that size computed from the tensor (for grouped-query attention, repeat K/V by " +
 		"unsqueeze + expand + reshape as Hugging Face's repeat_kv does, not by repeat_interleave), or " +
 		"export with an example input of the size you will run"

@@ -443,6 +443,19 @@ func TestTestBedLimits(t *testing.T) {
 					t.Errorf("assumption no limit explains: %v", a)
 				}
 			}
+			// The reference cases are within the limits; the pinned export
+			// cannot run its own exporter's cases.
+			for dir, mf := range manifests(t, tc.name) {
+				err := r.Check(symshape.Binding(mf.Symbols))
+				if (err != nil) != (tc.pins != nil) {
+					t.Errorf("%s: Check(%v) = %v", dir, mf.Symbols, err)
+				}
+			}
+			over := symshape.Binding{"batch": 1, "past": 256, "seq": 1, "batch_heads": 4}
+			err = r.Check(over)
+			if limited := len(tc.limits) > 0 && strings.HasPrefix(tc.limits[0], "past + seq"); limited != (err != nil) && tc.pins == nil {
+				t.Errorf("Check(%v) = %v", over, err)
+			}
 		})
 	}
 }
