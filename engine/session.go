@@ -306,8 +306,8 @@ func (s *Session) Inputs() []Port { return append([]Port(nil), s.inputs...) }
 // Outputs describes the outputs Run returns.
 func (s *Session) Outputs() []Port { return append([]Port(nil), s.outputs...) }
 
-// Maxima returns the maximum of every input symbol the plan is sized for:
-// Options.Max plus the defaults.
+// Maxima returns the maximum of every input symbol the plan is sized for
+// (MaximaFrom says where each came from).
 func (s *Session) Maxima() map[string]int64 {
 	out := make(map[string]int64, len(s.max))
 	for k, v := range s.max {
