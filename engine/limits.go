@@ -270,6 +270,9 @@ func (s *Session) checkValueLimits(inputs map[string]*tensor.Dense) error {
 
 // intRange is the smallest and largest element of an integer tensor.
 func intRange(t *tensor.Dense) (lo, hi int64, ok bool) {
+	if !t.Shape().IsScalar() && t.Shape().TotalSize() == 0 {
+		return 0, 0, false // Data panics on an empty tensor
+	}
 	switch d := t.Data().(type) {
 	case []int64:
 		if len(d) == 0 {
