@@ -154,6 +154,7 @@ func runBench(args []string) error {
 	}
 	fmt.Fprintf(stdout, "model %s on %s (%s), %d runs after %d warm-up (at least 2: the first and one to time it against)\n", res.Model, s.Device(), res.Precision, res.Runs, max(*warm, 2))
 	fmt.Fprintf(stdout, "startup: %s\n", res.Startup.line())
+	fmt.Fprintf(stdout, "plan sized for: %s\n", maximaLine(s))
 	t := newTable("load", "first run", "median", "min", "max", "activations", "peak RSS").alignRight(0, 1, 2, 3, 4, 5, 6)
 	t.add(fmt.Sprintf("%.1f ms", res.Startup.LoadMs), fmt.Sprintf("%.2f ms", res.Startup.FirstRunMs), fmt.Sprintf("%.3f ms", res.MedianMs),
 		fmt.Sprintf("%.3f ms", res.MinMs), fmt.Sprintf("%.3f ms", res.MaxMs), memplan.Bytes(res.ActBytes), fmt.Sprintf("%.0f MiB", res.PeakRSSMiB))

@@ -77,7 +77,7 @@ func TestPlansFromInputs(t *testing.T) {
 		t.Errorf("tl run plan for a 1x3x32x32 image: %d bytes", rr.Plan.Bytes)
 	}
 	for sym, want := range map[string]int64{"N": 1, "H": 32, "W": 32} {
-		if m := rr.Plan.Maxima[sym]; m.Value != want || m.From != "the inputs given" {
+		if m := rr.Plan.Maxima[sym]; m.Value != want || m.From != "the input shapes" {
 			t.Errorf("maximum of %s: %+v, want %d from the inputs", sym, m, want)
 		}
 	}

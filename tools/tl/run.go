@@ -66,7 +66,7 @@ func planOf(s *engine.Session) planJSON {
 		case engine.FromDeclared:
 			mj.From = "--max"
 		case engine.FromInputs:
-			mj.From = "the inputs given"
+			mj.From = "the input shapes"
 		case engine.FromLimit:
 			mj.From, mj.Node, mj.Why = "derived", m.Limit.Node, m.Limit.Why
 		}
