@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/kernels"
@@ -328,6 +329,15 @@ func lowerPad(lc *lowerCtx) (*stepDef, error) {
 		full := make([]int, 2*rank)
 		for i, a := range axes {
 			full[a], full[rank+a] = int(pv[i]), int(pv[len(axes)+i])
+		}
+		// The pads are read at run time: the output they give must be the
+		// shape the plan sized for.
+		want, err := kernels.PadShape(ex.shape(x), full)
+		if err != nil {
+			return err
+		}
+		if got := ex.shape(y); !slices.Equal(want, got) {
+			return fmt.Errorf("pads %v of %v give %v, but the derived output shape is %v", full, ex.shape(x), want, got)
 		}
 		return ex.dev.Pad(esz, ex.ref(x).buf(), ex.shape(x), full, mode, bits, ex.ref(y).buf())
 	}}, nil

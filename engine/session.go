@@ -599,6 +599,18 @@ func (s *Session) exec(in *instr) error {
 			s.dev.SetLabel(in.node.Name)
 		}
 		x.scratch = in.scratchRefs
+		// Every shape the step reads must evaluate (no negative dim, every
+		// symbol bound) before a kernel sizes its work by it.
+		for _, vs := range [][]*graph.Value{in.node.Inputs, in.node.Outputs} {
+			for _, v := range vs {
+				if v != nil {
+					x.shape(s.c.info(v))
+				}
+			}
+		}
+		if x.err != nil {
+			return fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, x.err)
+		}
 		err := in.step.run(x)
 		if err == nil {
 			err = x.err
