@@ -551,7 +551,7 @@ func TestMovePad(t *testing.T) {
 		{[]int{4, 5}, []int{-1, 2, 0, -2}}, // negative pads crop
 		{[]int{1, 2, 3, 2, 3, 2}, []int{0, 0, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0}},
 		{[]int{2, 3, 4, 5}, []int{0, 0, 0, 0, 0, 0, 0, 0}},
-		{[]int{3, 4}, []int{0, 5, 0, 6}}, // more than the size: reflection bounces
+		{[]int{3, 4}, []int{0, 5, 0, 6}},   // more than the size: reflection bounces
 		{[]int{1, 3}, []int{5, -1, -2, 5}}, // cropping past the data eats into the padding (found by FuzzGraph); constant mode only
 		{[]int{2, 3}, []int{-4, 0, 3, 0}},
 	}
