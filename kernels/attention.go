@@ -165,7 +165,7 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	if p.empty() {
 		return nil
 	}
-	name := attnVariant(l.dev.Info().Type, p)
+	name := attnVariant(l.info().Type, p)
 	if attnForce != "" {
 		name = attnForce
 	}
