@@ -63,10 +63,14 @@ func parseProfile(s string) (*profile, error) {
 }
 
 // info is the device description the launchers choose variants by: the
-// device's own, with type and cl_khr_fp16 replaced when a profile is forced.
-// Everything else (work-group limits, compute units) stays the device's,
+// device's own, or l.as where a profile (or a test standing in for a
+// published device) replaces it. A profile changes only the type and
+// cl_khr_fp16; work-group limits and compute units stay the device's,
 // because launches still run on it.
 func (l *Lib) info() opencl.Info {
+	if l.as != nil {
+		return *l.as
+	}
 	inf := l.dev.Info()
 	if l.prof != nil {
 		inf.Type = "CPU"

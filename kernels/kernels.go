@@ -71,9 +71,10 @@ type Lib struct {
 	progs map[string]*opencl.Program
 	kerns map[string]*opencl.Kernel
 
-	prof   *profile   // forced variant selection (builddump.go), nil = the device's
-	dump   *buildDump // where builds are recorded, nil = nowhere
-	envErr error      // a bad TLITE_KERNEL_* setting, returned by every build
+	prof   *profile     // forced variant selection (builddump.go), nil = the device's
+	as     *opencl.Info // a whole device description tests select variants by, nil = none
+	dump   *buildDump   // where builds are recorded, nil = nowhere
+	envErr error        // a bad TLITE_KERNEL_* setting, returned by every build
 }
 
 // New returns a kernel library for dev. Programs are built lazily, so opening

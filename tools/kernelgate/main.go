@@ -740,4 +740,3 @@ func report(w io.Writer, progs []*program, nbuilds int, results, known, unknown 
 		fmt.Fprintln(w, "\nkernelgate: pass")
 	}
 }
-
