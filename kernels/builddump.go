@@ -184,19 +184,22 @@ func (l *Lib) configureFromEnv() {
 	}
 }
 
-// forced reports whether a test override may have changed family's variant
-// away from the one the device (or profile) selects. It errs towards
-// "forced": a build so marked is left out of the GPU register gate only if
-// no unforced launch builds it too.
-func (l *Lib) forced(family string) bool {
+// forced reports whether a test override may have made the launcher build
+// kernel name of family where the device (or profile) would not. It errs
+// towards "forced": such builds are left out of the GPU register gate. A
+// forced kernel the profile's own selection can also pick (attn_wg on a
+// GPU, say, forced at a head size no other test reaches) counts as
+// selected: its program is the same whatever shape forced it.
+func (l *Lib) forced(family, name string) bool {
 	gpu := l.info().Type == "GPU"
 	switch family {
 	case "matmul":
-		return mmForce != ""
+		// The GPU kernels of pick; gemm marks their builds -DMM_GPU.
+		return mmForce != "" && !(gpu && (name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_naive"))
 	case "quant":
-		return qForce != ""
+		return qForce != "" && !(gpu && (name == "qmv_wg" || name == "qmm_4x2"))
 	case "attention":
-		return attnForce != ""
+		return attnForce != "" && !(gpu && name == "attn_wg")
 	case "conv", "volume":
 		return convKMajor && !gpu
 	case "resize":

@@ -108,7 +108,7 @@ func (l *Lib) kernel(family, src, options, name string) (*opencl.Kernel, error) 
 		// Before the build, so that a program the device rejects is still
 		// checked by the gate.
 		how := "selected"
-		if l.forced(family) {
+		if l.forced(family, name) {
 			how = "forced"
 		}
 		if err := l.dump.record(l.profileName(), how, family, full, options, name); err != nil {
