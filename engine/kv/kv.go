@@ -60,6 +60,9 @@ type State struct {
 	vocab   int
 	logits  string
 	lastLen int
+	// lastRow: the session computes the last row of logits only
+	// (engine.Options.LastLogits).
+	lastRow bool
 
 	// Per-step host buffers, reused: Run copies what it is given.
 	ids, pos, slots []int64
@@ -93,6 +96,7 @@ func New(s *engine.Session) (*State, error) {
 		return nil, fmt.Errorf("kv: output %q has shape %s; want a constant vocabulary last", lp.Name, symshape.FormatShape(lp.Shape))
 	}
 	st.logits, st.vocab = lp.Name, int(v)
+	st.lastRow = s.LastLogits()
 	st.Reset()
 	return st, nil
 }
@@ -119,6 +123,10 @@ func (st *State) MaxContext() int { return st.info.MaxContext }
 
 // Vocab is the length of a row of logits.
 func (st *State) Vocab() int { return st.vocab }
+
+// LastRowOnly reports whether Forward returns the last token's logits only
+// (the session was opened with engine.Options.LastLogits).
+func (st *State) LastRowOnly() bool { return st.lastRow }
 
 // AttendedLen is the kv_len of the last Forward: the slots attention read.
 func (st *State) AttendedLen() int { return st.lastLen }
@@ -151,7 +159,8 @@ func (st *State) Free(slots ...int) error {
 
 // Forward runs the model on tokens at positions, writing token i's keys and
 // values into slots[i], and returns the logits, row-major [len(tokens),
-// Vocab()]. Token i attends every filled slot (those written before and by
+// Vocab()] (only the last token's row when the session was opened with
+// engine.Options.LastLogits: see LastRowOnly). Token i attends every filled slot (those written before and by
 // this call) whose position is at most positions[i]; neither positions nor
 // slots need be contiguous or ordered, and a filled slot may be written
 // again (its old contents are replaced). On error the bookkeeping is
@@ -222,9 +231,13 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: %w", err)
 	}
+	rows := n
+	if st.lastRow {
+		rows = 1
+	}
 	logits, ok := out[st.logits].Data().([]float32)
-	if !ok || len(logits) != n*st.vocab {
-		return nil, fmt.Errorf("kv: output %q is %v; want %d float32 logits", st.logits, out[st.logits].Shape(), n*st.vocab)
+	if !ok || len(logits) != rows*st.vocab {
+		return nil, fmt.Errorf("kv: output %q is %v; want %d float32 logits", st.logits, out[st.logits].Shape(), rows*st.vocab)
 	}
 	for s, i := range written {
 		if st.slotPos[s] < 0 {

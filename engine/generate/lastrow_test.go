@@ -1,0 +1,113 @@
+package generate
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/tlite/tlite/engine"
+)
+
+// TestLastLogits: a decoder opened with engine.Options.LastLogits computes
+// one row of logits for a prompt, equal to the last row of the full run,
+// on both devices and in both cache modes, for our LLaMA export, the
+// default model and every decoder of the test bed; the stepper keeps the
+// rows it steps in between consistent too (the next decode step's logits
+// agree as well).
+func TestLastLogits(t *testing.T) {
+	models := map[string]string{
+		"llama":   filepath.Join(modelsDir, "llama", "model.onnx"),
+		"default": filepath.Join(defaultDir, "model.onnx"),
+	}
+	for _, n := range testBedInPlace {
+		models[n] = filepath.Join(modelsDir, n, "model.onnx")
+	}
+	prompt := []int{1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12, 13}
+	for _, dev := range []string{"opencl", "go"} {
+		for name, path := range models {
+			for _, mode := range []string{KVInPlace, KVExplicit} {
+				t.Run(dev+"/"+name+"/"+mode, func(t *testing.T) {
+					opts := engine.Options{Kernels: testLib}
+					if dev == "go" {
+						opts = engine.Options{Device: "go"}
+					}
+					open := func(last bool) Stepper {
+						var st Stepper
+						var s *engine.Session
+						if mode == KVInPlace {
+							d, err := Open(path, opts, testBedCtx, Config{LastOnly: last})
+							if err != nil {
+								t.Fatal(err)
+							}
+							if d.Mode != KVInPlace {
+								t.Skipf("%s has no in-place cache: %s", name, d.Fallback)
+							}
+							st, s = d, d.Session()
+						} else {
+							e, err := OpenExplicit(path, opts, testBedCtx, Config{LastOnly: last})
+							if err != nil {
+								t.Fatal(err)
+							}
+							st, s = e, e.Session()
+						}
+						t.Cleanup(func() { s.Close() })
+						if s.LastLogits() != last {
+							t.Fatalf("LastLogits() = %v, want %v", s.LastLogits(), last)
+						}
+						return st
+					}
+					full, last := open(false), open(true)
+					v := full.Vocab()
+					p := prompt
+					for i := range p {
+						p[i] %= v
+					}
+					pos := make([]int, len(p))
+					for i := range pos {
+						pos[i] = i
+					}
+					a, err := full.Step(p, pos)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b, err := last.Step(p, pos)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(a) != len(p)*v || len(b) != v {
+						t.Fatalf("full run %d logits, last-row run %d; want %d and %d", len(a), len(b), len(p)*v, v)
+					}
+					closeRows(t, "prompt", a[len(a)-v:], b)
+					next := argmaxF(b)
+					a, err = full.Step([]int{next}, []int{len(p)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					b, err = last.Step([]int{next}, []int{len(p)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					closeRows(t, "decode step", a, b)
+				})
+			}
+		}
+	}
+}
+
+func closeRows(t *testing.T, what string, want, got []float32) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Fatalf("%s: %d logits, want %d", what, len(got), len(want))
+	}
+	worst := 0.0
+	for i := range want {
+		d := math.Abs(float64(want[i]-got[i])) / (1 + math.Abs(float64(want[i])))
+		worst = max(worst, d)
+	}
+	if worst > 1e-4 || math.IsNaN(worst) {
+		t.Fatalf("%s: last-row logits differ from the full run's last row by %.3g (relative)", what, worst)
+	}
+	if argmaxF(want) != argmaxF(got) {
+		t.Fatalf("%s: argmax %d, full run %d", what, argmaxF(got), argmaxF(want))
+	}
+}
