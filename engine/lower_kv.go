@@ -89,6 +89,12 @@ type KVLayer struct {
 	HeadDim int
 	// Bytes is the buffer's device size.
 	Bytes int64
+	// RowBytes is one slot's keys or values (KVHeads x HeadDim elements of
+	// the store type): the unit ReadKVSlots and WriteKVSlots copy.
+	RowBytes int
+	// Store is the element type the buffer holds: "float32" or "float16"
+	// (Options.Precision).
+	Store string
 }
 
 // KVInfo describes the in-place KV cache of a session opened with
@@ -133,6 +139,11 @@ func (s *Session) KVInfo() (KVInfo, bool) {
 			l.KVHeads, l.HeadDim = int(h), int(d)
 		}
 		l.Bytes = int64(info.MaxContext) * int64(l.KVHeads) * int64(l.HeadDim) * int64(esz)
+		l.RowBytes = l.KVHeads * l.HeadDim * esz
+		l.Store = "float32"
+		if esz == 2 {
+			l.Store = "float16"
+		}
 		info.Layers = append(info.Layers, l)
 	}
 	return info, found
@@ -165,6 +176,80 @@ func (s *Session) applyKVCache(g *graph.Graph, res *infer.Result, opts *Options)
 		maxima[rw.Batch] = 1
 	}
 	opts.Max = maxima
+	return nil
+}
+
+// kvCaches returns the cache buffers in KVInfo's order.
+func (s *Session) kvCaches() []*vinfo {
+	var out []*vinfo
+	for _, in := range s.c.prog {
+		n := in.node
+		if in.kind == iDevice && n.Domain == tlite.Domain && n.OpType == "KVWrite" {
+			out = append(out, s.c.info(n.Outputs[0]).root)
+		}
+	}
+	return out
+}
+
+// ReadKVSlots copies the rows of the given slots of cache buffer layer
+// (an index into KVInfo().Layers) into dst, slot after slot, each
+// KVLayer.RowBytes long, in the buffer's store type: dst must hold exactly
+// len(slots) rows. Runs of consecutive slots are one device read each.
+// It waits for the runs enqueued before it, and is serialised with Run.
+func (s *Session) ReadKVSlots(layer int, slots []int, dst []byte) error {
+	return s.kvSlots("ReadKVSlots", layer, slots, dst, false)
+}
+
+// WriteKVSlots copies src, len(slots) rows of KVLayer.RowBytes in the
+// buffer's store type, into the given slots of cache buffer layer. Slots
+// must be distinct. Runs of consecutive slots are one device write each.
+func (s *Session) WriteKVSlots(layer int, slots []int, src []byte) error {
+	return s.kvSlots("WriteKVSlots", layer, slots, src, true)
+}
+
+func (s *Session) kvSlots(what string, layer int, slots []int, p []byte, write bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("engine: %s on a closed session", what)
+	}
+	caches := s.kvCaches()
+	if layer < 0 || layer >= len(caches) {
+		return fmt.Errorf("engine: %s: cache buffer %d of %d", what, layer, len(caches))
+	}
+	info, _ := s.KVInfo()
+	l := info.Layers[layer]
+	if len(p) != len(slots)*l.RowBytes {
+		return fmt.Errorf("engine: %s: %d bytes for %d slots of %d bytes (%s)", what, len(p), len(slots), l.RowBytes, l.Name)
+	}
+	seen := make(map[int]bool, len(slots))
+	for i, sl := range slots {
+		if sl < 0 || sl >= info.MaxContext {
+			return fmt.Errorf("engine: %s: slot %d (index %d) outside the cache's %d slots: %w", what, sl, i, info.MaxContext, ErrContextFull)
+		}
+		if write && seen[sl] {
+			return fmt.Errorf("engine: %s: slot %d written twice", what, sl)
+		}
+		seen[sl] = true
+	}
+	b := s.x.refs[caches[layer].id].buf()
+	for i := 0; i < len(slots); {
+		j := i + 1
+		for j < len(slots) && slots[j] == slots[j-1]+1 {
+			j++
+		}
+		off, part := slots[i]*l.RowBytes, p[i*l.RowBytes:j*l.RowBytes]
+		var err error
+		if write {
+			err = s.dev.Write(b, off, part)
+		} else {
+			err = s.dev.Read(b, off, part)
+		}
+		if err != nil {
+			return fmt.Errorf("engine: %s %s slots %d..%d: %w", what, l.Name, slots[i], slots[j-1], err)
+		}
+		i = j
+	}
 	return nil
 }
 

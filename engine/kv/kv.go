@@ -249,6 +249,109 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 	return logits, nil
 }
 
+// RowBytes is one slot of cache buffer layer (Info().Layers[layer]): its
+// keys or its values, in the buffer's store type.
+func (st *State) RowBytes(layer int) int {
+	if layer < 0 || layer >= len(st.info.Layers) {
+		return 0
+	}
+	return st.info.Layers[layer].RowBytes
+}
+
+// SlotBytes is one slot across every cache buffer: the unit of
+// ReadAllSlots and WriteAllSlots.
+func (st *State) SlotBytes() int {
+	n := 0
+	for _, l := range st.info.Layers {
+		n += l.RowBytes
+	}
+	return n
+}
+
+// ReadSlots copies the rows of slots from cache buffer layer (an index
+// into Info().Layers: a model layer's keys and its values are two
+// buffers) into dst, len(slots) rows of RowBytes(layer) in the buffer's
+// store type. Empty slots read whatever bytes they hold.
+func (st *State) ReadSlots(layer int, slots []int, dst []byte) error {
+	if err := st.s.ReadKVSlots(layer, slots, dst); err != nil {
+		return fmt.Errorf("kv: %w", err)
+	}
+	return nil
+}
+
+// WriteSlots copies src, len(slots) rows of RowBytes(layer), into slots of
+// cache buffer layer. It changes bytes only: a slot written this way is
+// attended once SetPositions says which position it holds.
+func (st *State) WriteSlots(layer int, slots []int, src []byte) error {
+	if err := st.s.WriteKVSlots(layer, slots, src); err != nil {
+		return fmt.Errorf("kv: %w", err)
+	}
+	return nil
+}
+
+// ReadAllSlots reads slots from every cache buffer into dst, laid out
+// buffer-major: buffer 0's len(slots) rows, then buffer 1's, and so on
+// (len(slots) * SlotBytes() bytes). The layout keeps one layer of a run of
+// slots contiguous, as a layer-major swap file wants.
+func (st *State) ReadAllSlots(slots []int, dst []byte) error {
+	return st.allSlots(slots, dst, st.ReadSlots)
+}
+
+// WriteAllSlots writes src, laid out as ReadAllSlots returns it, into
+// slots of every cache buffer.
+func (st *State) WriteAllSlots(slots []int, src []byte) error {
+	return st.allSlots(slots, src, st.WriteSlots)
+}
+
+func (st *State) allSlots(slots []int, p []byte, op func(int, []int, []byte) error) error {
+	if want := len(slots) * st.SlotBytes(); len(p) != want {
+		return fmt.Errorf("kv: %d bytes for %d slots of %d bytes across %d buffers", len(p), len(slots), st.SlotBytes(), len(st.info.Layers))
+	}
+	off := 0
+	for i, l := range st.info.Layers {
+		n := len(slots) * l.RowBytes
+		if err := op(i, slots, p[off:off+n]); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
+
+// SetPositions records that slots hold the keys and values of positions
+// (written by WriteSlots, restoring a context): later tokens attend them
+// as if a Forward had written them there. A position of -1 empties its
+// slot, like Free.
+func (st *State) SetPositions(slots, positions []int) error {
+	if len(slots) != len(positions) {
+		return fmt.Errorf("kv: SetPositions of %d slots and %d positions", len(slots), len(positions))
+	}
+	seen := make(map[int]bool, len(slots))
+	for i, s := range slots {
+		if s < 0 || s >= len(st.slotPos) {
+			return fmt.Errorf("kv: SetPositions: slot %d outside the cache's %d slots: %w", s, len(st.slotPos), engine.ErrContextFull)
+		}
+		if positions[i] < -1 {
+			return fmt.Errorf("kv: SetPositions: slot %d at position %d", s, positions[i])
+		}
+		if seen[s] {
+			return fmt.Errorf("kv: SetPositions: slot %d given twice", s)
+		}
+		seen[s] = true
+	}
+	for i, s := range slots {
+		was, now := st.slotPos[s] >= 0, positions[i] >= 0
+		switch {
+		case now && !was:
+			st.n++
+		case was && !now:
+			st.n--
+		}
+		st.slotPos[s] = positions[i]
+	}
+	return nil
+}
+
 func grow(b []int64, n int) []int64 {
 	if cap(b) < n {
 		return make([]int64, n)
