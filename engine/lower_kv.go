@@ -64,6 +64,11 @@ type KVConfig struct {
 	// means DefaultKVPad, 1 no padding. The session does not pad by itself:
 	// it is the policy engine/kv follows when building kv_bias.
 	Pad int
+	// AttentionStats makes every attention that reads the cache also sum
+	// each slot's softmax probabilities over the run's rows and count the
+	// rows that may attend it (Session.AttentionStats): one more kernel per
+	// layer and 12 bytes per query head and slot of device memory.
+	AttentionStats bool
 }
 
 // normalized fills the defaults and validates.
@@ -176,6 +181,7 @@ func (s *Session) applyKVCache(g *graph.Graph, res *infer.Result, opts *Options)
 		maxima[rw.Batch] = 1
 	}
 	opts.Max = maxima
+	s.kvStats, s.kvCap = cfg.AttentionStats, cfg.MaxContext
 	return nil
 }
 
@@ -310,6 +316,10 @@ func lowerKVWrite(lc *lowerCtx) (*stepDef, error) {
 	cache := lc.newConst(n.AttrString("cache", n.Name)+" (kv cache)", newHostTensor(src.dt, []int{capacity, heads, hd}))
 	cache.devUse = true
 	view.root = cache
+	if lc.c.s.kvCacheSet == nil {
+		lc.c.s.kvCacheSet = map[*vinfo]bool{}
+	}
+	lc.c.s.kvCacheSet[cache] = true
 	// [batch 1, heads, slot, head_dim] over the [slot, heads, head_dim] buffer.
 	cv := kernels.View{Shape: []int{1, heads, capacity, hd}, Strides: []int{capacity * heads * hd, hd, heads * hd, 1}}
 	return &stepDef{kernel: "kv", run: func(ex *exec) error {

@@ -153,6 +153,12 @@ type Session struct {
 	closed  bool
 	// lastLogits: Options.LastLogits rewrote the logits to the last row.
 	lastLogits bool
+	// kvStats asks cache-reading attention for statistics
+	// (KVConfig.AttentionStats); attnStats are their buffers.
+	kvStats    bool
+	kvCacheSet map[*vinfo]bool
+	kvCap      int
+	attnStats  []*attnStat
 }
 
 // Open loads the ONNX model at path and compiles it.

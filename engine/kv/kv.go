@@ -352,6 +352,21 @@ func (st *State) SetPositions(slots, positions []int) error {
 	return nil
 }
 
+// AttentionStats returns the attention statistics of the last Forward
+// (the state's session opened with Config.AttentionStats): per layer and
+// query head, each slot's softmax probability summed over the forward's
+// tokens, and per slot the number of those tokens that could attend it.
+// Slots beyond AttendedLen are not in it. Accumulating them over forwards
+// gives LLMS's information density: a slot's summed probability over its
+// summed count, averaged over heads and layers.
+func (st *State) AttentionStats() ([]engine.AttnStats, error) {
+	a, err := st.s.AttentionStats()
+	if err != nil {
+		return nil, fmt.Errorf("kv: %w", err)
+	}
+	return a, nil
+}
+
 func grow(b []int64, n int) []int64 {
 	if cap(b) < n {
 		return make([]int64, n)
