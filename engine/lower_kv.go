@@ -10,6 +10,7 @@ package engine
 // cache and on copy traffic.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -213,6 +214,114 @@ func (s *Session) WriteKVSlots(layer int, slots []int, src []byte) error {
 	return s.kvSlots("WriteKVSlots", layer, slots, src, true)
 }
 
+// ReadAllKVSlots reads the given slots of every cache buffer into dst,
+// buffer-major (buffer 0's len(slots) rows, then buffer 1's, ...), with one
+// device-to-host copy in all: each buffer's rows are gathered on the
+// device into a staging buffer first. WriteAllKVSlots is its inverse
+// (one host-to-device copy, then one scatter per buffer). For slots that
+// are not one contiguous run they beat per-buffer copies by the number of
+// runs times the buffers.
+func (s *Session) ReadAllKVSlots(slots []int, dst []byte) error {
+	return s.allKVSlots("ReadAllKVSlots", slots, dst, false)
+}
+
+// WriteAllKVSlots writes src, laid out as ReadAllKVSlots returns it, into
+// the given (distinct) slots of every cache buffer.
+func (s *Session) WriteAllKVSlots(slots []int, src []byte) error {
+	return s.allKVSlots("WriteAllKVSlots", slots, src, true)
+}
+
+func (s *Session) allKVSlots(what string, slots []int, p []byte, write bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("engine: %s on a closed session", what)
+	}
+	info, ok := s.KVInfo()
+	if !ok {
+		return fmt.Errorf("engine: %s: the session has no in-place KV cache", what)
+	}
+	total := 0
+	for _, l := range info.Layers {
+		total += l.RowBytes
+	}
+	if len(p) != len(slots)*total {
+		return fmt.Errorf("engine: %s: %d bytes for %d slots of %d bytes across %d buffers", what, len(p), len(slots), total, len(info.Layers))
+	}
+	if err := checkSlots(what, slots, info.MaxContext, write); err != nil {
+		return err
+	}
+	if len(slots) == 0 {
+		return nil
+	}
+	idx := make([]byte, 8*len(slots))
+	for i, sl := range slots {
+		binary.LittleEndian.PutUint64(idx[8*i:], uint64(sl))
+	}
+	ib, err := allocBuffer(s.dev, len(idx))
+	if err != nil {
+		return fmt.Errorf("engine: %s: %w", what, err)
+	}
+	defer s.dev.Release(ib.m)
+	stage, err := allocBuffer(s.dev, len(p))
+	if err != nil {
+		return fmt.Errorf("engine: %s: staging %d bytes: %w", what, len(p), err)
+	}
+	defer s.dev.Release(stage.m)
+	if err := s.dev.Write(ib.m, 0, idx); err != nil {
+		return fmt.Errorf("engine: %s: %w", what, err)
+	}
+	if write {
+		if err := s.dev.Write(stage.m, 0, p); err != nil {
+			return fmt.Errorf("engine: %s: %w", what, err)
+		}
+	}
+	caches := s.kvCaches()
+	off, n := 0, len(slots)
+	for i, l := range info.Layers {
+		esz := l.RowBytes / (l.KVHeads * l.HeadDim)
+		cache := s.x.refs[caches[i].id].buf()
+		part := kernels.Buf{Mem: stage.m.Mem, Host: stage.m.Host, Off: off / esz}
+		if write {
+			cv := kernels.View{Shape: []int{1, l.KVHeads, info.MaxContext, l.HeadDim}, Strides: []int{info.MaxContext * l.KVHeads * l.HeadDim, l.HeadDim, l.KVHeads * l.HeadDim, 1}}
+			sv := kernels.View{Shape: []int{1, l.KVHeads, n, l.HeadDim}, Strides: []int{n * l.KVHeads * l.HeadDim, l.HeadDim, l.KVHeads * l.HeadDim, 1}}
+			err = s.dev.KVWrite(esz, cache, cv, part, sv, ib.m, dtype.Int64, false)
+		} else {
+			err = s.dev.Gather(esz, cache, []int{info.MaxContext, l.KVHeads * l.HeadDim}, 0, ib.m, dtype.Int64, n, part)
+		}
+		if err != nil {
+			return fmt.Errorf("engine: %s %s: %w", what, l.Name, err)
+		}
+		off += n * l.RowBytes
+	}
+	if write {
+		// The staging buffer is released on return: the scatters must be done.
+		if err := s.dev.Finish(); err != nil {
+			return fmt.Errorf("engine: %s: %w", what, err)
+		}
+		return nil
+	}
+	if err := s.dev.Read(stage.m, 0, p); err != nil {
+		return fmt.Errorf("engine: %s: %w", what, err)
+	}
+	return nil
+}
+
+// checkSlots validates slot indices (distinct when written).
+func checkSlots(what string, slots []int, capacity int, distinct bool) error {
+	seen := make(map[int]bool, len(slots))
+	for i, sl := range slots {
+		if sl < 0 || sl >= capacity {
+			return fmt.Errorf("engine: %s: slot %d (index %d) outside the cache's %d slots: %w", what, sl, i, capacity, ErrContextFull)
+		}
+		if distinct && seen[sl] {
+			return fmt.Errorf("engine: %s: slot %d written twice", what, sl)
+		}
+		seen[sl] = true
+	}
+	return nil
+}
+
 func (s *Session) kvSlots(what string, layer int, slots []int, p []byte, write bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -228,15 +337,8 @@ func (s *Session) kvSlots(what string, layer int, slots []int, p []byte, write b
 	if len(p) != len(slots)*l.RowBytes {
 		return fmt.Errorf("engine: %s: %d bytes for %d slots of %d bytes (%s)", what, len(p), len(slots), l.RowBytes, l.Name)
 	}
-	seen := make(map[int]bool, len(slots))
-	for i, sl := range slots {
-		if sl < 0 || sl >= info.MaxContext {
-			return fmt.Errorf("engine: %s: slot %d (index %d) outside the cache's %d slots: %w", what, sl, i, info.MaxContext, ErrContextFull)
-		}
-		if write && seen[sl] {
-			return fmt.Errorf("engine: %s: slot %d written twice", what, sl)
-		}
-		seen[sl] = true
+	if err := checkSlots(what, slots, info.MaxContext, write); err != nil {
+		return err
 	}
 	b := s.x.refs[caches[layer].id].buf()
 	for i := 0; i < len(slots); {

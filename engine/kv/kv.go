@@ -292,28 +292,22 @@ func (st *State) WriteSlots(layer int, slots []int, src []byte) error {
 // ReadAllSlots reads slots from every cache buffer into dst, laid out
 // buffer-major: buffer 0's len(slots) rows, then buffer 1's, and so on
 // (len(slots) * SlotBytes() bytes). The layout keeps one layer of a run of
-// slots contiguous, as a layer-major swap file wants.
+// slots contiguous, as a layer-major swap file wants. The rows are
+// gathered on the device and cross to the host in one copy
+// (engine.Session.ReadAllKVSlots).
 func (st *State) ReadAllSlots(slots []int, dst []byte) error {
-	return st.allSlots(slots, dst, st.ReadSlots)
+	if err := st.s.ReadAllKVSlots(slots, dst); err != nil {
+		return fmt.Errorf("kv: %w", err)
+	}
+	return nil
 }
 
 // WriteAllSlots writes src, laid out as ReadAllSlots returns it, into
-// slots of every cache buffer.
+// slots of every cache buffer: one host-to-device copy and one scatter per
+// buffer. Like WriteSlots it changes bytes only (see SetPositions).
 func (st *State) WriteAllSlots(slots []int, src []byte) error {
-	return st.allSlots(slots, src, st.WriteSlots)
-}
-
-func (st *State) allSlots(slots []int, p []byte, op func(int, []int, []byte) error) error {
-	if want := len(slots) * st.SlotBytes(); len(p) != want {
-		return fmt.Errorf("kv: %d bytes for %d slots of %d bytes across %d buffers", len(p), len(slots), st.SlotBytes(), len(st.info.Layers))
-	}
-	off := 0
-	for i, l := range st.info.Layers {
-		n := len(slots) * l.RowBytes
-		if err := op(i, slots, p[off:off+n]); err != nil {
-			return err
-		}
-		off += n
+	if err := st.s.WriteAllKVSlots(slots, src); err != nil {
+		return fmt.Errorf("kv: %w", err)
 	}
 	return nil
 }

@@ -71,6 +71,19 @@ func TestSlotsRoundTrip(t *testing.T) {
 				if !bytes.Equal(before, after) {
 					t.Fatal("writing slots changed their neighbours")
 				}
+				// The per-buffer copies agree with the batched ones.
+				each := make([]byte, len(src))
+				off0 := 0
+				for b := range info.Layers {
+					n := len(slots) * st.RowBytes(b)
+					if err := st.ReadSlots(b, slots, each[off0:off0+n]); err != nil {
+						t.Fatal(err)
+					}
+					off0 += n
+				}
+				if !bytes.Equal(each, src) {
+					t.Fatal("ReadSlots per buffer disagrees with ReadAllSlots")
+				}
 				// One buffer alone, in another order.
 				one := []int{41, 3}
 				row := make([]byte, 2*st.RowBytes(1))
@@ -89,6 +102,9 @@ func TestSlotsRoundTrip(t *testing.T) {
 					func() error { return st.ReadSlots(0, one, row[:1]) },
 					func() error { return st.WriteSlots(0, []int{5, 5}, make([]byte, 2*st.RowBytes(0))) },
 					func() error { return st.SetPositions([]int{1}, []int{1, 2}) },
+					func() error { return st.WriteAllSlots([]int{5, 5}, make([]byte, 2*st.SlotBytes())) },
+					func() error { return st.ReadAllSlots([]int{-1}, make([]byte, st.SlotBytes())) },
+					func() error { return st.ReadAllSlots([]int{1}, make([]byte, 3)) },
 				} {
 					if err := bad(); err == nil {
 						t.Error("a bad slot request was accepted")
