@@ -489,13 +489,15 @@ __kernel void attn_colstats(
 	if (j >= Skv) return;
 	const int g = h / (H / Hkv);
 	__global const store_t *kp = K + offK + b * kb + g * kh + j * ks;
-	float kv[HD];
-	for (int d = 0; d < HD; d++) kv[d] = LOAD(kp, d);
+	vt kv[NV];
+	for (int c = 0; c < NV; c++) kv[c] = VL(kp, c * VW);
 	float sum = 0.0f, cnt = 0.0f;
 	for (int i = causal ? max(j - past, 0) : 0; i < Sq; i++) {
 		__global const store_t *q = Q + offQ + b * qb + h * qh + i * qs;
-		float s = 0.0f;
-		for (int d = 0; d < HD; d++) s = fma(LOAD(q, d) * scale, kv[d], s);
+		vt t = (vt)(0.0f);
+		#pragma unroll
+		for (int c = 0; c < NV; c++) t = fma(VL(q, c * VW), kv[c], t);
+		float s = vsum(t) * scale;
 		bool open = true;
 		if (hasMask) {
 			const float mv = LOAD(Mask, offM + b * mb + h * mh + i * mq + j * mk);

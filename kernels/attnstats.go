@@ -87,7 +87,13 @@ func (l *Lib) attentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionPa
 	}
 	i32 := func(v int) int32 { return int32(v) }
 	ms := p.MaskStrides
-	return l.dev.Launch(kern, []int{p.SeqKV, p.Heads, p.Batch}, nil,
+	// One work-item per work-group on CPUs, as for attention: a decode
+	// step's few keys still spread over every core.
+	var local []int
+	if l.dev.Info().Type != "GPU" {
+		local = []int{1, 1, 1}
+	}
+	return l.dev.Launch(kern, []int{p.SeqKV, p.Heads, p.Batch}, local,
 		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
 		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
 		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
