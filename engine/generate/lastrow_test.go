@@ -6,6 +6,10 @@ import (
 	"testing"
 
 	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/quant/qonnx"
+	"github.com/tlite/tlite/graph/tlite"
 )
 
 // TestLastLogits: a decoder opened with engine.Options.LastLogits computes
@@ -24,6 +28,8 @@ func TestLastLogits(t *testing.T) {
 	for _, n := range testBedInPlace {
 		models[n] = filepath.Join(modelsDir, n, "model.onnx")
 	}
+	// The default model at 4 bits: its LM head is a MatMulQ.
+	models["default-e0m4"] = quantized(t, filepath.Join(defaultDir, "model.onnx"))
 	prompt := []int{1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12, 13}
 	for _, dev := range []string{"opencl", "go"} {
 		for name, path := range models {
@@ -94,6 +100,37 @@ func TestLastLogits(t *testing.T) {
 			}
 		}
 	}
+}
+
+// quantized writes path's model with every weight in E0M4 (groups of 32)
+// into a temporary folder and returns the new path.
+func quantized(t *testing.T, path string) string {
+	t.Helper()
+	m, err := graph.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := qonnx.Quantize(m, qonnx.Options{Format: quant.E0M4, Group: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := false
+	for _, n := range m.Graph.Nodes {
+		for _, o := range n.Outputs {
+			if o != nil && o.Name == "logits" && n.OpType == tlite.MatMulQ {
+				head = true
+			}
+		}
+	}
+	if !head || len(res.Weights) == 0 {
+		t.Fatalf("the quantized model's logits are not a MatMulQ (%d weights converted)", len(res.Weights))
+	}
+	out := filepath.Join(t.TempDir(), "model.onnx")
+	if err := graph.Write(m, out, graph.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func closeRows(t *testing.T, what string, want, got []float32) {
