@@ -898,7 +898,7 @@ func TestChainElemTypeOf(t *testing.T) {
 	if _, err := ElemTypeOf(dtype.Float64); err == nil {
 		t.Error("ElemTypeOf(float64): no error")
 	}
-	if len(ElemOps()) != len(elemOpClasses) {
+	if len(ElemOps()) != len(elemOpTable) {
 		t.Error("ElemOps does not list every operation")
 	}
 	if !IsElemOp("Gelu") || !IsElemOp("Where") || IsElemOp("Input") || IsElemOp("MatMul") {
@@ -1072,6 +1072,123 @@ func TestChainFits(t *testing.T) {
 		err = testLib.RunChain(c, []int{4}, ins, outs)
 		if err == nil || !strings.Contains(err.Error(), "split the chain") {
 			t.Errorf("%d inputs, %d outputs: RunChain error %v, want one over the limits", tc.ins, tc.outs, err)
+		}
+	}
+}
+
+// TestElemOpTableComplete: every entry of the op table has its type rule,
+// generator and reference, and each is reached: some choice of argument
+// types type-checks, generates source and evaluates on the host. The ONNX
+// keys are unique and map back to their op.
+func TestElemOpTableComplete(t *testing.T) {
+	seen := map[string]ElemOp{}
+	for _, op := range ElemOps() {
+		d := elemOpTable[op]
+		if d.typ == nil || d.expr == nil || d.ref == nil {
+			t.Errorf("%s: type rule %t, generator %t, reference %t; want all three", op, d.typ != nil, d.expr != nil, d.ref != nil)
+			continue
+		}
+		if d.args[0] > d.args[1] {
+			t.Errorf("%s: argument bounds %v", op, d.args)
+		}
+		if d.onnx != "" {
+			if prev, dup := seen[d.onnx]; dup {
+				t.Errorf("ONNX op %s maps to both %s and %s", d.onnx, prev, op)
+			}
+			seen[d.onnx] = op
+			if got, ok := ElemOpFor(d.onnx); !ok || got != op {
+				t.Errorf("ElemOpFor(%q) = %s, %t; want %s", d.onnx, got, ok, op)
+			}
+		} else if IsElemOp(string(op)) && op != ElemIdentity {
+			t.Errorf("%s: no ONNX op lowers to it", op)
+		}
+		if !IsElemOp(string(op)) {
+			continue // leaves: exercised by every chain below
+		}
+		ran := false
+		for _, first := range []ElemType{EF32, EI64, EBool} {
+			for _, rest := range []ElemType{EF32, EI64, EBool} {
+				c := &Chain{}
+				args := make([]int, d.args[0])
+				for k := range args {
+					typ := rest
+					if k == 0 {
+						typ = first
+					}
+					args[k] = c.Input(typ)
+				}
+				n, err := ElemNodeONNX(op, onnxDefaults{}, args)
+				if err != nil {
+					t.Fatalf("%s: ElemNodeONNX: %v", op, err)
+				}
+				if n.Op == ElemCast {
+					n.To = EF32
+				}
+				c.Output(c.Node(n))
+				if _, err := c.Types(); err != nil {
+					continue
+				}
+				if _, err := c.Source(); err != nil {
+					t.Errorf("%s(%v, %v...): type-checks but generates no source: %v", op, first, rest, err)
+				}
+				ins := make([]HostTensor, len(c.Inputs))
+				for k, typ := range c.Inputs {
+					ins[k] = NewHostTensor(typ, []int{1})
+				}
+				if _, err := RunChainRef(c, []int{1}, ins); err != nil {
+					t.Errorf("%s(%v, %v...): type-checks but has no reference: %v", op, first, rest, err)
+				}
+				ran = true
+			}
+		}
+		if !ran {
+			t.Errorf("%s: no argument types type-check", op)
+		}
+		if d.attrs != nil && d.args[1] == 1 {
+			// ElemNode's defaults are the ONNX ones the table reads.
+			def, _ := ElemNodeONNX(op, onnxDefaults{}, []int{0})
+			if got := ElemNode(op, 0); fmt.Sprint(got) != fmt.Sprint(def) {
+				t.Errorf("%s: ElemNode %+v, ONNX defaults %+v", op, got, def)
+			}
+		}
+	}
+}
+
+// TestElemNodeONNX: the ONNX side of the table reads attributes and
+// checks inputs.
+func TestElemNodeONNX(t *testing.T) {
+	attrs := ewCorpusAttrs{attrs: map[string]ewPBAttr{"alpha": {f: 0.25}, "fmod": {i: 1}, "approximate": {s: "tanh"}}, read: map[string]bool{}}
+	if n, _ := ElemNodeONNX(ElemLeakyRelu, attrs, []int{0}); n.Alpha != 0.25 {
+		t.Errorf("LeakyRelu alpha = %g, want 0.25", n.Alpha)
+	}
+	if n, _ := ElemNodeONNX(ElemMod, attrs, []int{0, 1}); n.Fmod != 1 {
+		t.Errorf("Mod fmod = %d, want 1", n.Fmod)
+	}
+	if n, _ := ElemNodeONNX(ElemGelu, attrs, []int{0}); n.Approximate != "tanh" {
+		t.Errorf("Gelu approximate = %q, want tanh", n.Approximate)
+	}
+	if n, _ := ElemNodeONNX(ElemMax, attrs, []int{-1, 3, -1}); n.Op != ElemIdentity || fmt.Sprint(n.Args) != "[3]" {
+		t.Errorf("one-input Max = %s%v, want Identity[3]", n.Op, n.Args)
+	}
+	if n, _ := ElemNodeONNX(ElemMean, attrs, []int{3}); n.Op != ElemMean {
+		t.Errorf("one-input Mean = %s, want Mean (its float check stays)", n.Op)
+	}
+	if n, _ := ElemNodeONNX(ElemClip, attrs, []int{2}); fmt.Sprint(n.Args) != "[2 -1 -1]" {
+		t.Errorf("Clip without bounds: args %v, want [2 -1 -1]", n.Args)
+	}
+	for _, bad := range []struct {
+		op   ElemOp
+		args []int
+		want string
+	}{
+		{ElemAdd, []int{0}, "needs 2 inputs"},
+		{ElemWhere, []int{0, -1, 2}, "input 1 is missing"},
+		{ElemSum, []int{-1}, "no inputs"},
+		{ElemInput, nil, "not an element-wise operation"},
+		{"Frobnicate", []int{0}, "not an element-wise operation"},
+	} {
+		if _, err := ElemNodeONNX(bad.op, attrs, bad.args); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("ElemNodeONNX(%s, %v): error %v, want one containing %q", bad.op, bad.args, err, bad.want)
 		}
 	}
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/generate"
-	"github.com/tlite/tlite/engine/kv"
 	"github.com/tlite/tlite/engine/tokenizer"
 	"github.com/tlite/tlite/graph"
 )
@@ -166,15 +165,6 @@ type llmStepper interface {
 	Close() error
 }
 
-// inPlace is engine/kv's stepper with the session it owns.
-type inPlace struct {
-	*kv.Stepper
-	s *engine.Session
-}
-
-func (p inPlace) Session() *engine.Session { return p.s }
-func (p inPlace) Close() error             { return p.s.Close() }
-
 // openLLM opens a decoder with the plan sized for ctx tokens of context and
 // the KV cache mode asked for.
 func openLLM(model string, opts engine.Options, ctx int, mode string, cfg generate.Config) (llmStepper, error) {
@@ -195,27 +185,26 @@ func openLLM(model string, opts engine.Options, ctx int, mode string, cfg genera
 		return nil, fmt.Errorf("%s has no input_ids input, so it is not a decoder tl can step: for other models use tl bench %s --shape name=1x3x224x224 (or tl run); to export a decoder see models/README.md", model, model)
 	}
 	past := hasPast(m)
-	maxima, err := generate.ContextMaxima(m, ctx, opts.Max)
 	m.Close()
-	if err != nil {
-		return nil, err
-	}
-	opts.Max = maxima
-	opts.KVCache = &engine.KVConfig{MaxContext: ctx}
-	s, err := engine.Open(model, opts)
+	d, err := generate.Open(model, opts, ctx, cfg)
 	if err != nil {
 		if !past && !engine.IsNoDevice(err) {
 			return nil, fmt.Errorf("%w\n%s takes no input named like past_key_values: was it exported without a KV cache? tl steps a decoder token by token and needs past key/value inputs and present outputs (see \"Exporting your own model for tlite\" in models/README.md and models/export/llama.py)", err, model)
 		}
 		return nil, cliError(err)
 	}
-	p, err := kv.NewStepper(s)
-	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("%w (use --kv explicit for this model; a decoder must be exported with past_key_values inputs and present outputs, see models/README.md)", err)
+	if d.Mode != generate.KVInPlace {
+		fmt.Fprintf(statsOut, "tl: in-place KV cache not possible, using --kv explicit: %s\n", d.Fallback)
 	}
-	p.LastOnly = cfg.LastOnly
-	return inPlace{p, s}, nil
+	return d, nil
+}
+
+// kvModeOf is the KV cache mode st runs in.
+func kvModeOf(st llmStepper) string {
+	if d, ok := st.(*generate.Decoder); ok {
+		return d.Mode
+	}
+	return generate.KVExplicit
 }
 
 // generateResult is what generate --json writes: the prompt, the text and
@@ -437,7 +426,7 @@ func runGenerate(args []string) error {
 	if err != nil {
 		return err
 	}
-	out := generateResult{Model: model, Precision: lf.precision(), KV: *lf.kv, Context: ctxLen, Prompt: text, PromptIDs: promptIDs,
+	out := generateResult{Model: model, Precision: lf.precision(), KV: kvModeOf(st), Context: ctxLen, Prompt: text, PromptIDs: promptIDs,
 		Text: res.Text, TokenIDs: res.Tokens, StopReason: string(res.Reason), Warnings: warnings,
 		SamplingJSON: samplingJSON{Temperature: *temp, TopK: *topK, TopP: *topP, RepetitionPenalty: *rep, Seed: *seed, Greedy: *temp == 0},
 		Stats: generateStatsJSON{PromptTokens: res.PromptTokens, PrefillMs: ms(res.PrefillTime), PrefillTokPerSec: res.PrefillTokPerSec,
@@ -457,8 +446,8 @@ func runGenerate(args []string) error {
 	fmt.Fprintf(statsOut, "\nstartup: %s; warm-up step after it %.1f ms\n", out.Startup.line(), second)
 	fmt.Fprintf(statsOut, "prompt %d tokens: prefill %.1f ms (%.1f tok/s), time to first token %.1f ms\n",
 		res.PromptTokens, ms(res.PrefillTime), res.PrefillTokPerSec, ms(res.FirstTokenTime))
-	fmt.Fprintf(statsOut, "generated %d tokens (%s): decode %.1f ms for %d steps (%.1f tok/s)\n",
-		res.NewTokens, res.Reason, ms(res.DecodeTime), res.DecodeSteps, res.DecodeTokPerSec)
+	fmt.Fprintf(statsOut, "generated %d tokens (%s): decode %.1f ms for %d steps (%.1f tok/s), KV cache %s\n",
+		res.NewTokens, res.Reason, ms(res.DecodeTime), res.DecodeSteps, res.DecodeTokPerSec, out.KV)
 	if *temp > 0 {
 		fmt.Fprintf(statsOut, "sampling: temperature %g, top-k %d, top-p %g, seed %d (--seed %d repeats this run)\n", *temp, *topK, *topP, *seed, *seed)
 	} else {
@@ -501,6 +490,7 @@ func warmUp(st generate.Stepper) error {
 type perplexityResult struct {
 	Model      string     `json:"model"`
 	Device     deviceJSON `json:"device"`
+	KV         string     `json:"kv"`
 	Text       string     `json:"text"`
 	Documents  int        `json:"documents"`
 	Predicted  int        `json:"predicted_tokens"`
@@ -588,13 +578,13 @@ func runPerplexity(args []string) error {
 	if total.Predicted == 0 {
 		return fmt.Errorf("%s: no token was predicted (each document needs at least two tokens); perplexity is undefined", *textPath)
 	}
-	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
+	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), KV: kvModeOf(st), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
 		Loss: total.Loss(), Perplexity: total.Perplexity(), Window: w, Seconds: time.Since(t0).Seconds()}
 	if *asJSON {
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, %.1f s)\n",
-		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.Window, res.Seconds)
+	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, KV %s, %.1f s)\n",
+		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.Window, res.KV, res.Seconds)
 	return nil
 }
 
