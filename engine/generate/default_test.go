@@ -228,6 +228,77 @@ func TestPerplexityWindows(t *testing.T) {
 	}
 }
 
+// TestPerplexityBuckets: the buckets partition the predictions by
+// position, each holding the log-likelihoods a stepwise run gives its
+// positions, and their sum is the total.
+func TestPerplexityBuckets(t *testing.T) {
+	st, tok, _ := openDefault(t, engine.Options{}, Config{})
+	ids, err := tok.Encode("The quick brown fox jumps over the lazy dog, and the dog does not mind at all.", tokenizer.EncodeOptions{AddBOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edges := []int{0, 3, 7, len(ids) + 5}
+	b, err := NewBuckets(edges...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := PerplexityBuckets(st, ids, 0, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]Eval, len(edges)-1)
+	for i := 0; i+1 < len(ids); i++ {
+		logits, err := st.Step(ids[i:i+1], []int{i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range want {
+			if i+1 >= edges[k] && i+1 < edges[k+1] {
+				want[k].NLL -= logSoftmaxAt(logits, ids[i+1])
+				want[k].Predicted++
+			}
+		}
+	}
+	var sum Eval
+	for k, got := range b.Evals {
+		sum = sum.Add(got)
+		if got.Predicted != want[k].Predicted || math.Abs(got.NLL-want[k].NLL) > 1e-3*math.Max(1, want[k].NLL) {
+			t.Errorf("bucket [%d, %d): NLL %.5f over %d, stepwise %.5f over %d", edges[k], edges[k+1],
+				got.NLL, got.Predicted, want[k].NLL, want[k].Predicted)
+		}
+	}
+	if sum.Predicted != whole.Predicted || math.Abs(sum.NLL-whole.NLL) > 1e-9*whole.NLL {
+		t.Errorf("buckets sum to %.6f over %d, total %.6f over %d", sum.NLL, sum.Predicted, whole.NLL, whole.Predicted)
+	}
+	// Positions past the last edge count only in the total.
+	short, _ := NewBuckets(0, 4)
+	tot, err := PerplexityBuckets(st, ids, 0, short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.Evals[0].Predicted != 3 || tot.Predicted != len(ids)-1 {
+		t.Errorf("bucket [0, 4) holds %d predictions (want 3), total %d (want %d)", short.Evals[0].Predicted, tot.Predicted, len(ids)-1)
+	}
+	for _, bad := range [][]int{{5}, {0, 0}, {3, 2}, {-1, 4}} {
+		if _, err := NewBuckets(bad...); err == nil {
+			t.Errorf("NewBuckets(%v) accepted", bad)
+		}
+	}
+}
+
+func TestBitsPerByte(t *testing.T) {
+	ev := Eval{NLL: 8 * math.Ln2, Predicted: 3}
+	if got := ev.BitsPerByte(4); math.Abs(got-2) > 1e-12 {
+		t.Errorf("8 bits over 4 bytes: %v, want 2", got)
+	}
+	if got := ev.BitsPerByte(0); !math.IsNaN(got) {
+		t.Errorf("no bytes: %v, want NaN", got)
+	}
+}
+
 // BenchmarkDefaultPrefill is one prefill of 64 tokens of the default model
 // (fp32, OpenCL).
 func BenchmarkDefaultPrefill(b *testing.B) {
