@@ -77,7 +77,7 @@ TEXT_SOURCES = ["fortunes", "pydoc", "debref"]
 # gives. Fortunes lead (sentences people recognise); the long documents carry
 # the long-range structure; the synthetic tasks stay a small share.
 MIX_SHORT = {"fortunes": 0.50, "pydoc": 0.27, "debref": 0.13, "recall_short": 0.06, "mc": 0.04}
-MIX_LONG = {"fortunes": 0.30, "pydoc": 0.30, "debref": 0.15, "recall_long": 0.20, "mc": 0.05}
+MIX_LONG = {"fortunes": 0.25, "pydoc": 0.30, "debref": 0.10, "recall_long": 0.30, "mc": 0.05}
 
 
 @dataclasses.dataclass
