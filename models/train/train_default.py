@@ -416,6 +416,20 @@ def train(work, a, time_budget):
         log(f"train: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
 
 
+def compact(src, dst):
+    """Writes a checkpoint small enough to commit: the weights stay fp32, the
+    Adam moments become bfloat16 (torch casts them back to fp32 on load).
+    A run resumed from it is not bit-identical to one that never stopped."""
+    ck = torch.load(src)
+    for st in ck["opt"]["state"].values():
+        for k in ("exp_avg", "exp_avg_sq"):
+            st[k] = st[k].to(torch.bfloat16)
+    ck["compact"] = "Adam moments stored as bfloat16"
+    torch.save(ck, dst + ".tmp")
+    os.replace(dst + ".tmp", dst)
+    log(f"compact: {src} step {ck['step']} -> {dst} ({os.path.getsize(dst)} bytes)")
+
+
 # ---------------------------------------------------------------- main
 
 def main():
@@ -433,6 +447,9 @@ def main():
     p = sub.add_parser("export")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
+    p = sub.add_parser("compact", help="shrink a checkpoint to commit it (Adam moments in bfloat16)")
+    p.add_argument("src")
+    p.add_argument("dst")
     args = ap.parse_args()
     setup_torch(getattr(args, "threads", 2))
     if args.cmd == "prepare":
@@ -443,6 +460,8 @@ def main():
     elif args.cmd == "export":
         import export_default
         export_default.export(args.work, args.out)
+    elif args.cmd == "compact":
+        compact(args.src, args.dst)
 
 
 if __name__ == "__main__":
