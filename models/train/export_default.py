@@ -18,10 +18,11 @@ Writes to OUT (testdata/default):
     long_logits.npy  the last LONG_ROWS rows of logits of a LONG_TOKENS-token
                      prefill of held-out text (ids in reference.json), so a
                      test checks positions near the 2048 context too
-    heldout.txt      NOT written: the previous default model's held-out
-                     fortunes, kept as they are so old and new models are
-                     judged on the same text; corpus.py keeps its
-                     documents out of training
+    heldout.txt      the 128-token fortunes model's held-out fortunes, kept
+                     as they are (copied from testdata/default when OUT
+                     lacks them) so old and new models are judged on the
+                     same text; corpus.py keeps its documents out of
+                     training
     heldout_split.txt  every document of the corpus's held-out split
                      (fortunes, python docs, debian-reference), separated
                      by lines holding only "%"
@@ -209,7 +210,11 @@ def export(work, out):
     docs = [d for src in td.TEXT_SOURCES for d in held[src] if "\n%\n" not in d]
     with open(os.path.join(out, "heldout_split.txt"), "w", encoding="utf-8") as f:
         f.write("\n%\n".join(docs))
-    old = score_file(model, enc, bos, eos, os.path.join(out, "heldout.txt"))
+    old_path = os.path.join(out, "heldout.txt")
+    if not os.path.exists(old_path):
+        # Exporting beside the default model: judge on the same fortunes.
+        shutil.copy(os.path.join(td.REPO, "testdata", "default", "heldout.txt"), old_path)
+    old = score_file(model, enc, bos, eos, old_path)
     new = score_file(model, enc, bos, eos, os.path.join(out, "heldout_split.txt"))
     with open(os.path.join(out, "perplexity.json"), "w") as f:
         json.dump({
