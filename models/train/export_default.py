@@ -247,7 +247,8 @@ def export(work, out):
             "prompt_ids": prompt_ids,
             "add_bos": True,
             "greedy_ids": gen,
-            "greedy_text": enc.decode([i for i in gen if i not in (bos, eos)], inv),
+            # Special tokens decode to their text, as tlite prints them with --special.
+            "greedy_text": enc.decode(gen, inv),
             "greedy_note": f"{GEN_TOKENS} greedy steps through the KV cache (prefill, then one token per step), "
                            "not stopping at EOS; identical to argmax of a full forward without cache",
             "first_eos_index": gen.index(eos) if eos in gen else None,

@@ -86,8 +86,9 @@ func TestGenerateCommandErrors(t *testing.T) {
 // command line.
 func TestPerplexityCommand(t *testing.T) {
 	var ref struct {
-		Predicted  int     `json:"predicted_tokens"`
-		Perplexity float64 `json:"perplexity"`
+		Predicted   int     `json:"predicted_tokens"`
+		Perplexity  float64 `json:"perplexity"`
+		BitsPerByte float64 `json:"bits_per_byte"`
 	}
 	readDefaultJSON(t, "perplexity.json", &ref)
 	out, _, err := capture(t, runPerplexity, "--model", filepath.Join(defaultModelDir, "model.onnx"),
@@ -112,6 +113,10 @@ func TestPerplexityCommand(t *testing.T) {
 	wantBPB := got.Loss * float64(got.Predicted) / math.Ln2 / float64(wantBytes)
 	if got.Bytes != wantBytes || math.Abs(got.BitsPerByte-wantBPB) > 1e-9 {
 		t.Errorf("%d bytes, %.6f bits per byte; want %d bytes, %.6f", got.Bytes, got.BitsPerByte, wantBytes, wantBPB)
+	}
+	// perplexity.json files written before bits per byte existed lack it.
+	if ref.BitsPerByte != 0 && math.Abs(got.BitsPerByte-ref.BitsPerByte) > 0.01*ref.BitsPerByte {
+		t.Errorf("%.4f bits per byte, PyTorch %.4f", got.BitsPerByte, ref.BitsPerByte)
 	}
 	// Buckets partition the predictions; the text output has a row each.
 	out, _, err = capture(t, runPerplexity, "--model", filepath.Join(defaultModelDir, "model.onnx"),
