@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -496,8 +497,39 @@ type perplexityResult struct {
 	Predicted  int        `json:"predicted_tokens"`
 	Loss       float64    `json:"loss"`
 	Perplexity float64    `json:"perplexity"`
-	Window     int        `json:"window"`
-	Seconds    float64    `json:"seconds"`
+	// Bytes is the UTF-8 length of the documents scored (separators not
+	// counted); BitsPerByte is the summed NLL in bits over it.
+	Bytes       int              `json:"bytes"`
+	BitsPerByte float64          `json:"bits_per_byte"`
+	Window      int              `json:"window"`
+	Buckets     []positionBucket `json:"buckets,omitempty"`
+	Seconds     float64          `json:"seconds"`
+}
+
+// positionBucket is the loss of the predictions at positions [From, To)
+// of their window.
+type positionBucket struct {
+	From      int     `json:"from"`
+	To        int     `json:"to"`
+	Predicted int     `json:"predicted_tokens"`
+	Loss      float64 `json:"loss"`
+}
+
+// parseEdges reads --buckets: ascending positions separated by commas.
+func parseEdges(s string) (*generate.Buckets, error) {
+	var edges []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--buckets %q: %q is not an integer", s, f)
+		}
+		edges = append(edges, v)
+	}
+	b, err := generate.NewBuckets(edges...)
+	if err != nil {
+		return nil, fmt.Errorf("--buckets %q: %w", s, err)
+	}
+	return b, nil
 }
 
 func runPerplexity(args []string) error {
@@ -509,12 +541,14 @@ func runPerplexity(args []string) error {
 	bos := fs.Bool("bos", true, "put the BOS token before each document")
 	noBOS := fs.Bool("no-bos", false, "do not put the BOS token before each document (as generate's --no-bos; same as --bos=false)")
 	eos := fs.Bool("eos", false, "put the EOS token after each document (and score it)")
+	buckets := fs.String("buckets", "", `also report the loss by position in the window, in buckets with these edges (e.g. "0,128,512,2048")`)
 	asJSON := fs.Bool("json", false, "write the result as JSON")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: tl perplexity --model m.onnx --text file.txt [--sep "\n%\n"] [--window N] [--no-bos] [--eos] [--ctx N] [--device d] [--precision fp32|fp16] [--json]`)
+		fmt.Fprintln(fs.Output(), `usage: tl perplexity --model m.onnx --text file.txt [--sep "\n%\n"] [--window N] [--no-bos] [--eos] [--buckets 0,128,512,2048] [--ctx N] [--device d] [--precision fp32|fp16] [--json]`)
+		fmt.Fprintln(fs.Output(), "Bits per byte are the summed NLL in bits over the UTF-8 bytes of the documents scored.")
 		fs.PrintDefaults()
 	}
-	flags, pos := splitArgs(args, llmValued("text", "sep", "window"))
+	flags, pos := splitArgs(args, llmValued("text", "sep", "window", "buckets"))
 	if err := fs.Parse(flags); err != nil {
 		return err
 	}
@@ -545,6 +579,12 @@ func runPerplexity(args []string) error {
 		}
 		docs = strings.Split(string(raw), s)
 	}
+	var bk *generate.Buckets
+	if *buckets != "" {
+		if bk, err = parseEdges(*buckets); err != nil {
+			return err
+		}
+	}
 	st, tok, err := lf.open(model, generate.Config{})
 	if err != nil {
 		return err
@@ -557,7 +597,9 @@ func runPerplexity(args []string) error {
 	addBOS := *bos && tok.Special().BOS >= 0
 	t0 := time.Now()
 	var total generate.Eval
+	nBytes := 0
 	for i, d := range docs {
+		nBytes += len(d)
 		ids, err := tok.Encode(d, tokenizer.EncodeOptions{AddBOS: addBOS})
 		if err != nil {
 			return fmt.Errorf("document %d: %w", i, err)
@@ -565,7 +607,7 @@ func runPerplexity(args []string) error {
 		if *eos {
 			ids = append(ids, eosID)
 		}
-		ev, err := generate.Perplexity(st, ids, *window)
+		ev, err := generate.PerplexityBuckets(st, ids, *window, bk)
 		if err != nil {
 			return fmt.Errorf("document %d: %w", i, err)
 		}
@@ -579,12 +621,34 @@ func runPerplexity(args []string) error {
 		return fmt.Errorf("%s: no token was predicted (each document needs at least two tokens); perplexity is undefined", *textPath)
 	}
 	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), KV: kvModeOf(st), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
-		Loss: total.Loss(), Perplexity: total.Perplexity(), Window: w, Seconds: time.Since(t0).Seconds()}
+		Loss: total.Loss(), Perplexity: total.Perplexity(), Bytes: nBytes, BitsPerByte: total.BitsPerByte(nBytes),
+		Window: w, Seconds: time.Since(t0).Seconds()}
+	if bk != nil {
+		for i, ev := range bk.Evals {
+			res.Buckets = append(res.Buckets, positionBucket{From: bk.Edges[i], To: bk.Edges[i+1], Predicted: ev.Predicted, Loss: ev.Loss()})
+		}
+	}
 	if *asJSON {
+		if bk != nil {
+			// JSON has no NaN: an empty bucket's loss is written as 0
+			// beside its zero count.
+			for i := range res.Buckets {
+				if res.Buckets[i].Predicted == 0 {
+					res.Buckets[i].Loss = 0
+				}
+			}
+		}
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, KV %s, %.1f s)\n",
-		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.Window, res.KV, res.Seconds)
+	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f, %.4f bits per byte over %d bytes (window %d, KV %s, %.1f s)\n",
+		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.BitsPerByte, res.Bytes, res.Window, res.KV, res.Seconds)
+	if len(res.Buckets) > 0 {
+		tb := newTable("positions", "predicted", "loss", "perplexity").alignRight(1, 2, 3)
+		for _, b := range res.Buckets {
+			tb.add(fmt.Sprintf("%d-%d", b.From, b.To), b.Predicted, fmt.Sprintf("%.4f", b.Loss), fmt.Sprintf("%.2f", math.Exp(b.Loss)))
+		}
+		tb.write(stdout)
+	}
 	return nil
 }
 
