@@ -3,6 +3,7 @@ module github.com/tlite/tlite
 go 1.26.8
 
 require (
+	github.com/ebitengine/purego v0.9.1
 	github.com/google/go-cmp v0.6.0
 	github.com/owulveryck/onnx-go v0.5.0
 	gorgonia.org/tensor v0.9.24

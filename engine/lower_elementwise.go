@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
@@ -20,22 +21,20 @@ import (
 // it.
 const fusedOp = tlite.Domain + "." + tlite.FusedElementwise
 
-// elementwiseOps are the ONNX ops that lower to a one-node chain.
-var elementwiseOps = []string{
-	"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu",
-	"Max", "Min", "Sum", "Mean",
-	"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not",
-	"Where", "Cast", "CastLike", "Clip",
-	"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "Gelu",
-	"Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Round", "Sign",
-	"Sin", "Cos", "Tan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
-	"Softplus", "Softsign", "Elu", "Selu", "Celu", "Mish", "ThresholdedRelu", "Shrink",
-	"IsNaN", "IsInf",
+// elementwiseOps are the ONNX op keys lowered to a chain: those the
+// kernels' op table lowers to one chain operation, the composites built
+// from several, and CastLike.
+func elementwiseOps() []string {
+	ops := append(kernels.ElemONNXOps(), "CastLike")
+	for op := range compositeOps {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	return ops
 }
 
 func init() {
-	registerLowering(lowerElementwise, elementwiseOps...)
-	registerLowering(lowerElementwise, "com.microsoft.QuickGelu")
+	registerLowering(lowerElementwise, elementwiseOps()...)
 	registerLowering(lowerElementwise, fusedOp)
 	registerLowering(lowerBatchNorm, "BatchNormalization")
 	registerLowering(lowerConstantOfShape, "ConstantOfShape")
@@ -226,6 +225,16 @@ func (b *chainBuilder) op(op kernels.ElemOp, args ...int) (int, error) {
 	return b.add(kernels.ElemNode(op, args...))
 }
 
+// onnx adds op for ONNX node n on args, the chain nodes of n's inputs (-1
+// where omitted), with n's attributes as the kernels' op table reads them.
+func (b *chainBuilder) onnx(op kernels.ElemOp, n *graph.Node, args []int) (int, error) {
+	nd, err := kernels.ElemNodeONNX(op, n, args)
+	if err != nil {
+		return 0, err
+	}
+	return b.add(nd)
+}
+
 // fconst adds a float constant of the type of node like.
 func (b *chainBuilder) fconst(like int, v float64) int {
 	t := b.typeOf(like)
@@ -249,15 +258,6 @@ func (b *chainBuilder) emit(n *graph.Node, opset int64) error {
 		}
 		args[i] = k
 	}
-	present := func() []int {
-		var out []int
-		for _, a := range args {
-			if a >= 0 {
-				out = append(out, a)
-			}
-		}
-		return out
-	}
 	need := func(k int) error {
 		if len(args) < k {
 			return fmt.Errorf("%s needs %d inputs, has %d", n.OpType, k, len(args))
@@ -275,35 +275,8 @@ func (b *chainBuilder) emit(n *graph.Node, opset int64) error {
 	)
 	key := opKey(n.Domain, n.OpType)
 	switch key {
-	case "Add", "Sub", "Mul", "Div", "PRelu", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor":
-		if err = need(2); err == nil {
-			res, err = b.op(kernels.ElemOp(n.OpType), args[0], args[1])
-		}
-	case "Pow":
-		if err = need(2); err == nil {
-			res, err = b.op(kernels.ElemPow, args[0], args[1])
-		}
-	case "Mod":
-		if err = need(2); err == nil {
-			nd := kernels.ElemNode(kernels.ElemMod, args[0], args[1])
-			nd.Fmod = int(n.AttrInt("fmod", 0))
-			res, err = b.add(nd)
-		}
-	case "Max", "Min", "Sum", "Mean":
-		p := present()
-		if len(p) == 0 {
-			return fmt.Errorf("%s has no inputs", n.OpType)
-		}
-		if len(p) == 1 && n.OpType != "Mean" {
-			res, err = b.op(kernels.ElemIdentity, p[0])
-		} else {
-			res, err = b.op(kernels.ElemOp(n.OpType), p...)
-		}
-	case "Where":
-		if err = need(3); err == nil {
-			res, err = b.op(kernels.ElemWhere, args[0], args[1], args[2])
-		}
 	case "Cast", "CastLike":
+		// The target is the type tlite stores ONNX's element type as.
 		if err = need(1); err != nil {
 			break
 		}
@@ -323,50 +296,18 @@ func (b *chainBuilder) emit(n *graph.Node, opset int64) error {
 			res, err = b.add(kernels.ChainNode{Op: kernels.ElemCast, Args: []int{args[0]}, To: compute(et)})
 		}
 	case "Clip":
-		if err = need(1); err != nil {
-			break
+		if opset < 11 && len(args) > 0 && args[0] >= 0 {
+			// Clip-6 takes its bounds as attributes.
+			args = []int{args[0],
+				b.fconst(args[0], float64(n.AttrFloat("min", -math.MaxFloat32))),
+				b.fconst(args[0], float64(n.AttrFloat("max", math.MaxFloat32)))}
 		}
-		lo, hi := -1, -1
-		if opset < 11 {
-			lo = b.fconst(args[0], float64(n.AttrFloat("min", -math.MaxFloat32)))
-			hi = b.fconst(args[0], float64(n.AttrFloat("max", math.MaxFloat32)))
-		} else {
-			if len(args) > 1 {
-				lo = args[1]
-			}
-			if len(args) > 2 {
-				hi = args[2]
-			}
-		}
-		res, err = b.add(kernels.ChainNode{Op: kernels.ElemClip, Args: []int{args[0], lo, hi}})
-	case "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Gelu", "IsInf", "com.microsoft.QuickGelu",
-		"Relu", "Sigmoid", "HardSwish", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
-		"Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softplus", "Mish", "IsNaN", "Not":
-		if err = need(1); err != nil {
-			break
-		}
-		nd := kernels.ElemNode(kernels.ElemOp(n.OpType), args[0])
-		switch n.OpType {
-		case "LeakyRelu":
-			nd.Alpha = float64(n.AttrFloat("alpha", 0.01))
-		case "Elu":
-			nd.Alpha = float64(n.AttrFloat("alpha", 1))
-		case "Selu":
-			nd.Alpha = float64(n.AttrFloat("alpha", float32(nd.Alpha)))
-			nd.Gamma = float64(n.AttrFloat("gamma", float32(nd.Gamma)))
-		case "HardSigmoid":
-			nd.Alpha = float64(n.AttrFloat("alpha", 0.2))
-			nd.Beta = float64(n.AttrFloat("beta", 0.5))
-		case "Gelu":
-			nd.Approximate = n.AttrString("approximate", "none")
-		case "IsInf":
-			nd.DetectNegative = n.AttrInt("detect_negative", 1) != 0
-			nd.DetectPositive = n.AttrInt("detect_positive", 1) != 0
-		case "QuickGelu":
-			nd.Alpha = float64(n.AttrFloat("alpha", 1.702))
-		}
-		res, err = b.add(nd)
+		res, err = b.onnx(kernels.ElemClip, n, args)
 	default:
+		if op, ok := kernels.ElemOpFor(key); ok {
+			res, err = b.onnx(op, n, args)
+			break
+		}
 		if err = need(1); err != nil {
 			break
 		}
@@ -402,14 +343,63 @@ func catchComposite(f func() error) (err error) {
 	return f()
 }
 
-// composite builds the ops the chain family has no node for from ones it
-// has.
+// compositeOps are the element-wise ONNX ops the chain family has no
+// operation for, each built from ones it has: x is the input's node, op
+// adds an operation and c a constant of x's type.
+var compositeOps = map[string]func(n *graph.Node, x int, op func(kernels.ElemOp, ...int) int, c func(float64) int) int{
+	"Tan": func(_ *graph.Node, x int, op func(kernels.ElemOp, ...int) int, _ func(float64) int) int {
+		return op(kernels.ElemDiv, op(kernels.ElemSin, x), op(kernels.ElemCos, x))
+	},
+	"Sinh": func(_ *graph.Node, x int, op func(kernels.ElemOp, ...int) int, c func(float64) int) int {
+		return op(kernels.ElemMul, op(kernels.ElemSub, op(kernels.ElemExp, x), op(kernels.ElemExp, op(kernels.ElemNeg, x))), c(0.5))
+	},
+	"Cosh": func(_ *graph.Node, x int, op func(kernels.ElemOp, ...int) int, c func(float64) int) int {
+		return op(kernels.ElemMul, op(kernels.ElemAdd, op(kernels.ElemExp, x), op(kernels.ElemExp, op(kernels.ElemNeg, x))), c(0.5))
+	},
+	"Asinh": func(_ *graph.Node, x int, op func(kernels.ElemOp, ...int) int, c func(float64) int) int {
+		r := op(kernels.ElemSqrt, op(kernels.ElemAdd, op(kernels.ElemMul, x, x), c(1)))
+		return op(kernels.ElemLog, op(kernels.ElemAdd, x, r))
+	},
+	"Acosh": func(_ *graph.Node, x int, op func(kernels.ElemOp, ...int) int, c func(float64) int) int {
+		r := op(kernels.ElemSqrt, op(kernels.ElemAdd, op(kernels.ElemMul, x, x), c(-1)))
+		return op(kernels.ElemLog, op(kernels.ElemAdd, x, r))
+	},
+	"Atanh": func(_ *graph.Node, x int, op func(kernels.ElemOp, ...int) int, c func(float64) int) int {
+		return op(kernels.ElemMul, c(0.5), op(kernels.ElemLog,
+			op(kernels.ElemDiv, op(kernels.ElemAdd, c(1), x), op(kernels.ElemSub, c(1), x))))
+	},
+	"Softsign": func(_ *graph.Node, x int, op func(kernels.ElemOp, ...int) int, c func(float64) int) int {
+		return op(kernels.ElemDiv, x, op(kernels.ElemAdd, c(1), op(kernels.ElemAbs, x)))
+	},
+	"ThresholdedRelu": func(n *graph.Node, x int, op func(kernels.ElemOp, ...int) int, c func(float64) int) int {
+		alpha := float64(n.AttrFloat("alpha", 1))
+		return op(kernels.ElemWhere, op(kernels.ElemGreater, x, c(alpha)), x, c(0))
+	},
+	"Shrink": func(n *graph.Node, x int, op func(kernels.ElemOp, ...int) int, c func(float64) int) int {
+		bias, lambd := float64(n.AttrFloat("bias", 0)), float64(n.AttrFloat("lambd", 0.5))
+		lo := op(kernels.ElemLess, x, c(-lambd))
+		hi := op(kernels.ElemGreater, x, c(lambd))
+		return op(kernels.ElemWhere, lo, op(kernels.ElemAdd, x, c(bias)),
+			op(kernels.ElemWhere, hi, op(kernels.ElemSub, x, c(bias)), c(0)))
+	},
+	"Celu": func(n *graph.Node, x int, op func(kernels.ElemOp, ...int) int, c func(float64) int) int {
+		alpha := float64(n.AttrFloat("alpha", 1))
+		neg := op(kernels.ElemMul, c(alpha), op(kernels.ElemSub, op(kernels.ElemExp, op(kernels.ElemDiv, x, c(alpha))), c(1)))
+		return op(kernels.ElemAdd, op(kernels.ElemMax, x, c(0)), op(kernels.ElemMin, neg, c(0)))
+	},
+}
+
+// composite builds an op of compositeOps.
 func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
+	build, ok := compositeOps[n.OpType]
+	if !ok || n.Domain != "" {
+		return 0, fmt.Errorf("%s is not an element-wise op", n.OpType)
+	}
 	if !b.typeOf(x).IsFloat() {
 		return 0, fmt.Errorf("%s of %v: float inputs only", n.OpType, b.typeOf(x))
 	}
 	c := func(v float64) int { return b.fconst(x, v) }
-	// must unwinds the nested op calls below on the first error;
+	// must unwinds the nested op calls of build on the first error;
 	// catchComposite recovers only this wrapper, so any other panic (an
 	// index bug, a runtime.Error) still crashes where it happened.
 	must := func(k int, err error) int {
@@ -420,45 +410,7 @@ func (b *chainBuilder) composite(n *graph.Node, x int) (int, error) {
 	}
 	var res int
 	err := catchComposite(func() error {
-		op := func(o kernels.ElemOp, a ...int) int { return must(b.op(o, a...)) }
-		switch n.OpType {
-		case "Tan":
-			res = op(kernels.ElemDiv, op(kernels.ElemSin, x), op(kernels.ElemCos, x))
-		case "Sinh", "Cosh":
-			ep, en := op(kernels.ElemExp, x), op(kernels.ElemExp, op(kernels.ElemNeg, x))
-			k := kernels.ElemSub
-			if n.OpType == "Cosh" {
-				k = kernels.ElemAdd
-			}
-			res = op(kernels.ElemMul, op(k, ep, en), c(0.5))
-		case "Asinh", "Acosh":
-			sign := 1.0
-			if n.OpType == "Acosh" {
-				sign = -1
-			}
-			r := op(kernels.ElemSqrt, op(kernels.ElemAdd, op(kernels.ElemMul, x, x), c(sign)))
-			res = op(kernels.ElemLog, op(kernels.ElemAdd, x, r))
-		case "Atanh":
-			res = op(kernels.ElemMul, c(0.5), op(kernels.ElemLog,
-				op(kernels.ElemDiv, op(kernels.ElemAdd, c(1), x), op(kernels.ElemSub, c(1), x))))
-		case "Softsign":
-			res = op(kernels.ElemDiv, x, op(kernels.ElemAdd, c(1), op(kernels.ElemAbs, x)))
-		case "ThresholdedRelu":
-			alpha := float64(n.AttrFloat("alpha", 1))
-			res = op(kernels.ElemWhere, op(kernels.ElemGreater, x, c(alpha)), x, c(0))
-		case "Shrink":
-			bias, lambd := float64(n.AttrFloat("bias", 0)), float64(n.AttrFloat("lambd", 0.5))
-			lo := op(kernels.ElemLess, x, c(-lambd))
-			hi := op(kernels.ElemGreater, x, c(lambd))
-			res = op(kernels.ElemWhere, lo, op(kernels.ElemAdd, x, c(bias)),
-				op(kernels.ElemWhere, hi, op(kernels.ElemSub, x, c(bias)), c(0)))
-		case "Celu":
-			alpha := float64(n.AttrFloat("alpha", 1))
-			neg := op(kernels.ElemMul, c(alpha), op(kernels.ElemSub, op(kernels.ElemExp, op(kernels.ElemDiv, x, c(alpha))), c(1)))
-			res = op(kernels.ElemAdd, op(kernels.ElemMax, x, c(0)), op(kernels.ElemMin, neg, c(0)))
-		default:
-			return fmt.Errorf("%s is not an element-wise op", n.OpType)
-		}
+		res = build(n, x, func(o kernels.ElemOp, a ...int) int { return must(b.op(o, a...)) }, c)
 		return nil
 	})
 	return res, err
@@ -691,15 +643,11 @@ func (b *chainBuilder) bodyConst(v *graph.Value, t *graph.Tensor) error {
 }
 
 func isElementwise(key string) bool {
-	if key == "com.microsoft.QuickGelu" {
+	if _, ok := kernels.ElemOpFor(key); ok || key == "CastLike" {
 		return true
 	}
-	for _, op := range elementwiseOps {
-		if op == key {
-			return true
-		}
-	}
-	return false
+	_, ok := compositeOps[key]
+	return ok
 }
 
 // lowerBatchNorm lowers inference BatchNormalization as x*a + b per

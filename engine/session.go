@@ -19,6 +19,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/tlite/tlite/engine/fuse"
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/kernels"
@@ -114,6 +115,12 @@ type Options struct {
 	// owned by the session (see lower_kv.go and package engine/kv): its
 	// past inputs and present outputs are rewritten away after Rewrites.
 	KVCache *KVConfig
+	// LastLogits makes a decoder compute its logits for the last position
+	// of each run only (see fuse.LastRow): the logits output becomes
+	// [batch, 1, vocab], and the LM head and final norm skip the prompt's
+	// other rows. For generation; perplexity needs every row. A graph the
+	// rewrite does not recognise opens unchanged (Session.LastLogits says).
+	LastLogits bool
 }
 
 // OpTime is one row of a profile: a node's kernel launches.
@@ -163,6 +170,14 @@ type Session struct {
 	goTimes map[string]*OpTime // pure-Go backend profile, by label
 	nodeOps map[string]string  // node name -> op type, for profiles
 	closed  bool
+	// lastLogits: Options.LastLogits rewrote the logits to the last row.
+	lastLogits bool
+	// kvStats asks cache-reading attention for statistics
+	// (KVConfig.AttentionStats); attnStats are their buffers.
+	kvStats    bool
+	kvCacheSet map[*vinfo]bool
+	kvCap      int
+	attnStats  []*attnStat
 }
 
 // Open loads the ONNX model at path and compiles it.
@@ -252,6 +267,13 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 			return err
 		}
 	}
+	if opts.LastLogits {
+		r, err := fuse.LastRow(m.Graph, res)
+		if err != nil {
+			return fmt.Errorf("engine: last-row logits: %w", err)
+		}
+		s.lastLogits = r.Output != ""
+	}
 	c := newCompiler(s, m, res, fs)
 	c.memLimit = opts.MemoryLimit
 	s.c = c
@@ -299,6 +321,10 @@ func (s *Session) DeviceSteps() int {
 	}
 	return n
 }
+
+// LastLogits reports whether the session computes logits for the last
+// position only (Options.LastLogits applied to a graph it recognised).
+func (s *Session) LastLogits() bool { return s.lastLogits }
 
 // Inputs describes the inputs Run takes.
 func (s *Session) Inputs() []Port { return append([]Port(nil), s.inputs...) }

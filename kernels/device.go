@@ -95,6 +95,9 @@ type Device interface {
 	KVWrite(esize int, cache Buf, cv View, src Buf, sv View, pos Buf, pt dtype.Type, perBatch bool) error
 	// Attention computes fused scaled-dot-product attention.
 	Attention(s Storage, q, k, v, o Buf, p AttentionParams) error
+	// AttentionStats sums each key's softmax probabilities over the rows
+	// of an Attention call that wrote p.LSE (see attnstats.go).
+	AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error
 }
 
 // WeightLayout is a layout of a matrix product's constant B operand.

@@ -180,60 +180,6 @@ const (
 	ElemIsInf          ElemOp = "IsInf"
 )
 
-// elemOpClass groups ops by their typing rule.
-type elemOpClass int
-
-const (
-	elemClsLeaf        elemOpClass = iota
-	elemClsFloatUnary              // float -> same float type
-	elemClsNumUnary                // int or float -> same type
-	elemClsAnyUnary                // any -> same type
-	elemClsFloatTest               // float -> bool
-	elemClsNumBinary               // (T, T) -> T, T numeric
-	elemClsNumVariadic             // (T, ...) -> T, T numeric
-	elemClsCompare                 // (T, T) -> bool, T numeric
-	elemClsLogic                   // (bool, bool) -> bool
-	elemClsSpecial                 // own rule in nodeType
-)
-
-var elemOpClasses = map[ElemOp]elemOpClass{
-	ElemInput: elemClsLeaf, ElemConst: elemClsLeaf,
-	ElemIdentity: elemClsAnyUnary,
-	ElemAdd:      elemClsNumBinary, ElemSub: elemClsNumBinary, ElemMul: elemClsNumBinary, ElemDiv: elemClsNumBinary,
-	ElemMod: elemClsSpecial, ElemPRelu: elemClsNumBinary, ElemPow: elemClsSpecial,
-	ElemMax: elemClsNumVariadic, ElemMin: elemClsNumVariadic, ElemSum: elemClsNumVariadic, ElemMean: elemClsSpecial,
-	ElemEqual: elemClsSpecial, ElemLess: elemClsCompare, ElemGreater: elemClsCompare,
-	ElemLessOrEqual: elemClsCompare, ElemGreaterOrEqual: elemClsCompare,
-	ElemAnd: elemClsLogic, ElemOr: elemClsLogic, ElemXor: elemClsLogic, ElemNot: elemClsSpecial,
-	ElemWhere: elemClsSpecial, ElemCast: elemClsSpecial, ElemClip: elemClsSpecial,
-	ElemRelu: elemClsNumUnary, ElemNeg: elemClsNumUnary, ElemAbs: elemClsNumUnary, ElemSign: elemClsNumUnary,
-	ElemLeakyRelu: elemClsFloatUnary, ElemSigmoid: elemClsFloatUnary, ElemHardSigmoid: elemClsFloatUnary,
-	ElemHardSwish: elemClsFloatUnary, ElemTanh: elemClsFloatUnary, ElemErf: elemClsFloatUnary,
-	ElemGelu: elemClsFloatUnary, ElemQuickGelu: elemClsFloatUnary, ElemExp: elemClsFloatUnary,
-	ElemLog: elemClsFloatUnary, ElemSqrt: elemClsFloatUnary, ElemReciprocal: elemClsFloatUnary,
-	ElemFloor: elemClsFloatUnary, ElemCeil: elemClsFloatUnary, ElemRound: elemClsFloatUnary,
-	ElemSin: elemClsFloatUnary, ElemCos: elemClsFloatUnary, ElemSoftplus: elemClsFloatUnary,
-	ElemElu: elemClsFloatUnary, ElemSelu: elemClsFloatUnary, ElemMish: elemClsFloatUnary,
-	ElemIsNaN: elemClsFloatTest, ElemIsInf: elemClsFloatTest,
-}
-
-// IsElemOp reports whether a chain can compute the ONNX operator named op
-// (leaves excluded), so the engine can decide what to fuse.
-func IsElemOp(op string) bool {
-	cls, ok := elemOpClasses[ElemOp(op)]
-	return ok && cls != elemClsLeaf
-}
-
-// ElemOps lists every operation a chain supports, in a fixed order.
-func ElemOps() []ElemOp {
-	ops := make([]ElemOp, 0, len(elemOpClasses))
-	for op := range elemOpClasses {
-		ops = append(ops, op)
-	}
-	slices.Sort(ops)
-	return ops
-}
-
 // ChainNode is one operation of a Chain. Args are indices of earlier nodes
 // in Chain.Nodes, so the node list is its own topological order; -1 marks an
 // absent optional argument (Clip's min or max). Only the attribute fields
@@ -264,29 +210,6 @@ type ChainNode struct {
 	DetectNegative, DetectPositive bool
 }
 
-// ElemNode returns a node for op on args with ONNX's default attributes.
-func ElemNode(op ElemOp, args ...int) ChainNode {
-	n := ChainNode{Op: op, Args: args}
-	switch op {
-	case ElemLeakyRelu:
-		n.Alpha = 0.01
-	case ElemElu:
-		n.Alpha = 1
-	case ElemSelu:
-		n.Alpha = 1.67326319217681884765625
-		n.Gamma = 1.05070102214813232421875
-	case ElemHardSigmoid:
-		n.Alpha, n.Beta = 0.2, 0.5
-	case ElemQuickGelu:
-		n.Alpha = 1.702
-	case ElemGelu:
-		n.Approximate = "none"
-	case ElemIsInf:
-		n.DetectNegative, n.DetectPositive = true, true
-	}
-	return n
-}
-
 // Chain is a DAG of element-wise operations compiled into one kernel. All
 // outputs have the launch's output shape and every input broadcasts to it.
 // A Chain must not be modified once it has been run: its generated source is
@@ -301,6 +224,31 @@ type Chain struct {
 	Outputs []int
 
 	prep *chainPrep // guarded by chainPrepMu
+}
+
+// nodeType checks n's argument count against d and returns d's result type.
+func (c *Chain) nodeType(d elemOpDef, n *ChainNode, types []ElemType) (ElemType, error) {
+	lo, hi := d.args[0], d.args[1]
+	switch {
+	case hi == 0 && len(n.Args) != 0:
+		return 0, fmt.Errorf("leaf with %d arguments", len(n.Args))
+	case len(n.Args) < lo || len(n.Args) > hi:
+		if lo == hi {
+			return 0, fmt.Errorf("%d arguments, want %d", len(n.Args), lo)
+		}
+		return 0, fmt.Errorf("%d arguments, want %d to %d", len(n.Args), lo, hi)
+	}
+	return d.typ(&typeCtx{c: c, n: n, types: types})
+}
+
+// expr is the OpenCL expression computing node i from earlier values.
+func (c *Chain) expr(i int, types []ElemType) (string, error) {
+	n := &c.Nodes[i]
+	d, ok := elemOpTable[n.Op]
+	if !ok {
+		return "", fmt.Errorf("no code generator")
+	}
+	return d.expr(&exprCtx{c: c, i: i, n: n, t: types[i], types: types})
 }
 
 // chainPrepMu guards every Chain's prep, so that sessions on different
@@ -376,12 +324,18 @@ func (c *Chain) Types() ([]ElemType, error) {
 	types := make([]ElemType, len(c.Nodes))
 	for i := range c.Nodes {
 		n := &c.Nodes[i]
+		d, ok := elemOpTable[n.Op]
+		if !ok {
+			return nil, fmt.Errorf("kernels: chain node %d (%s): unsupported operation", i, n.Op)
+		}
+		// Only ops with optional arguments (Clip's bounds) take -1.
+		optional := d.args[1] > d.args[0] && d.args != argsVariadic
 		for _, a := range n.Args {
-			if a >= i || a < -1 || (a == -1 && n.Op != ElemClip) {
+			if a >= i || a < -1 || (a == -1 && !optional) {
 				return nil, fmt.Errorf("kernels: chain node %d (%s): argument %d does not name an earlier node", i, n.Op, a)
 			}
 		}
-		t, err := c.nodeType(n, types)
+		t, err := c.nodeType(d, n, types)
 		if err != nil {
 			return nil, fmt.Errorf("kernels: chain node %d (%s): %w", i, n.Op, err)
 		}
@@ -409,187 +363,6 @@ func (c *Chain) OutputTypes() ([]ElemType, error) {
 		out[k] = types[o]
 	}
 	return out, nil
-}
-
-func (c *Chain) nodeType(n *ChainNode, types []ElemType) (ElemType, error) {
-	cls, ok := elemOpClasses[n.Op]
-	if !ok {
-		return 0, fmt.Errorf("unsupported operation")
-	}
-	arity := func(lo, hi int) error {
-		if len(n.Args) < lo || len(n.Args) > hi {
-			if lo == hi {
-				return fmt.Errorf("%d arguments, want %d", len(n.Args), lo)
-			}
-			return fmt.Errorf("%d arguments, want %d to %d", len(n.Args), lo, hi)
-		}
-		return nil
-	}
-	at := func(k int) ElemType { return types[n.Args[k]] }
-	same := func() error {
-		for k := 1; k < len(n.Args); k++ {
-			if at(k) != at(0) {
-				return fmt.Errorf("argument %d is %v, argument 0 is %v; they must match", k, at(k), at(0))
-			}
-		}
-		return nil
-	}
-	numeric := func(t ElemType) error {
-		if t == EBool {
-			return fmt.Errorf("bool arguments are not allowed")
-		}
-		return nil
-	}
-	first := func(check func(ElemType) error, maxArgs int) (ElemType, error) {
-		if err := arity(1, maxArgs); err != nil {
-			return 0, err
-		}
-		if err := same(); err != nil {
-			return 0, err
-		}
-		return at(0), check(at(0))
-	}
-	isFloat := func(t ElemType) error {
-		if !t.IsFloat() {
-			return fmt.Errorf("argument is %v, want a float type", t)
-		}
-		return nil
-	}
-	anyType := func(ElemType) error { return nil }
-
-	switch cls {
-	case elemClsLeaf:
-		if len(n.Args) != 0 {
-			return 0, fmt.Errorf("leaf with %d arguments", len(n.Args))
-		}
-		if n.Op == ElemInput {
-			if n.Input < 0 || n.Input >= len(c.Inputs) {
-				return 0, fmt.Errorf("input slot %d of %d", n.Input, len(c.Inputs))
-			}
-			return c.Inputs[n.Input], nil
-		}
-		switch {
-		case !n.To.valid():
-			return 0, fmt.Errorf("invalid constant type %v", n.To)
-		case n.To.IsFloat() && n.IntValue != 0:
-			return 0, fmt.Errorf("%v constant given in IntValue; float constants use Value", n.To)
-		case !n.To.IsFloat() && n.Value != 0:
-			return 0, fmt.Errorf("%v constant given in Value; integer and bool constants use IntValue", n.To)
-		}
-		return n.To, nil
-	case elemClsFloatUnary:
-		return first(isFloat, 1)
-	case elemClsNumUnary:
-		return first(numeric, 1)
-	case elemClsAnyUnary:
-		return first(anyType, 1)
-	case elemClsFloatTest:
-		_, err := first(isFloat, 1)
-		return EBool, err
-	case elemClsNumBinary:
-		if err := arity(2, 2); err != nil {
-			return 0, err
-		}
-		return first(numeric, 2)
-	case elemClsNumVariadic:
-		return first(numeric, math.MaxInt)
-	case elemClsCompare:
-		if err := arity(2, 2); err != nil {
-			return 0, err
-		}
-		_, err := first(numeric, 2)
-		return EBool, err
-	case elemClsLogic:
-		if err := arity(2, 2); err != nil {
-			return 0, err
-		}
-		_, err := first(func(t ElemType) error {
-			if t != EBool {
-				return fmt.Errorf("argument is %v, want bool", t)
-			}
-			return nil
-		}, 2)
-		return EBool, err
-	}
-	// elemClsSpecial.
-	switch n.Op {
-	case ElemMod:
-		if err := arity(2, 2); err != nil {
-			return 0, err
-		}
-		t, err := first(numeric, 2)
-		if err != nil {
-			return 0, err
-		}
-		if n.Fmod != 0 && n.Fmod != 1 {
-			return 0, fmt.Errorf("fmod=%d, want 0 or 1", n.Fmod)
-		}
-		if t.IsFloat() && n.Fmod != 1 {
-			return 0, fmt.Errorf("float Mod needs fmod=1 (ONNX)")
-		}
-		return t, nil
-	case ElemMean:
-		return first(isFloat, math.MaxInt)
-	case ElemPow:
-		if err := arity(2, 2); err != nil {
-			return 0, err
-		}
-		if at(0) == EBool || at(1) == EBool {
-			return 0, fmt.Errorf("bool arguments are not allowed")
-		}
-		return at(0), nil
-	case ElemEqual:
-		if err := arity(2, 2); err != nil {
-			return 0, err
-		}
-		_, err := first(anyType, 2)
-		return EBool, err
-	case ElemNot:
-		if err := arity(1, 1); err != nil {
-			return 0, err
-		}
-		if at(0) != EBool {
-			return 0, fmt.Errorf("argument is %v, want bool", at(0))
-		}
-		return EBool, nil
-	case ElemWhere:
-		if err := arity(3, 3); err != nil {
-			return 0, err
-		}
-		if at(0) != EBool {
-			return 0, fmt.Errorf("condition is %v, want bool", at(0))
-		}
-		if at(1) != at(2) {
-			return 0, fmt.Errorf("branches are %v and %v; they must match", at(1), at(2))
-		}
-		return at(1), nil
-	case ElemCast:
-		if err := arity(1, 1); err != nil {
-			return 0, err
-		}
-		if !n.To.valid() {
-			return 0, fmt.Errorf("invalid target type %v", n.To)
-		}
-		return n.To, nil
-	case ElemClip:
-		if err := arity(1, 3); err != nil {
-			return 0, err
-		}
-		if n.Args[0] < 0 {
-			return 0, fmt.Errorf("the clipped argument is absent")
-		}
-		t := at(0)
-		if err := numeric(t); err != nil {
-			return 0, err
-		}
-		for k := 1; k < len(n.Args); k++ {
-			if n.Args[k] >= 0 && at(k) != t {
-				return 0, fmt.Errorf("bound %d is %v, input is %v; they must match", k, at(k), t)
-			}
-		}
-		return t, nil
-	}
-	return 0, fmt.Errorf("unsupported operation")
 }
 
 // ---- OpenCL source generation ----
@@ -869,230 +642,43 @@ func (c *Chain) feedsNode(i int) bool {
 	return false
 }
 
-// expr is the OpenCL expression computing node i from earlier values.
-func (c *Chain) expr(i int, types []ElemType) (string, error) {
-	n := &c.Nodes[i]
-	t := types[i]
-	v := func(k int) string { return fmt.Sprintf("v%d", n.Args[k]) }
-	vt := func(k int) ElemType { return types[n.Args[k]] }
-	fl := t.IsFloat()
-	wrapArith := func(op string) string {
-		return chainWrap(t, "(long)((ulong)"+v(0)+" "+op+" (ulong)"+v(1)+")")
-	}
-	fold := func(f func(a, b string) string) string {
-		acc := v(0)
-		for k := 1; k < len(n.Args); k++ {
-			acc = f(acc, v(k))
-		}
-		return acc
-	}
-	switch n.Op {
-	case ElemInput:
-		return chainLoad(t, n.Input), nil
-	case ElemConst:
-		switch {
-		case fl:
-			if t == EF16 {
-				return chainFloatLit(float64(ewRoundHalf(float32(n.Value)))), nil
-			}
-			return chainFloatLit(n.Value), nil
-		case t == EBool:
-			if n.IntValue != 0 {
-				return "1", nil
-			}
-			return "0", nil
-		}
-		return chainLongLit(ewWrap(t, n.IntValue)), nil
-	case ElemIdentity:
-		return v(0), nil
-	case ElemAdd, ElemSub, ElemMul:
-		op := map[ElemOp]string{ElemAdd: "+", ElemSub: "-", ElemMul: "*"}[n.Op]
-		if fl {
-			return v(0) + " " + op + " " + v(1), nil
-		}
-		return wrapArith(op), nil
-	case ElemDiv:
-		if fl {
-			return v(0) + " / " + v(1), nil
-		}
-		return chainWrap(t, "ew_idiv("+v(0)+", "+v(1)+")"), nil
-	case ElemMod:
-		if fl {
-			return "fmod(" + v(0) + ", " + v(1) + ")", nil
-		}
-		if n.Fmod == 1 {
-			return chainWrap(t, "ew_irem("+v(0)+", "+v(1)+")"), nil
-		}
-		return chainWrap(t, "ew_imod("+v(0)+", "+v(1)+")"), nil
-	case ElemPow:
-		et := vt(1)
-		if c.isConstTwo(n.Args[1]) {
-			if fl {
-				return v(0) + " * " + v(0), nil
-			}
-			return chainWrap(t, "(long)((ulong)"+v(0)+" * (ulong)"+v(0)+")"), nil
-		}
-		switch {
-		case fl && et.IsFloat():
-			return "pow(" + v(0) + ", " + v(1) + ")", nil
-		case fl:
-			return "pow(" + v(0) + ", (float)" + v(1) + ")", nil
-		case et.IsFloat():
-			return chainWrap(t, "ew_f2l(pow((float)"+v(0)+", "+v(1)+"))"), nil
-		}
-		return chainWrap(t, "ew_ipow("+v(0)+", "+v(1)+")"), nil
-	case ElemMax, ElemMin:
-		if fl {
-			f := "ew_fmax"
-			if n.Op == ElemMin {
-				f = "ew_fmin"
-			}
-			return fold(func(a, b string) string { return f + "(" + a + ", " + b + ")" }), nil
-		}
-		cmp := ">"
-		if n.Op == ElemMin {
-			cmp = "<"
-		}
-		return fold(func(a, b string) string {
-			return "(" + a + " " + cmp + " " + b + " ? " + a + " : " + b + ")"
-		}), nil
-	case ElemSum, ElemMean:
-		if fl {
-			s := fold(func(a, b string) string { return "(" + a + " + " + b + ")" })
-			if n.Op == ElemMean {
-				s += " / " + chainFloatLit(float64(len(n.Args)))
-			}
-			return s, nil
-		}
-		return chainWrap(t, fold(func(a, b string) string { return "(long)((ulong)" + a + " + (ulong)" + b + ")" })), nil
-	case ElemEqual, ElemLess, ElemGreater, ElemLessOrEqual, ElemGreaterOrEqual:
-		op := map[ElemOp]string{ElemEqual: "==", ElemLess: "<", ElemGreater: ">", ElemLessOrEqual: "<=", ElemGreaterOrEqual: ">="}[n.Op]
-		return "(int)(" + v(0) + " " + op + " " + v(1) + ")", nil
-	case ElemAnd:
-		return v(0) + " & " + v(1), nil
-	case ElemOr:
-		return v(0) + " | " + v(1), nil
-	case ElemXor:
-		return v(0) + " ^ " + v(1), nil
-	case ElemNot:
-		return v(0) + " ^ 1", nil
-	case ElemWhere:
-		return v(0) + " ? " + v(1) + " : " + v(2), nil
-	case ElemCast:
-		if t == EF16 && vt(0).IsFloat() && !c.feedsNode(i) {
-			// Only stored: vstore_half_rte rounds exactly like ew_round_half.
-			return v(0), nil
-		}
-		return chainCast(vt(0), t, v(0)), nil
-	case ElemClip:
-		// ONNX: Min(max, Max(x, min)), so min > max yields max; comparisons
-		// rather than fmin/fmax keep NaN.
-		e := v(0)
-		if len(n.Args) > 1 && n.Args[1] >= 0 {
-			e = "(" + e + " < " + v(1) + " ? " + v(1) + " : " + e + ")"
-		}
-		if len(n.Args) > 2 && n.Args[2] >= 0 {
-			e = "(" + e + " > " + v(2) + " ? " + v(2) + " : " + e + ")"
-		}
-		return e, nil
-	case ElemRelu:
-		if fl {
-			return v(0) + " < 0.0f ? 0.0f : " + v(0), nil
-		}
-		return v(0) + " < 0 ? 0L : " + v(0), nil
-	case ElemNeg:
-		if fl {
-			return "-" + v(0), nil
-		}
-		return chainWrap(t, "(long)(0UL - (ulong)"+v(0)+")"), nil
-	case ElemAbs:
-		if fl {
-			return "fabs(" + v(0) + ")", nil
-		}
-		return chainWrap(t, v(0)+" < 0 ? (long)(0UL - (ulong)"+v(0)+") : "+v(0)), nil
-	case ElemSign:
-		if fl {
-			return v(0) + " > 0.0f ? 1.0f : (" + v(0) + " < 0.0f ? -1.0f : " + v(0) + ")", nil
-		}
-		return "(long)((" + v(0) + " > 0) - (" + v(0) + " < 0))", nil
-	case ElemPRelu:
-		if fl {
-			return v(0) + " < 0.0f ? " + v(1) + " * " + v(0) + " : " + v(0), nil
-		}
-		return v(0) + " < 0 ? " + chainWrap(t, "(long)((ulong)"+v(1)+" * (ulong)"+v(0)+")") + " : " + v(0), nil
-	}
-	x := v(0)
-	switch n.Op {
-	case ElemLeakyRelu:
-		return x + " < 0.0f ? " + chainFloatLit(n.Alpha) + " * " + x + " : " + x, nil
-	case ElemSigmoid:
-		return "ew_sigmoid(" + x + ")", nil
-	case ElemHardSigmoid:
-		return "ew_hardsigmoid(" + x + ", " + chainFloatLit(n.Alpha) + ", " + chainFloatLit(n.Beta) + ")", nil
-	case ElemHardSwish:
-		return "ew_hardswish(" + x + ")", nil
-	case ElemTanh:
-		return "tanh(" + x + ")", nil
-	case ElemErf:
-		return "ew_erf(" + x + ")", nil
-	case ElemGelu:
-		switch n.Approximate {
-		case "", "none":
-			return "ew_gelu_erf(" + x + ")", nil
-		case "tanh":
-			return "ew_gelu_tanh(" + x + ")", nil
-		}
-		return "", fmt.Errorf("Gelu approximate=%q, want none or tanh", n.Approximate)
-	case ElemQuickGelu:
-		return "ew_quickgelu(" + x + ", " + chainFloatLit(n.Alpha) + ")", nil
-	case ElemExp:
-		return "exp(" + x + ")", nil
-	case ElemLog:
-		return "log(" + x + ")", nil
-	case ElemSqrt:
-		return "sqrt(" + x + ")", nil
-	case ElemReciprocal:
-		return "1.0f / " + x, nil
-	case ElemFloor:
-		return "floor(" + x + ")", nil
-	case ElemCeil:
-		return "ceil(" + x + ")", nil
-	case ElemRound:
-		return "rint(" + x + ")", nil // ties to even in the default rounding mode
-	case ElemSin:
-		return "sin(" + x + ")", nil
-	case ElemCos:
-		return "cos(" + x + ")", nil
-	case ElemSoftplus:
-		return "ew_softplus(" + x + ")", nil
-	case ElemElu:
-		return x + " < 0.0f ? " + chainFloatLit(n.Alpha) + " * expm1(" + x + ") : " + x, nil
-	case ElemSelu:
-		ga := float64(float32(n.Gamma) * float32(n.Alpha))
-		return x + " > 0.0f ? " + chainFloatLit(n.Gamma) + " * " + x + " : " + chainFloatLit(ga) + " * expm1(" + x + ")", nil
-	case ElemMish:
-		return "ew_mish(" + x + ")", nil
-	case ElemIsNaN:
-		return "(int)isnan(" + x + ")", nil
-	case ElemIsInf:
-		switch {
-		case n.DetectPositive && n.DetectNegative:
-			return "(int)isinf(" + x + ")", nil
-		case n.DetectPositive:
-			return "(int)(" + x + " == INFINITY)", nil
-		case n.DetectNegative:
-			return "(int)(" + x + " == -INFINITY)", nil
-		}
-		return "0", nil
-	}
-	return "", fmt.Errorf("no code generator")
-}
-
 // ---- launching ----
 
 // chainMaxRank is the most dimensions a broadcast may have after size-1
 // dimensions are dropped and contiguous runs merged.
 const chainMaxRank = 6
+
+// Every kernel keeps within these, so that it builds and launches on any
+// OpenCL device: SPIR-V allows a function 255 parameters, and
+// CL_DEVICE_MAX_PARAMETER_SIZE is only guaranteed to be 1 KiB (phones give
+// no more). tools/kernelgate checks every built kernel against both.
+const (
+	MaxKernelParams     = 255
+	MaxKernelParamBytes = 1024
+)
+
+// ChainKernelArgs returns the parameters of the chain kernel with ins
+// inputs and outs outputs, and their bytes, for its widest form (chain6,
+// the one any broadcast of rank 4 to 6 builds): the sizes, then a pointer
+// and offset per output, then a pointer, offset and strides per input.
+func ChainKernelArgs(ins, outs int) (params, bytes int) {
+	const ptr, i32 = 8, 4
+	params = chainMaxRank + 2*outs + (2+chainMaxRank-1)*ins
+	bytes = chainMaxRank*i32 + outs*(ptr+i32) + ins*(ptr+i32+(chainMaxRank-1)*i32)
+	return params, bytes
+}
+
+// ChainFits reports, as an error naming the counts, whether a chain of ins
+// inputs and outs outputs compiles to a kernel within MaxKernelParams and
+// MaxKernelParamBytes. Fusion passes size their groups by it.
+func ChainFits(ins, outs int) error {
+	n, b := ChainKernelArgs(ins, outs)
+	if n > MaxKernelParams || b > MaxKernelParamBytes {
+		return fmt.Errorf("kernels: a chain of %d inputs and %d outputs needs %d kernel arguments of %d bytes; at most %d arguments and %d bytes build on every device (split the chain)",
+			ins, outs, n, b, MaxKernelParams, MaxKernelParamBytes)
+	}
+	return nil
+}
 
 // ElemArg is a chain input: its buffer and its own shape, which broadcasts
 // to the output shape by numpy's rules (right-aligned; each dimension equal
@@ -1203,6 +789,9 @@ func (c *Chain) prepare() (*chainPrep, error) {
 func (l *Lib) RunChain(c *Chain, outShape []int, ins []ElemArg, outs []Buf) error {
 	prep, err := c.prepare()
 	if err != nil {
+		return err
+	}
+	if err := ChainFits(len(c.Inputs), len(c.Outputs)); err != nil {
 		return err
 	}
 	if len(ins) != len(c.Inputs) {

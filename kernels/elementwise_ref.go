@@ -123,6 +123,26 @@ func RunChainRef(c *Chain, outShape []int, ins []HostTensor) ([]HostTensor, erro
 	}
 	idx := make([]int, r)
 	vals := make([]ewVal, len(c.Nodes))
+	defs := make([]elemOpDef, len(c.Nodes))
+	for i := range c.Nodes {
+		defs[i] = elemOpTable[c.Nodes[i].Op] // Types checked that it is there
+	}
+	x := refCtx{types: types, vals: vals}
+	x.load = func(k int) ewVal {
+		in := &ins[k]
+		off := 0
+		for j, d := range in.Shape {
+			p := idx[j+r-len(in.Shape)]
+			if d == 1 {
+				p = 0
+			}
+			off = off*d + p
+		}
+		if in.Type.IsFloat() {
+			return ewVal{f: float64(in.F[off])}
+		}
+		return ewVal{i: ewWrap(in.Type, in.I[off])}
+	}
 	for e := 0; e < n; e++ {
 		// Multi-index of element e, last dimension fastest.
 		for d, q := r-1, e; d >= 0; d-- {
@@ -131,24 +151,15 @@ func RunChainRef(c *Chain, outShape []int, ins []HostTensor) ([]HostTensor, erro
 		}
 		for i := range c.Nodes {
 			nd := &c.Nodes[i]
-			if nd.Op == ElemInput {
-				in := &ins[nd.Input]
-				off := 0
-				for j, d := range in.Shape {
-					x := idx[j+r-len(in.Shape)]
-					if d == 1 {
-						x = 0
-					}
-					off = off*d + x
-				}
-				if in.Type.IsFloat() {
-					vals[i] = ewVal{f: float64(in.F[off])}
-				} else {
-					vals[i] = ewVal{i: ewWrap(in.Type, in.I[off])}
-				}
-				continue
+			x.n, x.t = nd, types[i]
+			x.a, x.b = ewVal{}, ewVal{}
+			if len(nd.Args) > 0 {
+				x.a = vals[nd.Args[0]]
 			}
-			vals[i], err = c.refEval(i, types, vals)
+			if len(nd.Args) > 1 && nd.Args[1] >= 0 {
+				x.b = vals[nd.Args[1]]
+			}
+			vals[i], err = defs[i].ref(&x)
 			if err != nil {
 				return nil, fmt.Errorf("kernels: chain node %d (%s): %w", i, nd.Op, err)
 			}
@@ -261,285 +272,4 @@ func ewRefIPow(b, e int64) int64 {
 		e >>= 1
 	}
 	return int64(r)
-}
-
-// refEval computes node i from the values of earlier nodes.
-func (c *Chain) refEval(i int, types []ElemType, vals []ewVal) (ewVal, error) {
-	n := &c.Nodes[i]
-	t := types[i]
-	fl := t.IsFloat()
-	arg := func(k int) ewVal { return vals[n.Args[k]] }
-	at := func(k int) ElemType { return types[n.Args[k]] }
-	var a, b ewVal
-	if len(n.Args) > 0 {
-		a = arg(0)
-	}
-	if len(n.Args) > 1 && n.Args[1] >= 0 {
-		b = arg(1)
-	}
-	F := func(x float64) (ewVal, error) { return ewVal{f: ewF32(x)}, nil }
-	I := func(x int64) (ewVal, error) { return ewVal{i: ewWrap(t, x)}, nil }
-	B := func(x bool) (ewVal, error) { return ewVal{i: ewB2I(x)}, nil }
-	switch n.Op {
-	case ElemConst:
-		switch {
-		case t == EF16:
-			return ewVal{f: float64(ewRoundHalf(float32(n.Value)))}, nil
-		case fl:
-			return ewVal{f: ewF32(n.Value)}, nil
-		}
-		return I(n.IntValue)
-	case ElemIdentity:
-		return a, nil
-	case ElemAdd:
-		if fl {
-			return F(a.f + b.f)
-		}
-		return I(int64(uint64(a.i) + uint64(b.i)))
-	case ElemSub:
-		if fl {
-			return F(a.f - b.f)
-		}
-		return I(int64(uint64(a.i) - uint64(b.i)))
-	case ElemMul:
-		if fl {
-			return F(a.f * b.f)
-		}
-		return I(int64(uint64(a.i) * uint64(b.i)))
-	case ElemDiv:
-		if fl {
-			return F(a.f / b.f)
-		}
-		return I(ewRefIDiv(a.i, b.i))
-	case ElemMod:
-		switch {
-		case fl:
-			return F(math.Mod(a.f, b.f))
-		case n.Fmod == 1:
-			return I(ewRefIRem(a.i, b.i))
-		}
-		return I(ewRefIMod(a.i, b.i))
-	case ElemPow:
-		switch {
-		case fl && at(1).IsFloat():
-			return F(math.Pow(a.f, b.f))
-		case fl:
-			return F(math.Pow(a.f, float64(float32(b.i))))
-		case at(1).IsFloat():
-			return I(ewSatTrunc(ewF32(math.Pow(float64(float32(a.i)), b.f))))
-		}
-		return I(ewRefIPow(a.i, b.i))
-	case ElemMax, ElemMin:
-		acc := a
-		for k := 1; k < len(n.Args); k++ {
-			x := arg(k)
-			if fl {
-				// NaN-propagating, in the same argument order as ew_fmax.
-				better := acc.f > x.f
-				if n.Op == ElemMin {
-					better = acc.f < x.f
-				}
-				if !(better || math.IsNaN(acc.f)) {
-					acc = x
-				}
-				continue
-			}
-			if (n.Op == ElemMax && x.i > acc.i) || (n.Op == ElemMin && x.i < acc.i) {
-				acc = x
-			}
-		}
-		return acc, nil
-	case ElemSum, ElemMean:
-		acc := a
-		for k := 1; k < len(n.Args); k++ {
-			if fl {
-				acc.f = ewF32(acc.f + arg(k).f)
-			} else {
-				acc.i = ewWrap(t, int64(uint64(acc.i)+uint64(arg(k).i)))
-			}
-		}
-		if n.Op == ElemMean {
-			acc.f = ewF32(acc.f / float64(len(n.Args)))
-		}
-		return acc, nil
-	case ElemEqual, ElemLess, ElemGreater, ElemLessOrEqual, ElemGreaterOrEqual:
-		var cmp int // -1, 0, 1; 2 for unordered (NaN)
-		if at(0).IsFloat() {
-			switch {
-			case a.f < b.f:
-				cmp = -1
-			case a.f > b.f:
-				cmp = 1
-			case a.f == b.f:
-				cmp = 0
-			default:
-				cmp = 2
-			}
-		} else {
-			switch {
-			case a.i < b.i:
-				cmp = -1
-			case a.i > b.i:
-				cmp = 1
-			}
-		}
-		switch n.Op {
-		case ElemEqual:
-			return B(cmp == 0)
-		case ElemLess:
-			return B(cmp == -1)
-		case ElemGreater:
-			return B(cmp == 1)
-		case ElemLessOrEqual:
-			return B(cmp == -1 || cmp == 0)
-		}
-		return B(cmp == 1 || cmp == 0)
-	case ElemAnd:
-		return B(a.i != 0 && b.i != 0)
-	case ElemOr:
-		return B(a.i != 0 || b.i != 0)
-	case ElemXor:
-		return B((a.i != 0) != (b.i != 0))
-	case ElemNot:
-		return B(a.i == 0)
-	case ElemWhere:
-		if a.i != 0 {
-			return arg(1), nil
-		}
-		return arg(2), nil
-	case ElemCast:
-		return ewRefCast(at(0), t, a), nil
-	case ElemClip:
-		x := a
-		if len(n.Args) > 1 && n.Args[1] >= 0 {
-			if (fl && x.f < b.f) || (!fl && x.i < b.i) {
-				x = b
-			}
-		}
-		if len(n.Args) > 2 && n.Args[2] >= 0 {
-			hi := arg(2)
-			if (fl && x.f > hi.f) || (!fl && x.i > hi.i) {
-				x = hi
-			}
-		}
-		return x, nil
-	case ElemRelu:
-		if fl {
-			if a.f < 0 {
-				return ewVal{}, nil
-			}
-			return a, nil
-		}
-		if a.i < 0 {
-			return ewVal{}, nil
-		}
-		return a, nil
-	case ElemNeg:
-		if fl {
-			return ewVal{f: -a.f}, nil
-		}
-		return I(int64(-uint64(a.i)))
-	case ElemAbs:
-		if fl {
-			return ewVal{f: math.Abs(a.f)}, nil
-		}
-		if a.i < 0 {
-			return I(int64(-uint64(a.i)))
-		}
-		return a, nil
-	case ElemSign:
-		if fl {
-			switch {
-			case a.f > 0:
-				return ewVal{f: 1}, nil
-			case a.f < 0:
-				return ewVal{f: -1}, nil
-			}
-			return a, nil
-		}
-		return ewVal{i: ewB2I(a.i > 0) - ewB2I(a.i < 0)}, nil
-	case ElemPRelu:
-		if fl {
-			if a.f < 0 {
-				return F(b.f * a.f)
-			}
-			return a, nil
-		}
-		if a.i < 0 {
-			return I(int64(uint64(b.i) * uint64(a.i)))
-		}
-		return a, nil
-	case ElemIsNaN:
-		return B(math.IsNaN(a.f))
-	case ElemIsInf:
-		return B((n.DetectPositive && math.IsInf(a.f, 1)) || (n.DetectNegative && math.IsInf(a.f, -1)))
-	}
-	x := a.f
-	switch n.Op {
-	case ElemHardSwish, ElemGelu, ElemQuickGelu, ElemMish:
-		if math.IsInf(x, -1) {
-			// The limit of x*gate(x), where the formula gives NaN.
-			return ewVal{f: math.Copysign(0, -1)}, nil
-		}
-	}
-	switch n.Op {
-	case ElemLeakyRelu:
-		if x < 0 {
-			return F(ewF32(n.Alpha) * x)
-		}
-		return a, nil
-	case ElemSigmoid:
-		return F(ewRefSigmoid(x))
-	case ElemHardSigmoid:
-		return F(ewRefHardSigmoid(x, ewF32(n.Alpha), ewF32(n.Beta)))
-	case ElemHardSwish:
-		return F(x * ewRefHardSigmoid(x, ewF32(1.0/6), 0.5))
-	case ElemTanh:
-		return F(math.Tanh(x))
-	case ElemErf:
-		return F(math.Erf(x))
-	case ElemGelu:
-		switch n.Approximate {
-		case "", "none":
-			return F(0.5 * x * math.Erfc(-x/math.Sqrt2))
-		case "tanh":
-			return F(x / (1 + math.Exp(-2*math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x))))
-		}
-		return ewVal{}, fmt.Errorf("Gelu approximate=%q, want none or tanh", n.Approximate)
-	case ElemQuickGelu:
-		return F(x * ewRefSigmoid(ewF32(n.Alpha)*x))
-	case ElemExp:
-		return F(math.Exp(x))
-	case ElemLog:
-		return F(math.Log(x))
-	case ElemSqrt:
-		return F(math.Sqrt(x))
-	case ElemReciprocal:
-		return F(1 / x)
-	case ElemFloor:
-		return F(math.Floor(x))
-	case ElemCeil:
-		return F(math.Ceil(x))
-	case ElemRound:
-		return F(math.RoundToEven(x))
-	case ElemSin:
-		return F(math.Sin(x))
-	case ElemCos:
-		return F(math.Cos(x))
-	case ElemSoftplus:
-		return F(ewRefSoftplus(x))
-	case ElemElu:
-		if x < 0 {
-			return F(ewF32(n.Alpha) * math.Expm1(x))
-		}
-		return a, nil
-	case ElemSelu:
-		if x > 0 {
-			return F(ewF32(n.Gamma) * x)
-		}
-		return F(float64(float32(n.Gamma)*float32(n.Alpha)) * math.Expm1(x))
-	case ElemMish:
-		return F(x * math.Tanh(ewRefSoftplus(x)))
-	}
-	return ewVal{}, fmt.Errorf("no reference implementation")
 }

@@ -472,15 +472,15 @@ func ewUnaryOps() []ewUnaryOp {
 // ewStorages are the float storage types float tests cover.
 var ewStorages = []ElemType{EF32, EF16}
 
-// TestChainUnaryOps runs every unary operation on both storage types as the
-// outputs of a single chain (PoCL builds are slow; one program covers them
-// all), over specials and random values, at shapes taking the contiguous,
-// broadcast (rank 3), scalar and empty paths.
+// TestChainUnaryOps runs every unary operation on each storage type as the
+// outputs of one chain per type (PoCL builds are slow; one program covers
+// a type's operations, and staying within ChainFits keeps it buildable on
+// phones), over specials and random values, at shapes taking the
+// contiguous, broadcast (rank 3), scalar and empty paths.
 func TestChainUnaryOps(t *testing.T) {
 	ops := ewUnaryOps()
-	c := &Chain{}
-	var data []HostTensor
 	for si, st := range ewStorages {
+		c := &Chain{}
 		x, p := c.Input(st), c.Input(st)
 		for _, u := range ops {
 			c.Output(u.build(c, st, x, p))
@@ -494,23 +494,20 @@ func TestChainUnaryOps(t *testing.T) {
 		}
 		ps := ewFloats(int64(13+si), st, 200, 0.01, 5)
 		ps.F[0], ps.F[1] = 0, float32(math.Inf(1))
-		data = append(data, xs, ps)
-	}
-	for _, sc := range []ewShapeCase{
-		{[]int{3, 5, 7}, [][]int{{3, 5, 7}, {3, 5, 7}}},
-		{[]int{2, 5, 40}, [][]int{{5, 1}, {2, 1, 40}}},
-		{[]int{}, [][]int{{}, {}}},
-		{[]int{0, 4}, [][]int{{0, 1}, {4}}},
-	} {
-		ins := make([]HostTensor, len(data))
-		for k, h := range data {
-			ins[k] = ewShaped(h, sc.ins[k%2]...)
-		}
-		got, want := ewRun(t, c, sc.out, ins)
-		for si, st := range ewStorages {
+		data := []HostTensor{xs, ps}
+		for _, sc := range []ewShapeCase{
+			{[]int{3, 5, 7}, [][]int{{3, 5, 7}, {3, 5, 7}}},
+			{[]int{2, 5, 40}, [][]int{{5, 1}, {2, 1, 40}}},
+			{[]int{}, [][]int{{}, {}}},
+			{[]int{0, 4}, [][]int{{0, 1}, {4}}},
+		} {
+			ins := make([]HostTensor, len(data))
+			for k, h := range data {
+				ins[k] = ewShaped(h, sc.ins[k%2]...)
+			}
+			got, want := ewRun(t, c, sc.out, ins)
 			for k, u := range ops {
-				j := si*len(ops) + k
-				ewCompare(t, fmt.Sprintf("%v %s at %v", st, u.name, sc.out), got[j], want[j], u.tol)
+				ewCompare(t, fmt.Sprintf("%v %s at %v", st, u.name, sc.out), got[k], want[k], u.tol)
 			}
 		}
 	}
@@ -586,12 +583,11 @@ func TestChainBinaryFloat(t *testing.T) {
 
 // TestChainInt checks the integer operations on every integer type,
 // including wrap-around at the type's width and the defined results for
-// zero divisors.
+// zero divisors; one chain per type keeps each within ChainFits.
 func TestChainInt(t *testing.T) {
-	c := &Chain{}
-	var names []string
-	var data []HostTensor
 	for ti, it := range []ElemType{EI64, EI32, EI8, EU8} {
+		c := &Chain{}
+		var names []string
 		a, b, e := c.Input(it), c.Input(it), c.Input(it)
 		add := func(name string, node int) {
 			names = append(names, fmt.Sprintf("%v %s", it, name))
@@ -616,20 +612,20 @@ func TestChainInt(t *testing.T) {
 		add("Cast(ewF32)", c.Cast(c.Op(ElemMul, a, b), EF32))
 		add("Mul(a,7)", c.Op(ElemMul, a, c.ConstInt(it, 7)))
 		seed := int64(31 + 3*ti)
-		data = append(data,
+		data := []HostTensor{
 			ewInts(seed, it, 400, -40, 40, 0, 1, -1, 7, -7, 100, math.MinInt64, math.MaxInt64, 127, -128, 255, 1<<40, -3),
 			ewInts(seed+1, it, 400, -9, 9, 2, 0, -1, -2, 2, 100, -1, 1, 1, -1, 3, 1<<20, 0),
-			ewInts(seed+2, it, 400, -2, 9))
-	}
-	for _, sc := range ewBinaryShapes {
-		ins := make([]HostTensor, len(data))
-		for k, h := range data {
-			// a takes the first shape, b and the exponent the second.
-			ins[k] = ewShaped(h, sc.ins[min(k%3, 1)]...)
-		}
-		got, want := ewRun(t, c, sc.out, ins)
-		for k := range names {
-			ewCompare(t, fmt.Sprintf("%s at %v <- %v", names[k], sc.out, sc.ins), got[k], want[k], ewExact)
+			ewInts(seed+2, it, 400, -2, 9)}
+		for _, sc := range ewBinaryShapes {
+			ins := make([]HostTensor, len(data))
+			for k, h := range data {
+				// a takes the first shape, b and the exponent the second.
+				ins[k] = ewShaped(h, sc.ins[min(k%3, 1)]...)
+			}
+			got, want := ewRun(t, c, sc.out, ins)
+			for k := range names {
+				ewCompare(t, fmt.Sprintf("%s at %v <- %v", names[k], sc.out, sc.ins), got[k], want[k], ewExact)
+			}
 		}
 	}
 }
@@ -902,7 +898,7 @@ func TestChainElemTypeOf(t *testing.T) {
 	if _, err := ElemTypeOf(dtype.Float64); err == nil {
 		t.Error("ElemTypeOf(float64): no error")
 	}
-	if len(ElemOps()) != len(elemOpClasses) {
+	if len(ElemOps()) != len(elemOpTable) {
 		t.Error("ElemOps does not list every operation")
 	}
 	if !IsElemOp("Gelu") || !IsElemOp("Where") || IsElemOp("Input") || IsElemOp("MatMul") {
@@ -1031,5 +1027,168 @@ func TestChainErfAccuracy(t *testing.T) {
 	// exp), on values below 1e-4 in magnitude.
 	if worstErf > 3 || worstGelu > 10 || worstTail > 64 {
 		t.Errorf("erf error %.2f ulp (want <= 3), gelu error %.2f ulp (want <= 10), %.2f below -4 (want <= 64)", worstErf, worstGelu, worstTail)
+	}
+}
+
+// TestChainFits checks the chain kernel's argument count against the
+// generated source and that RunChain refuses a chain over the limits with
+// an error naming them, instead of handing the driver a kernel it may
+// reject.
+func TestChainFits(t *testing.T) {
+	for _, tc := range []struct{ ins, outs int }{{1, 1}, {4, 2}, {16, 8}, {12, 108}} {
+		c := &Chain{}
+		var xs []int
+		for range tc.ins {
+			xs = append(xs, c.Input(EF32))
+		}
+		for o := range tc.outs {
+			c.Output(c.Op(ElemAdd, xs[o%len(xs)], xs[(o+1)%len(xs)]))
+		}
+		src, err := c.Source()
+		if err != nil {
+			t.Fatal(err)
+		}
+		six := src[strings.Index(src, "__kernel void chain6("):]
+		six = six[:strings.Index(six, ")")]
+		params, _ := ChainKernelArgs(tc.ins, tc.outs)
+		if got := strings.Count(six, ",") + 1; got != params {
+			t.Errorf("%d inputs, %d outputs: chain6 has %d parameters, ChainKernelArgs says %d", tc.ins, tc.outs, got, params)
+		}
+		fits := ChainFits(tc.ins, tc.outs) == nil
+		if want := tc.ins <= 16 && tc.outs <= 8; fits != want {
+			t.Errorf("%d inputs, %d outputs: ChainFits = %v, want %v", tc.ins, tc.outs, fits, want)
+		}
+		if fits {
+			continue
+		}
+		outs := make([]Buf, tc.outs)
+		for k := range outs {
+			outs[k] = alloc(t, F32, 4)
+		}
+		ins := make([]ElemArg, tc.ins)
+		for k := range ins {
+			ins[k] = ElemArg{Buf: alloc(t, F32, 4), Shape: []int{4}}
+		}
+		err = testLib.RunChain(c, []int{4}, ins, outs)
+		if err == nil || !strings.Contains(err.Error(), "split the chain") {
+			t.Errorf("%d inputs, %d outputs: RunChain error %v, want one over the limits", tc.ins, tc.outs, err)
+		}
+	}
+}
+
+// TestElemOpTableComplete: every entry of the op table has its type rule,
+// generator and reference, and each is reached: some choice of argument
+// types type-checks, generates source and evaluates on the host. The ONNX
+// keys are unique and map back to their op.
+func TestElemOpTableComplete(t *testing.T) {
+	seen := map[string]ElemOp{}
+	for _, op := range ElemOps() {
+		d := elemOpTable[op]
+		if d.typ == nil || d.expr == nil || d.ref == nil {
+			t.Errorf("%s: type rule %t, generator %t, reference %t; want all three", op, d.typ != nil, d.expr != nil, d.ref != nil)
+			continue
+		}
+		if d.args[0] > d.args[1] {
+			t.Errorf("%s: argument bounds %v", op, d.args)
+		}
+		if d.onnx != "" {
+			if prev, dup := seen[d.onnx]; dup {
+				t.Errorf("ONNX op %s maps to both %s and %s", d.onnx, prev, op)
+			}
+			seen[d.onnx] = op
+			if got, ok := ElemOpFor(d.onnx); !ok || got != op {
+				t.Errorf("ElemOpFor(%q) = %s, %t; want %s", d.onnx, got, ok, op)
+			}
+		} else if IsElemOp(string(op)) && op != ElemIdentity {
+			t.Errorf("%s: no ONNX op lowers to it", op)
+		}
+		if !IsElemOp(string(op)) {
+			continue // leaves: exercised by every chain below
+		}
+		ran := false
+		for _, first := range []ElemType{EF32, EI64, EBool} {
+			for _, rest := range []ElemType{EF32, EI64, EBool} {
+				c := &Chain{}
+				args := make([]int, d.args[0])
+				for k := range args {
+					typ := rest
+					if k == 0 {
+						typ = first
+					}
+					args[k] = c.Input(typ)
+				}
+				n, err := ElemNodeONNX(op, onnxDefaults{}, args)
+				if err != nil {
+					t.Fatalf("%s: ElemNodeONNX: %v", op, err)
+				}
+				if n.Op == ElemCast {
+					n.To = EF32
+				}
+				c.Output(c.Node(n))
+				if _, err := c.Types(); err != nil {
+					continue
+				}
+				if _, err := c.Source(); err != nil {
+					t.Errorf("%s(%v, %v...): type-checks but generates no source: %v", op, first, rest, err)
+				}
+				ins := make([]HostTensor, len(c.Inputs))
+				for k, typ := range c.Inputs {
+					ins[k] = NewHostTensor(typ, []int{1})
+				}
+				if _, err := RunChainRef(c, []int{1}, ins); err != nil {
+					t.Errorf("%s(%v, %v...): type-checks but has no reference: %v", op, first, rest, err)
+				}
+				ran = true
+			}
+		}
+		if !ran {
+			t.Errorf("%s: no argument types type-check", op)
+		}
+		if d.attrs != nil && d.args[1] == 1 {
+			// ElemNode's defaults are the ONNX ones the table reads.
+			def, _ := ElemNodeONNX(op, onnxDefaults{}, []int{0})
+			if got := ElemNode(op, 0); fmt.Sprint(got) != fmt.Sprint(def) {
+				t.Errorf("%s: ElemNode %+v, ONNX defaults %+v", op, got, def)
+			}
+		}
+	}
+}
+
+// TestElemNodeONNX: the ONNX side of the table reads attributes and
+// checks inputs.
+func TestElemNodeONNX(t *testing.T) {
+	attrs := ewCorpusAttrs{attrs: map[string]ewPBAttr{"alpha": {f: 0.25}, "fmod": {i: 1}, "approximate": {s: "tanh"}}, read: map[string]bool{}}
+	if n, _ := ElemNodeONNX(ElemLeakyRelu, attrs, []int{0}); n.Alpha != 0.25 {
+		t.Errorf("LeakyRelu alpha = %g, want 0.25", n.Alpha)
+	}
+	if n, _ := ElemNodeONNX(ElemMod, attrs, []int{0, 1}); n.Fmod != 1 {
+		t.Errorf("Mod fmod = %d, want 1", n.Fmod)
+	}
+	if n, _ := ElemNodeONNX(ElemGelu, attrs, []int{0}); n.Approximate != "tanh" {
+		t.Errorf("Gelu approximate = %q, want tanh", n.Approximate)
+	}
+	if n, _ := ElemNodeONNX(ElemMax, attrs, []int{-1, 3, -1}); n.Op != ElemIdentity || fmt.Sprint(n.Args) != "[3]" {
+		t.Errorf("one-input Max = %s%v, want Identity[3]", n.Op, n.Args)
+	}
+	if n, _ := ElemNodeONNX(ElemMean, attrs, []int{3}); n.Op != ElemMean {
+		t.Errorf("one-input Mean = %s, want Mean (its float check stays)", n.Op)
+	}
+	if n, _ := ElemNodeONNX(ElemClip, attrs, []int{2}); fmt.Sprint(n.Args) != "[2 -1 -1]" {
+		t.Errorf("Clip without bounds: args %v, want [2 -1 -1]", n.Args)
+	}
+	for _, bad := range []struct {
+		op   ElemOp
+		args []int
+		want string
+	}{
+		{ElemAdd, []int{0}, "needs 2 inputs"},
+		{ElemWhere, []int{0, -1, 2}, "input 1 is missing"},
+		{ElemSum, []int{-1}, "no inputs"},
+		{ElemInput, nil, "not an element-wise operation"},
+		{"Frobnicate", []int{0}, "not an element-wise operation"},
+	} {
+		if _, err := ElemNodeONNX(bad.op, attrs, bad.args); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("ElemNodeONNX(%s, %v): error %v, want one containing %q", bad.op, bad.args, err, bad.want)
+		}
 	}
 }

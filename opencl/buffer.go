@@ -1,8 +1,5 @@
 package opencl
 
-// #include "shim.h"
-import "C"
-
 import (
 	"fmt"
 	"unsafe"
@@ -11,7 +8,7 @@ import (
 // Buffer is a region of device memory: an allocation or a sub-buffer of one.
 type Buffer struct {
 	d        *Device
-	mem      C.cl_mem
+	mem      handle
 	size     int
 	off      int     // offset in parent
 	parent   *Buffer // nil for an allocation
@@ -27,7 +24,7 @@ func (b *Buffer) Offset() int { return b.off }
 // Alloc allocates size bytes of read-write device memory. Contents are
 // undefined until written.
 func (d *Device) Alloc(size int) (*Buffer, error) {
-	return d.alloc(size, C.CL_MEM_READ_WRITE, nil, "Alloc")
+	return d.alloc(size, clMemReadWrite, nil, "Alloc")
 }
 
 // AllocHost wraps size bytes at p as a read-only buffer (CL_MEM_USE_HOST_PTR):
@@ -39,10 +36,10 @@ func (d *Device) AllocHost(p unsafe.Pointer, size int) (*Buffer, error) {
 	if p == nil {
 		return nil, fmt.Errorf("opencl: AllocHost: nil host pointer")
 	}
-	return d.alloc(size, C.CL_MEM_USE_HOST_PTR|C.CL_MEM_READ_ONLY, p, "AllocHost")
+	return d.alloc(size, clMemUseHostPtr|clMemReadOnly, p, "AllocHost")
 }
 
-func (d *Device) alloc(size int, flags C.cl_mem_flags, host unsafe.Pointer, op string) (*Buffer, error) {
+func (d *Device) alloc(size int, flags uint64, host unsafe.Pointer, op string) (*Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("opencl: %s(%d): size must be positive", op, size)
 	}
@@ -54,9 +51,9 @@ func (d *Device) alloc(size int, flags C.cl_mem_flags, host unsafe.Pointer, op s
 	if d.closed {
 		return nil, fmt.Errorf("opencl: %s on a closed device", op)
 	}
-	var code C.cl_int
-	mem := C.tl_clCreateBuffer(d.ctx, flags, C.size_t(size), host, &code)
-	if code != C.CL_SUCCESS {
+	var code int32
+	mem := clCreate(fns.CreateBuffer, d.ctx, uintptr(flags), uintptr(size), uintptr(host), uintptr(unsafe.Pointer(&code)))
+	if code != clSuccess {
 		return nil, fmt.Errorf("opencl: %s(%d) (live: %d buffers, %d bytes): %w", op, size, d.stats.LiveBuffers, d.stats.LiveBytes, clErr("clCreateBuffer", code))
 	}
 	b := &Buffer{d: d, mem: mem, size: size}
@@ -89,14 +86,15 @@ func (b *Buffer) Sub(offset, size int) (*Buffer, error) {
 	if b.released || root.released {
 		return nil, fmt.Errorf("opencl: Sub(%d, %d) of a released buffer", offset, size)
 	}
-	var code C.cl_int
-	mem := C.tl_sub(root.mem, C.size_t(abs), C.size_t(size), &code)
-	if code != C.CL_SUCCESS {
+	var code int32
+	region := &[2]uintptr{uintptr(abs), uintptr(size)} // cl_buffer_region
+	mem := clCreate(fns.CreateSubBuffer, root.mem, 0, clBufferRegion, uintptr(unsafe.Pointer(region)), uintptr(unsafe.Pointer(&code)))
+	if code != clSuccess {
 		return nil, fmt.Errorf("opencl: Sub(%d, %d) of a %d-byte buffer: %w", offset, size, b.size, clErr("clCreateSubBuffer", code))
 	}
 	// The spec leaves open whether a sub-buffer keeps its parent alive;
 	// retaining it makes releasing the parent first safe everywhere.
-	C.tl_clRetainMemObject(root.mem)
+	clCall(fns.RetainMemObject, root.mem)
 	sub := &Buffer{d: d, mem: mem, size: size, off: abs, parent: root}
 	d.buffers[sub] = struct{}{}
 	return sub, nil
@@ -115,10 +113,10 @@ func (b *Buffer) Release() {
 		return
 	}
 	b.released = true
-	C.tl_clReleaseMemObject(b.mem)
+	clCall(fns.ReleaseMemObject, b.mem)
 	delete(d.buffers, b)
 	if b.parent != nil {
-		C.tl_clReleaseMemObject(b.parent.mem)
+		clCall(fns.ReleaseMemObject, b.parent.mem)
 	} else {
 		d.stats.LiveBuffers--
 		d.stats.LiveBytes -= int64(b.size)
@@ -153,8 +151,8 @@ func (d *Device) Write(b *Buffer, off int, src []byte) error {
 	if err := b.check(d, "Write", off, len(src)); err != nil || len(src) == 0 {
 		return err
 	}
-	code := C.tl_clEnqueueWriteBuffer(d.queue, b.mem, C.CL_TRUE, C.size_t(off), C.size_t(len(src)), unsafe.Pointer(&src[0]), 0, nil, nil)
-	if code != C.CL_SUCCESS {
+	code := clCall(fns.EnqueueWriteBuffer, d.queue, b.mem, clTrue, uintptr(off), uintptr(len(src)), uintptr(unsafe.Pointer(&src[0])), 0, 0, 0)
+	if code != clSuccess {
 		return fmt.Errorf("opencl: Write %d bytes at %d of a %d-byte buffer: %w", len(src), off, b.size, clErr("clEnqueueWriteBuffer", code))
 	}
 	d.mu.Lock()
@@ -169,8 +167,8 @@ func (d *Device) Read(b *Buffer, off int, dst []byte) error {
 	if err := b.check(d, "Read", off, len(dst)); err != nil || len(dst) == 0 {
 		return err
 	}
-	code := C.tl_clEnqueueReadBuffer(d.queue, b.mem, C.CL_TRUE, C.size_t(off), C.size_t(len(dst)), unsafe.Pointer(&dst[0]), 0, nil, nil)
-	if code != C.CL_SUCCESS {
+	code := clCall(fns.EnqueueReadBuffer, d.queue, b.mem, clTrue, uintptr(off), uintptr(len(dst)), uintptr(unsafe.Pointer(&dst[0])), 0, 0, 0)
+	if code != clSuccess {
 		return fmt.Errorf("opencl: Read %d bytes at %d of a %d-byte buffer: %w", len(dst), off, b.size, clErr("clEnqueueReadBuffer", code))
 	}
 	d.mu.Lock()
@@ -197,8 +195,8 @@ func (d *Device) Copy(dst *Buffer, dstOff int, src *Buffer, srcOff, n int) error
 			return fmt.Errorf("opencl: Copy %d bytes: source [%d, %d) and destination [%d, %d) overlap in one allocation", n, s, s+n, t, t+n)
 		}
 	}
-	code := C.tl_clEnqueueCopyBuffer(d.queue, src.mem, dst.mem, C.size_t(srcOff), C.size_t(dstOff), C.size_t(n), 0, nil, nil)
-	if code != C.CL_SUCCESS {
+	code := clCall(fns.EnqueueCopyBuffer, d.queue, src.mem, dst.mem, uintptr(srcOff), uintptr(dstOff), uintptr(n), 0, 0, 0)
+	if code != clSuccess {
 		return fmt.Errorf("opencl: Copy %d bytes: %w", n, clErr("clEnqueueCopyBuffer", code))
 	}
 	d.mu.Lock()
@@ -230,8 +228,8 @@ func (d *Device) Fill(b *Buffer, off, n int, pattern []byte) error {
 	if n == 0 {
 		return nil
 	}
-	code := C.tl_clEnqueueFillBuffer(d.queue, b.mem, unsafe.Pointer(&pattern[0]), C.size_t(p), C.size_t(off), C.size_t(n), 0, nil, nil)
-	if code != C.CL_SUCCESS {
+	code := clCall(fns.EnqueueFillBuffer, d.queue, b.mem, uintptr(unsafe.Pointer(&pattern[0])), uintptr(p), uintptr(off), uintptr(n), 0, 0, 0)
+	if code != clSuccess {
 		return fmt.Errorf("opencl: Fill %d bytes at %d: %w", n, off, clErr("clEnqueueFillBuffer", code))
 	}
 	return nil

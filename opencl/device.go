@@ -2,13 +2,15 @@
 // in-order queue, buffers and sub-buffers, programs built through a binary
 // cache, kernel launches and event profiling.
 //
-// The OpenCL library is loaded at run time (loader.h): a binary without any
-// OpenCL installed still starts, and Open says how to get a device. It is
-// looked for as libOpenCL.so.1 / libOpenCL.so, in the /vendor paths of
-// phones, or at $TLITE_OPENCL_LIB. $TLITE_DEVICE selects the device when
-// Options.Select is empty.
+// The OpenCL library is loaded at run time with dlopen (cl.go, through
+// github.com/ebitengine/purego, so the package needs no cgo): a binary
+// without any OpenCL installed still starts, and Open says how to get a
+// device. It is looked for as libOpenCL.so.1 / libOpenCL.so, on Android in
+// the /vendor and /system paths where phones keep their drivers, or at
+// $TLITE_OPENCL_LIB. $TLITE_DEVICE selects the device when Options.Select is
+// empty.
 //
-// The runtime has its own small cgo layer (loader.h, shim.h) rather than
+// The runtime binds the OpenCL calls itself rather than using
 // github.com/jgillich/go-opencl: that package keeps its handles in
 // unexported fields, truncates info strings at 1 KiB (GPU extension lists
 // are longer), releases objects from finalizers, links libOpenCL at build
@@ -21,21 +23,13 @@
 // (Program.Kernel returns a new one per call).
 package opencl
 
-/*
-#cgo CFLAGS: -O2
-#cgo linux LDFLAGS: -ldl
-#include <stdlib.h>
-#include "shim.h"
-*/
-import "C"
-
 import (
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,13 +79,17 @@ type Options struct {
 
 // Info describes a device and what Open applied to it.
 type Info struct {
-	Index         string // "P:D": platform and device index, usable as Options.Select
-	Platform      string // platform name
-	Name          string
-	Vendor        string
-	Version       string // CL_DEVICE_VERSION, e.g. "OpenCL 3.0 ..."
-	Driver        string // CL_DRIVER_VERSION
-	OpenCLC       string // CL_DEVICE_OPENCL_C_VERSION
+	Index    string // "P:D": platform and device index, usable as Options.Select
+	Platform string // platform name
+	Name     string
+	Vendor   string
+	Version  string // CL_DEVICE_VERSION, e.g. "OpenCL 3.0 ..."
+	Driver   string // CL_DRIVER_VERSION
+	OpenCLC  string // CL_DEVICE_OPENCL_C_VERSION
+	// CVersions are the OpenCL C versions -cl-std may ask for, as "1.2",
+	// "3.0": CL_DEVICE_OPENCL_C_ALL_VERSIONS on OpenCL 3.0, else every
+	// version up to OpenCL C's.
+	CVersions     []string
 	Type          string // "GPU", "CPU", "ACCELERATOR" or "OTHER"
 	ComputeUnits  int
 	GlobalMem     int64 // bytes
@@ -127,26 +125,29 @@ type Info struct {
 type Device struct {
 	mu       sync.Mutex
 	info     Info
-	platform C.cl_platform_id
-	id       C.cl_device_id
-	ctx      C.cl_context
-	queue    C.cl_command_queue
+	platform handle
+	id       handle
+	ctx      handle
+	queue    handle
 	cacheDir string // "" = no cache
 	profile  bool
 	closed   bool
 
 	label string
-	// Launch's scratch space, reused so that a launch allocates nothing.
-	// Separate slices, because cgo forbids passing C a pointer into memory
-	// that holds Go pointers (as Device does).
-	args    []C.tl_arg
-	sizes   []C.size_t // global sizes, then local sizes from index 3
-	ev      []C.cl_event
-	bad     []C.int // tl_launch's failing argument index
-	pending []pendingLaunch
-	done    []Record
-	base    uint64 // device time of the first profiled start
-	hasBase bool
+	// Launch's scratch space, on the heap and reused, so that a launch
+	// allocates nothing: the C calls get pointers into these.
+	args  []argSlot
+	sizes []uintptr // global sizes, then local sizes from index 3
+	ev    []handle
+	call  []uintptr // the arguments of one C call (purego build)
+	bad   []int32   // the failing argument index (cgo build)
+	// queueArg is []uintptr{queue}, the argument list of clFlush and
+	// clFinish; only read after Open, so concurrent callers share it.
+	queueArg []uintptr
+	pending  []pendingLaunch
+	done     []Record
+	base     uint64 // device time of the first profiled start
+	hasBase  bool
 
 	stats Stats
 	// live objects, released by Close
@@ -156,11 +157,11 @@ type Device struct {
 
 // fixHint is how to get a device at all, appended to errors that mean there
 // is none.
-const fixHint = "install an OpenCL driver (for a CPU device: apt-get install pocl-opencl-icd ocl-icd-opencl-dev), or use the pure-Go CPU backend with --device go"
+const fixHint = "install an OpenCL driver (for a CPU device: apt-get install pocl-opencl-icd ocl-icd-libopencl1), or use the pure-Go CPU backend with --device go"
 
 type devRef struct {
-	platform C.cl_platform_id
-	id       C.cl_device_id
+	platform handle
+	id       handle
 	index    string
 }
 
@@ -168,53 +169,6 @@ var (
 	loadMu sync.Mutex
 	loaded bool
 )
-
-// libraries are the places an OpenCL library is looked for, in order:
-// the ICD loader on desktop systems, the vendor driver itself on phones
-// (Adreno and Mali ship libOpenCL.so in /vendor; some Mali drivers only as
-// libGLES_mali.so; Pixels as libOpenCL-pixel.so).
-func libraries() []string {
-	if p := os.Getenv("TLITE_OPENCL_LIB"); p != "" {
-		return []string{p}
-	}
-	switch runtime.GOOS {
-	case "darwin":
-		return []string{"/System/Library/Frameworks/OpenCL.framework/OpenCL"}
-	case "android":
-		lib := "lib64"
-		if unsafe.Sizeof(uintptr(0)) == 4 {
-			lib = "lib"
-		}
-		var c []string
-		c = append(c, "libOpenCL.so")
-		for _, dir := range []string{"/vendor/" + lib, "/system/vendor/" + lib, "/system/" + lib} {
-			c = append(c, dir+"/libOpenCL.so", dir+"/libOpenCL-pixel.so", dir+"/egl/libGLES_mali.so")
-		}
-		return c
-	}
-	return []string{"libOpenCL.so.1", "libOpenCL.so"}
-}
-
-// loadFrom loads the first of paths that is an OpenCL library. With publish
-// false it only checks them.
-func loadFrom(paths []string, publish bool) error {
-	var tried []string
-	buf := make([]byte, 512)
-	pub := C.int(0)
-	if publish {
-		pub = 1
-	}
-	for _, p := range paths {
-		cp := C.CString(p)
-		rc := C.tl_load(cp, pub, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
-		C.free(unsafe.Pointer(cp))
-		if rc == 0 {
-			return nil
-		}
-		tried = append(tried, C.GoString((*C.char)(unsafe.Pointer(&buf[0]))))
-	}
-	return fmt.Errorf("opencl: no OpenCL library could be loaded (%s): %s, or set TLITE_OPENCL_LIB to the driver's library", strings.Join(tried, "; "), fixHint)
-}
 
 // load makes the OpenCL functions callable. A failure is not remembered, so
 // a later call sees a driver installed meanwhile.
@@ -243,30 +197,30 @@ func enumerate() ([]devRef, error) {
 	if err := load(); err != nil {
 		return nil, err
 	}
-	var n C.cl_uint
-	code := C.tl_clGetPlatformIDs(0, nil, &n)
-	if code == -1001 || (code == C.CL_SUCCESS && n == 0) {
+	var n uint32
+	code := clCall(fns.GetPlatformIDs, 0, 0, uintptr(unsafe.Pointer(&n)))
+	if code == clPlatformNotFoundKHR || (code == clSuccess && n == 0) {
 		return nil, fmt.Errorf("opencl: no OpenCL platform found (the ICD loader found no driver): %s", fixHint)
 	}
-	if code != C.CL_SUCCESS {
+	if code != clSuccess {
 		return nil, fmt.Errorf("%w: %s", clErr("clGetPlatformIDs", code), fixHint)
 	}
-	plats := make([]C.cl_platform_id, n)
-	if err := clErr("clGetPlatformIDs", C.tl_clGetPlatformIDs(n, &plats[0], nil)); err != nil {
+	plats := make([]handle, n)
+	if err := clErr("clGetPlatformIDs", clCall(fns.GetPlatformIDs, uintptr(n), uintptr(unsafe.Pointer(&plats[0])), 0)); err != nil {
 		return nil, err
 	}
 	var refs []devRef
 	for pi, p := range plats {
-		var nd C.cl_uint
-		code := C.tl_clGetDeviceIDs(p, C.CL_DEVICE_TYPE_ALL, 0, nil, &nd)
-		if code == C.CL_DEVICE_NOT_FOUND || nd == 0 {
+		var nd uint32
+		code := clCall(fns.GetDeviceIDs, p, uintptr(clDeviceTypeAll), 0, 0, uintptr(unsafe.Pointer(&nd)))
+		if code == clDeviceNotFound || nd == 0 {
 			continue
 		}
-		if code != C.CL_SUCCESS {
+		if code != clSuccess {
 			return nil, clErr("clGetDeviceIDs", code)
 		}
-		ids := make([]C.cl_device_id, nd)
-		if err := clErr("clGetDeviceIDs", C.tl_clGetDeviceIDs(p, C.CL_DEVICE_TYPE_ALL, nd, &ids[0], nil)); err != nil {
+		ids := make([]handle, nd)
+		if err := clErr("clGetDeviceIDs", clCall(fns.GetDeviceIDs, p, uintptr(clDeviceTypeAll), uintptr(nd), uintptr(unsafe.Pointer(&ids[0])), 0)); err != nil {
 			return nil, err
 		}
 		for di, id := range ids {
@@ -294,19 +248,26 @@ func List() ([]Info, error) {
 	return infos, nil
 }
 
-func infoString(which int, obj unsafe.Pointer, param C.cl_uint) (string, error) {
-	var code C.cl_int
-	s := C.tl_str(C.int(which), obj, param, &code)
-	if s == nil {
-		return "", clErr("clGet*Info", code)
+// infoString reads a string property of obj through fn (clGetDeviceInfo or
+// clGetPlatformInfo), whatever its length.
+func infoString(fn uintptr, op string, obj handle, param uint32) (string, error) {
+	var n uintptr
+	if err := clErr(op, clCall(fn, obj, uintptr(param), 0, 0, uintptr(unsafe.Pointer(&n)))); err != nil {
+		return "", err
 	}
-	defer C.free(unsafe.Pointer(s))
-	return strings.TrimSpace(C.GoString(s)), nil
+	if n == 0 {
+		return "", nil
+	}
+	b := make([]byte, n)
+	if err := clErr(op, clCall(fn, obj, uintptr(param), n, uintptr(unsafe.Pointer(&b[0])), 0)); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(goString(b)), nil
 }
 
 // devInfo reads a fixed-size device property into v.
-func devInfo[T any](id C.cl_device_id, param C.cl_device_info, v *T) error {
-	return clErr("clGetDeviceInfo", C.tl_clGetDeviceInfo(id, param, C.size_t(unsafe.Sizeof(*v)), unsafe.Pointer(v), nil))
+func devInfo[T any](id handle, param uint32, v *T) error {
+	return clErr("clGetDeviceInfo", clCall(fns.GetDeviceInfo, id, uintptr(param), unsafe.Sizeof(*v), uintptr(unsafe.Pointer(v)), 0))
 }
 
 var versionRe = regexp.MustCompile(`OpenCL (\d+)\.(\d+)`)
@@ -325,51 +286,50 @@ func clVersion(s string) int {
 func describe(r devRef) (Info, error) {
 	inf := Info{Index: r.index, Priority: "default"}
 	var err error
-	str := func(which int, obj unsafe.Pointer, param C.cl_uint, dst *string) {
+	str := func(param uint32, dst *string) {
 		if err == nil {
-			*dst, err = infoString(which, obj, param)
+			*dst, err = infoString(fns.GetDeviceInfo, "clGetDeviceInfo", r.id, param)
 		}
 	}
-	dp := unsafe.Pointer(r.id)
-	str(1, unsafe.Pointer(r.platform), C.CL_PLATFORM_NAME, &inf.Platform)
-	str(0, dp, C.CL_DEVICE_NAME, &inf.Name)
-	str(0, dp, C.CL_DEVICE_VENDOR, &inf.Vendor)
-	str(0, dp, C.CL_DEVICE_VERSION, &inf.Version)
-	str(0, dp, C.CL_DRIVER_VERSION, &inf.Driver)
-	str(0, dp, C.CL_DEVICE_OPENCL_C_VERSION, &inf.OpenCLC)
+	inf.Platform, err = infoString(fns.GetPlatformInfo, "clGetPlatformInfo", r.platform, clPlatformName)
+	str(clDeviceName, &inf.Name)
+	str(clDeviceVendor, &inf.Vendor)
+	str(clDeviceVersion, &inf.Version)
+	str(clDriverVersion, &inf.Driver)
+	str(clDeviceOpenCLC, &inf.OpenCLC)
 	var exts string
-	str(0, dp, C.CL_DEVICE_EXTENSIONS, &exts)
+	str(clDeviceExtensions, &exts)
 	if err != nil {
 		return inf, fmt.Errorf("opencl: describe device %s: %w", r.index, err)
 	}
 	inf.Extensions = strings.Fields(exts)
 
-	var typ C.cl_device_type
-	var cu, align, imagePitch C.cl_uint
-	var gmem, maxAlloc, lmem C.cl_ulong
-	var wg, dims C.size_t
-	var unified, images C.cl_bool
+	var typ uint64
+	var cu, align, imagePitch uint32
+	var gmem, maxAlloc, lmem uint64
+	var wg, dims uintptr
+	var unified, images uint32
 	for _, e := range []error{
-		devInfo(r.id, C.CL_DEVICE_TYPE, &typ),
-		devInfo(r.id, C.CL_DEVICE_MAX_COMPUTE_UNITS, &cu),
-		devInfo(r.id, C.CL_DEVICE_MEM_BASE_ADDR_ALIGN, &align),
-		devInfo(r.id, C.CL_DEVICE_GLOBAL_MEM_SIZE, &gmem),
-		devInfo(r.id, C.CL_DEVICE_MAX_MEM_ALLOC_SIZE, &maxAlloc),
-		devInfo(r.id, C.CL_DEVICE_LOCAL_MEM_SIZE, &lmem),
-		devInfo(r.id, C.CL_DEVICE_MAX_WORK_GROUP_SIZE, &wg),
-		devInfo(r.id, C.CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS, &dims),
-		devInfo(r.id, C.CL_DEVICE_IMAGE_SUPPORT, &images),
+		devInfo(r.id, clDeviceType, &typ),
+		devInfo(r.id, clDeviceMaxComputeUnit, &cu),
+		devInfo(r.id, clDeviceBaseAddrAlign, &align),
+		devInfo(r.id, clDeviceGlobalMem, &gmem),
+		devInfo(r.id, clDeviceMaxAlloc, &maxAlloc),
+		devInfo(r.id, clDeviceLocalMem, &lmem),
+		devInfo(r.id, clDeviceMaxWGSize, &wg),
+		devInfo(r.id, clDeviceMaxWIDims, &dims),
+		devInfo(r.id, clDeviceImageSupport, &images),
 	} {
 		if e != nil {
 			return inf, fmt.Errorf("opencl: describe device %s (%s): %w", r.index, inf.Name, e)
 		}
 	}
 	switch {
-	case typ&C.CL_DEVICE_TYPE_GPU != 0:
+	case typ&clDeviceTypeGPU != 0:
 		inf.Type = "GPU"
-	case typ&C.CL_DEVICE_TYPE_CPU != 0:
+	case typ&clDeviceTypeCPU != 0:
 		inf.Type = "CPU"
-	case typ&C.CL_DEVICE_TYPE_ACCELERATOR != 0:
+	case typ&clDeviceTypeAccel != 0:
 		inf.Type = "ACCELERATOR"
 	default:
 		inf.Type = "OTHER"
@@ -379,8 +339,8 @@ func describe(r devRef) (Info, error) {
 	inf.GlobalMem, inf.MaxAlloc, inf.LocalMem = int64(gmem), int64(maxAlloc), int64(lmem)
 	inf.MaxWorkGroup = int(wg)
 	if dims > 0 && dims <= 16 {
-		sizes := make([]C.size_t, dims)
-		if clErr("", C.tl_clGetDeviceInfo(r.id, C.CL_DEVICE_MAX_WORK_ITEM_SIZES, C.size_t(unsafe.Sizeof(sizes[0]))*dims, unsafe.Pointer(&sizes[0]), nil)) == nil {
+		sizes := make([]uintptr, dims)
+		if clCall(fns.GetDeviceInfo, r.id, clDeviceMaxWISizes, unsafe.Sizeof(sizes[0])*dims, uintptr(unsafe.Pointer(&sizes[0])), 0) == clSuccess {
 			for _, s := range sizes {
 				inf.MaxWorkItem = append(inf.MaxWorkItem, int(s))
 			}
@@ -388,25 +348,26 @@ func describe(r devRef) (Info, error) {
 	}
 	// Deprecated since 2.0 but still answered; CPU devices share memory
 	// whatever they say.
-	_ = devInfo(r.id, C.CL_DEVICE_HOST_UNIFIED_MEMORY, &unified)
-	inf.Unified = unified == C.CL_TRUE || inf.Type == "CPU"
+	_ = devInfo(r.id, clDeviceHostUnified, &unified)
+	inf.Unified = unified == clTrue || inf.Type == "CPU"
 
 	has := map[string]bool{}
 	for _, e := range inf.Extensions {
 		has[e] = true
 	}
 	ver := clVersion(inf.Version)
+	inf.CVersions = cVersions(r.id, ver, inf.OpenCLC)
 	inf.FP16 = has["cl_khr_fp16"]
 	inf.Subgroups = has["cl_khr_subgroups"] || has["cl_intel_subgroups"]
 	if !inf.Subgroups && ver >= 21 {
-		var n C.cl_uint
-		if devInfo(r.id, C.CL_DEVICE_MAX_NUM_SUB_GROUPS, &n) == nil && n > 0 {
+		var n uint32
+		if devInfo(r.id, clDeviceMaxSubGroups, &n) == nil && n > 0 {
 			inf.Subgroups = true
 		}
 	}
 	inf.ImageFromBuffer = has["cl_khr_image2d_from_buffer"]
-	if !inf.ImageFromBuffer && ver >= 30 && images == C.CL_TRUE {
-		if devInfo(r.id, C.CL_DEVICE_IMAGE_PITCH_ALIGNMENT, &imagePitch) == nil && imagePitch > 0 {
+	if !inf.ImageFromBuffer && ver >= 30 && images == clTrue {
+		if devInfo(r.id, clDeviceImagePitch, &imagePitch) == nil && imagePitch > 0 {
 			inf.ImageFromBuffer = true
 		}
 	}
@@ -417,6 +378,40 @@ func describe(r devRef) (Info, error) {
 		inf.PriorityExt = "qcom"
 	}
 	return inf, nil
+}
+
+// cVersions lists the OpenCL C versions of a device whose platform version
+// is ver (10*major+minor) and whose CL_DEVICE_OPENCL_C_VERSION is openclC.
+func cVersions(id handle, ver int, openclC string) []string {
+	if ver >= 30 {
+		// cl_name_version: a cl_version (major<<22 | minor<<12 | patch) and a
+		// 64-byte name.
+		const entry = 4 + 64
+		var n uintptr
+		if clCall(fns.GetDeviceInfo, id, clDeviceCAllVersions, 0, 0, uintptr(unsafe.Pointer(&n))) == clSuccess && n >= entry && n <= 64*entry {
+			b := make([]byte, n)
+			if clCall(fns.GetDeviceInfo, id, clDeviceCAllVersions, n, uintptr(unsafe.Pointer(&b[0])), 0) == clSuccess {
+				var out []string
+				for i := 0; i+entry <= len(b); i += entry {
+					v := *(*uint32)(unsafe.Pointer(&b[i]))
+					s := fmt.Sprintf("%d.%d", v>>22, (v>>12)&0x3ff)
+					if !slices.Contains(out, s) {
+						out = append(out, s)
+					}
+				}
+				return out
+			}
+		}
+	}
+	var out []string
+	if c := clVersion(strings.Replace(openclC, "OpenCL C", "OpenCL", 1)); c > 0 {
+		for _, v := range []int{10, 11, 12, 20, 21, 22, 30} {
+			if v <= c {
+				out = append(out, fmt.Sprintf("%d.%d", v/10, v%10))
+			}
+		}
+	}
+	return out
 }
 
 var pdRe = regexp.MustCompile(`^\d+:\d+$`)
@@ -484,9 +479,10 @@ func Open(opts Options) (*Device, error) {
 		profile:  opts.Profile,
 		buffers:  map[*Buffer]struct{}{},
 		programs: map[*Program]struct{}{},
-		sizes:    make([]C.size_t, 6),
-		ev:       make([]C.cl_event, 1),
-		bad:      make([]C.int, 1),
+		sizes:    make([]uintptr, 6),
+		ev:       make([]handle, 1),
+		call:     make([]uintptr, 9),
+		bad:      make([]int32, 1),
 	}
 	if d.cacheDir, err = cacheDir(opts.CacheDir); err != nil {
 		return nil, err
@@ -494,50 +490,82 @@ func Open(opts Options) (*Device, error) {
 
 	// A priority property the driver rejects must not cost the caller the
 	// device: retry without it and report "default".
-	var qcom, khr C.cl_uint
+	var qcom, khr uint64
 	switch {
 	case opts.Priority == PriorityDefault:
 	case inf.PriorityExt == "qcom":
-		qcom = C.TL_PRIORITY_HINT_LOW_QCOM
+		qcom = clPrioLowQCOM
 		if opts.Priority == PriorityHigh {
-			qcom = C.TL_PRIORITY_HINT_HIGH_QCOM
+			qcom = clPrioHighQCOM
 		}
 	case inf.PriorityExt == "khr":
-		khr = C.TL_QUEUE_PRIORITY_LOW_KHR
+		khr = clQueuePrioLowK
 		if opts.Priority == PriorityHigh {
-			khr = C.TL_QUEUE_PRIORITY_HIGH_KHR
+			khr = clQueuePrioHighK
 		}
 	}
-	var code C.cl_int
-	d.ctx = C.tl_context(d.platform, d.id, qcom, &code)
-	if code != C.CL_SUCCESS && qcom != 0 {
+	var code int32
+	d.ctx, code = createContext(d.platform, d.id, qcom)
+	if code != clSuccess && qcom != 0 {
 		qcom = 0
-		d.ctx = C.tl_context(d.platform, d.id, 0, &code)
+		d.ctx, code = createContext(d.platform, d.id, 0)
 	}
-	if code != C.CL_SUCCESS {
+	if code != clSuccess {
 		return nil, fmt.Errorf("opencl: open %s (%s): %w", inf.Index, inf.Name, clErr("clCreateContext", code))
 	}
-	useProps := C.int(0)
-	if clVersion(inf.Version) >= 20 && C.tl_has_queue_with_properties() != 0 {
-		useProps = 1
-	}
-	prof := C.int(0)
-	if opts.Profile {
-		prof = 1
-	}
-	d.queue = C.tl_queue(d.ctx, d.id, useProps, prof, khr, &code)
-	if code != C.CL_SUCCESS && khr != 0 {
+	useProps := clVersion(inf.Version) >= 20 && fns.CreateCommandQueueWithProperties != 0
+	d.queue, code = createQueue(d.ctx, d.id, useProps, opts.Profile, khr)
+	if code != clSuccess && khr != 0 {
 		khr = 0
-		d.queue = C.tl_queue(d.ctx, d.id, useProps, prof, 0, &code)
+		d.queue, code = createQueue(d.ctx, d.id, useProps, opts.Profile, 0)
 	}
-	if code != C.CL_SUCCESS {
-		C.tl_clReleaseContext(d.ctx)
+	if code != clSuccess {
+		clCall(fns.ReleaseContext, d.ctx)
 		return nil, fmt.Errorf("opencl: open %s (%s): %w", inf.Index, inf.Name, clErr("create command queue", code))
 	}
+	d.queueArg = []uintptr{d.queue}
 	if qcom != 0 || khr != 0 {
 		d.info.Priority = opts.Priority.String()
 	}
 	return d, nil
+}
+
+// createContext creates a one-device context; qcomHint != 0 adds
+// CL_CONTEXT_PRIORITY_HINT_QCOM with that value.
+func createContext(p, d handle, qcomHint uint64) (handle, int32) {
+	props := []uintptr{clContextPlatform, p, 0, 0, 0}
+	if qcomHint != 0 {
+		props[2], props[3] = clCtxPrioHintQCOM, uintptr(qcomHint)
+	}
+	devs := []handle{d}
+	var code int32
+	ctx := clCreate(fns.CreateContext, uintptr(unsafe.Pointer(&props[0])), 1, uintptr(unsafe.Pointer(&devs[0])), 0, 0, uintptr(unsafe.Pointer(&code)))
+	return ctx, code
+}
+
+// createQueue creates an in-order queue, through
+// clCreateCommandQueueWithProperties when useProps (OpenCL >= 2.0);
+// khrPrio != 0 adds CL_QUEUE_PRIORITY_KHR.
+func createQueue(ctx, d handle, useProps, profile bool, khrPrio uint64) (handle, int32) {
+	var code int32
+	if !useProps {
+		var props uint64
+		if profile {
+			props = clQueueProfiling
+		}
+		q := clCreate(fns.CreateCommandQueue, ctx, d, uintptr(props), uintptr(unsafe.Pointer(&code)))
+		return q, code
+	}
+	props := make([]uint64, 0, 5) // cl_queue_properties, zero-terminated
+	if profile {
+		props = append(props, clQueueProperties, clQueueProfiling)
+	}
+	if khrPrio != 0 {
+		props = append(props, clQueuePriorityK, khrPrio)
+	}
+	props = append(props, 0)
+	q := clCreate(fns.CreateCommandQueueWithProperties, ctx, d, uintptr(unsafe.Pointer(&props[0])), uintptr(unsafe.Pointer(&code)))
+	return q, code
 }
 
 // cacheDir resolves Options.CacheDir; "" means no cache.
@@ -581,7 +609,7 @@ func (d *Device) Close() error {
 		d.mu.Unlock()
 		return nil
 	}
-	err := clErr("clFinish", C.tl_clFinish(d.queue))
+	err := clErr("clFinish", clCall(fns.Finish, d.queue))
 	d.releasePendingLocked()
 	bufs := d.buffers
 	progs := d.programs
@@ -601,8 +629,8 @@ func (d *Device) Close() error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	C.tl_clReleaseCommandQueue(d.queue)
-	C.tl_clReleaseContext(d.ctx)
+	clCall(fns.ReleaseCommandQueue, d.queue)
+	clCall(fns.ReleaseContext, d.ctx)
 	d.closed = true
 	return err
 }

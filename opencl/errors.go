@@ -1,8 +1,5 @@
 package opencl
 
-// #include "shim.h"
-import "C"
-
 import "fmt"
 
 // Error is a failed OpenCL call: the call and its status code, named when the
@@ -17,8 +14,8 @@ func (e *Error) Error() string {
 }
 
 // clErr returns nil for CL_SUCCESS and an *Error otherwise.
-func clErr(op string, code C.cl_int) error {
-	if code == C.CL_SUCCESS {
+func clErr(op string, code int32) error {
+	if code == clSuccess {
 		return nil
 	}
 	return &Error{Op: op, Code: int(code)}

@@ -1,8 +1,5 @@
 package opencl
 
-// #include "shim.h"
-import "C"
-
 import (
 	"fmt"
 	"math"
@@ -51,8 +48,18 @@ type Record struct {
 // Duration is how long the kernel ran on the device.
 func (r Record) Duration() time.Duration { return r.End - r.Start }
 
+// argSlot is one kernel argument as clSetKernelArg takes it: val holds the
+// value's bytes from offset 0 (written through a pointer of the argument's
+// type, so it is endian-independent); local != 0 means size bytes of
+// __local memory. Its layout is the C tl_arg of enqueue_cgo.go.
+type argSlot struct {
+	val   uint64
+	size  uintptr
+	local uint32
+}
+
 type pendingLaunch struct {
-	ev            C.cl_event
+	ev            handle
 	label, kernel string
 }
 
@@ -98,17 +105,17 @@ func (d *Device) Launch(k *Kernel, global, local []int, args ...any) error {
 		if g <= 0 {
 			return fmt.Errorf("opencl: launch %s: global size %s must be positive", k.name, dims(global))
 		}
-		d.sizes[i] = C.size_t(g)
+		d.sizes[i] = uintptr(g)
 		if local != nil {
 			l := local[i]
 			if l <= 0 || g%l != 0 {
 				return fmt.Errorf("opencl: launch %s: global size %s is not a positive multiple of local size %s in dimension %d", k.name, dims(global), dims(local), i)
 			}
-			d.sizes[3+i] = C.size_t(l)
+			d.sizes[3+i] = uintptr(l)
 		}
 	}
 	if cap(d.args) < len(args) {
-		d.args = make([]C.tl_arg, len(args))
+		d.args = make([]argSlot, len(args))
 	}
 	a := d.args[:len(args)]
 	for i, arg := range args {
@@ -120,8 +127,8 @@ func (d *Device) Launch(k *Kernel, global, local []int, args ...any) error {
 			if x == nil || x.released || x.d != d {
 				return fmt.Errorf("opencl: launch %s: argument %d: nil or released *Buffer, or one of another device", k.name, i)
 			}
-			*(*C.cl_mem)(v) = x.mem
-			p.size = C.size_t(unsafe.Sizeof(x.mem))
+			*(*handle)(v) = x.mem
+			p.size = unsafe.Sizeof(x.mem)
 		case int32:
 			*(*int32)(v), p.size = x, 4
 		case uint32:
@@ -141,29 +148,24 @@ func (d *Device) Launch(k *Kernel, global, local []int, args ...any) error {
 			if x <= 0 {
 				return fmt.Errorf("opencl: launch %s: argument %d: Local(%d) must be positive", k.name, i, x)
 			}
-			p.size, p.local = C.size_t(x), 1
+			p.size, p.local = uintptr(x), 1
 		default:
 			return fmt.Errorf("opencl: launch %s: argument %d has unsupported type %s (want *Buffer, int32, uint32, int64, uint64, float32, int or Local)", k.name, i, typeName(arg))
 		}
 	}
-	var argp *C.tl_arg
-	if len(a) > 0 {
-		argp = &a[0]
-	}
-	var localp *C.size_t
+	var localp *uintptr
 	if local != nil {
 		localp = &d.sizes[3]
 	}
-	var evp *C.cl_event
+	var evp *handle
 	if d.profile {
-		d.ev[0] = nil
+		d.ev[0] = 0
 		evp = &d.ev[0]
 	}
-	code := C.tl_launch(d.queue, k.k, C.cl_uint(len(a)), argp, C.cl_uint(dim), &d.sizes[0], localp, evp, &d.bad[0])
-	if code != C.CL_SUCCESS {
-		bad := d.bad[0]
+	bad, code := d.enqueue(k.k, a, dim, localp, evp)
+	if code != clSuccess {
 		if bad >= 0 {
-			return fmt.Errorf("opencl: launch %s: argument %d (%s): %w", k.name, int(bad), typeName(args[bad]), clErr("clSetKernelArg", code))
+			return fmt.Errorf("opencl: launch %s: argument %d (%s): %w", k.name, bad, typeName(args[bad]), clErr("clSetKernelArg", code))
 		}
 		return fmt.Errorf("opencl: launch %s (global %s, local %s): %w", k.name, dims(global), dims(local), clErr("clEnqueueNDRangeKernel", code))
 	}
@@ -203,7 +205,7 @@ func (d *Device) Flush() error {
 	if d.isClosed() {
 		return fmt.Errorf("opencl: Flush on a closed device")
 	}
-	return clErr("clFlush", C.tl_clFlush(d.queue))
+	return clErr("clFlush", callArgs(fns.Flush, d.queueArg))
 }
 
 // Finish waits until every queued command is done.
@@ -211,7 +213,7 @@ func (d *Device) Finish() error {
 	if d.isClosed() {
 		return fmt.Errorf("opencl: Finish on a closed device")
 	}
-	return clErr("clFinish", C.tl_clFinish(d.queue))
+	return clErr("clFinish", callArgs(fns.Finish, d.queueArg))
 }
 
 // Profile returns the launches that completed since the last call, in
@@ -235,20 +237,18 @@ func (d *Device) collectLocked() {
 	if n == 0 {
 		return
 	}
-	evs := make([]C.cl_event, n)
-	status := make([]C.cl_int, n)
-	start := make([]C.cl_ulong, n)
-	end := make([]C.cl_ulong, n)
+	status := make([]int32, n)
+	start := make([]uint64, n)
+	end := make([]uint64, n)
 	for i, p := range d.pending {
-		evs[i] = p.ev
+		status[i] = eventTimes(p.ev, &start[i], &end[i])
 	}
-	C.tl_event_times(&evs[0], C.int(n), &status[0], &start[0], &end[0])
 	keep := d.pending[:0]
 	for i, p := range d.pending {
 		switch {
-		case status[i] > C.CL_COMPLETE:
+		case status[i] > clComplete:
 			keep = append(keep, p)
-		case status[i] == C.CL_COMPLETE:
+		case status[i] == clComplete:
 			if !d.hasBase {
 				d.base, d.hasBase = uint64(start[i]), true
 			}
@@ -268,7 +268,7 @@ func (d *Device) collectLocked() {
 // releasePendingLocked drops profiling events without reading them.
 func (d *Device) releasePendingLocked() {
 	for _, p := range d.pending {
-		C.tl_clReleaseEvent(p.ev)
+		clCall(fns.ReleaseEvent, p.ev)
 	}
 	d.pending = nil
 }
@@ -286,5 +286,25 @@ func (k *Kernel) Release() {
 		return
 	}
 	k.released = true
-	C.tl_clReleaseKernel(k.k)
+	clCall(fns.ReleaseKernel, k.k)
+}
+
+// eventTimes returns ev's execution status and, when it completed, its
+// start and end times. An event that completed or failed (status <=
+// CL_COMPLETE) is released, so the caller drops it afterwards.
+func eventTimes(ev handle, start, end *uint64) int32 {
+	*start, *end = 0, 0
+	status := new(int32)
+	if code := clCall(fns.GetEventInfo, ev, clEventExecStatus, 4, uintptr(unsafe.Pointer(status)), 0); code != clSuccess {
+		*status = code
+	}
+	if *status > clComplete {
+		return *status
+	}
+	if *status == clComplete {
+		clCall(fns.GetEventProfilingInfo, ev, clProfilingStart, 8, uintptr(unsafe.Pointer(start)), 0)
+		clCall(fns.GetEventProfilingInfo, ev, clProfilingEnd, 8, uintptr(unsafe.Pointer(end)), 0)
+	}
+	clCall(fns.ReleaseEvent, ev)
+	return *status
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,6 +61,9 @@ func TestListAndOpen(t *testing.T) {
 		t.Logf("%s %q type=%s cu=%d maxAlloc=%d align=%d fp16=%v subgroups=%v img=%v prio=%q ver=%q C=%q",
 			inf.Index, inf.Name, inf.Type, inf.ComputeUnits, inf.MaxAlloc, inf.BaseAddrAlign,
 			inf.FP16, inf.Subgroups, inf.ImageFromBuffer, inf.PriorityExt, inf.Version, inf.OpenCLC)
+		if !slices.Contains(inf.CVersions, "1.2") && clVersion(inf.Version) >= 12 {
+			t.Errorf("%s: OpenCL C versions %v lack 1.2 on an OpenCL %s device", inf.Index, inf.CVersions, inf.Version)
+		}
 		if inf.Name == "" || inf.MaxAlloc <= 0 || inf.GlobalMem < inf.MaxAlloc || inf.BaseAddrAlign <= 0 || inf.MaxWorkGroup <= 0 || len(inf.Extensions) == 0 {
 			t.Errorf("implausible info %+v", inf)
 		}
@@ -629,8 +633,9 @@ func TestCloseReleasesEverything(t *testing.T) {
 }
 
 func TestLoaderErrors(t *testing.T) {
-	// A missing file and a library that is not OpenCL (the C library every
-	// cgo binary has) are both refused, with the fix in the message.
+	// A missing file and a library that is not OpenCL (the C library, which
+	// every tlite process has loaded, cgo or not) are both refused, with the
+	// fix in the message.
 	err := loadFrom([]string{"/nonexistent/libOpenCL.so", "libc.so.6"}, false)
 	if err == nil {
 		t.Fatal("loading a missing and a non-OpenCL library succeeded")
@@ -642,6 +647,52 @@ func TestLoaderErrors(t *testing.T) {
 	}
 	if err := loadFrom(libraries(), false); err != nil {
 		t.Errorf("the default library list finds no OpenCL library, yet tests run: %v", err)
+	}
+}
+
+func TestLibraryCandidates(t *testing.T) {
+	// Where phones keep their OpenCL driver; each must be tried on Android.
+	android := defaultLibraries("android", true)
+	for _, want := range []string{
+		"libOpenCL.so",
+		"/vendor/lib64/libOpenCL.so", "/system/vendor/lib64/libOpenCL.so", "/system/lib64/libOpenCL.so",
+		"/vendor/lib64/libOpenCL_adreno.so", "/vendor/lib64/egl/libGLES_mali.so", "/vendor/lib64/libGLES_mali.so",
+		"/vendor/lib64/libOpenCL-pixel.so",
+	} {
+		if !slices.Contains(android, want) {
+			t.Errorf("android candidates lack %s: %v", want, android)
+		}
+	}
+	if android[0] != "libOpenCL.so" {
+		t.Errorf("android: the linker's own search (LD_LIBRARY_PATH) should come first, got %v", android)
+	}
+	for _, p := range defaultLibraries("android", false) {
+		if strings.Contains(p, "lib64") {
+			t.Errorf("32-bit android candidate %s is in a lib64 directory", p)
+		}
+	}
+	if got := defaultLibraries("linux", true); !slices.Equal(got, []string{"libOpenCL.so.1", "libOpenCL.so"}) {
+		t.Errorf("linux candidates %v", got)
+	}
+
+	// None of the phone paths exists here: the error names every one.
+	err := loadFrom(android, false)
+	if err == nil {
+		t.Skip("an Android OpenCL library loaded on this machine")
+	}
+	for _, p := range android {
+		if !strings.Contains(err.Error(), p+": ") {
+			t.Errorf("the error does not name %s: %v", p, err)
+		}
+	}
+
+	// The override replaces the search, and its failure is named.
+	t.Setenv("TLITE_OPENCL_LIB", "/nonexistent/vendor/libOpenCL.so")
+	if got := libraries(); !slices.Equal(got, []string{"/nonexistent/vendor/libOpenCL.so"}) {
+		t.Errorf("with TLITE_OPENCL_LIB set, candidates are %v", got)
+	}
+	if err := loadFrom(libraries(), false); err == nil || !strings.Contains(err.Error(), "/nonexistent/vendor/libOpenCL.so") {
+		t.Errorf("override error: %v", err)
 	}
 }
 

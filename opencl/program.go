@@ -1,11 +1,5 @@
 package opencl
 
-/*
-#include <stdlib.h>
-#include "shim.h"
-*/
-import "C"
-
 import (
 	"bytes"
 	"crypto/sha256"
@@ -24,7 +18,7 @@ import (
 // Program is a program built for the device.
 type Program struct {
 	d         *Device
-	prog      C.cl_program
+	prog      handle
 	fromCache bool
 	kernels   []*Kernel
 	released  bool
@@ -154,7 +148,7 @@ func (d *Device) isClosed() bool {
 	return d.closed
 }
 
-func (d *Device) track(prog C.cl_program, cached bool) *Program {
+func (d *Device) track(prog handle, cached bool) *Program {
 	p := &Program{d: d, prog: prog, fromCache: cached}
 	d.mu.Lock()
 	d.programs[p] = struct{}{}
@@ -168,27 +162,61 @@ func (d *Device) track(prog C.cl_program, cached bool) *Program {
 }
 
 func (d *Device) buildSource(src, options string) (*Program, error) {
-	csrc := C.CString(src)
-	defer C.free(unsafe.Pointer(csrc))
-	var code C.cl_int
-	prog := C.tl_clCreateProgramWithSource(d.ctx, 1, &csrc, nil, &code)
-	if code != C.CL_SUCCESS {
+	if src == "" {
+		return nil, fmt.Errorf("opencl: Build: empty source")
+	}
+	text := []byte(src)
+	strs := []*byte{&text[0]}
+	lens := []uintptr{uintptr(len(text))}
+	var code int32
+	prog := clCreate(fns.CreateProgramWithSource, d.ctx, 1, uintptr(unsafe.Pointer(&strs[0])), uintptr(unsafe.Pointer(&lens[0])), uintptr(unsafe.Pointer(&code)))
+	if code != clSuccess {
 		return nil, fmt.Errorf("opencl: Build: %w", clErr("clCreateProgramWithSource", code))
 	}
-	copt := C.CString(options)
-	defer C.free(unsafe.Pointer(copt))
-	code = C.tl_clBuildProgram(prog, 1, &d.id, copt, nil, nil)
-	if code != C.CL_SUCCESS {
+	if code = d.build(prog, options); code != clSuccess {
 		e := &BuildError{Device: d.info.Name, Options: options, Code: int(code)}
-		if s := C.tl_build_log(prog, d.id); s != nil {
-			e.Log = strings.TrimSpace(C.GoString(s))
-			C.free(unsafe.Pointer(s))
-		}
+		e.Log = strings.TrimSpace(d.buildLog(prog))
 		e.Lines = offendingLines(e.Log, src)
-		C.tl_clReleaseProgram(prog)
+		clCall(fns.ReleaseProgram, prog)
 		return nil, e
 	}
 	return d.track(prog, false), nil
+}
+
+// build runs clBuildProgram for the device.
+func (d *Device) build(prog handle, options string) int32 {
+	devs := []handle{d.id}
+	return clCall(fns.BuildProgram, prog, 1, uintptr(unsafe.Pointer(&devs[0])), uintptr(unsafe.Pointer(cstr(options))), 0, 0)
+}
+
+// buildLog is prog's build log on the device ("" when there is none).
+func (d *Device) buildLog(prog handle) string {
+	var n uintptr
+	if clCall(fns.GetProgramBuildInfo, prog, d.id, clProgramBuildLog, 0, 0, uintptr(unsafe.Pointer(&n))) != clSuccess || n == 0 {
+		return ""
+	}
+	b := make([]byte, n)
+	if clCall(fns.GetProgramBuildInfo, prog, d.id, clProgramBuildLog, n, uintptr(unsafe.Pointer(&b[0])), 0) != clSuccess {
+		return ""
+	}
+	return goString(b)
+}
+
+// programBinary returns the device binary of a one-device program.
+func programBinary(prog handle) ([]byte, int32) {
+	var n uintptr
+	if code := clCall(fns.GetProgramInfo, prog, clProgramBinarySizes, unsafe.Sizeof(n), uintptr(unsafe.Pointer(&n)), 0); code != clSuccess {
+		return nil, code
+	}
+	if n == 0 {
+		return nil, clInvalidProgramExec
+	}
+	bin := make([]byte, n)
+	ptrs := []*byte{&bin[0]}
+	if code := clCall(fns.GetProgramInfo, prog, clProgramBinaries, unsafe.Sizeof(ptrs[0]), uintptr(unsafe.Pointer(&ptrs[0])), 0); code != clSuccess {
+		return nil, code
+	}
+	return bin, clSuccess
 }
 
 // loadCached returns the program cached at path, or nil (removing the file
@@ -213,17 +241,21 @@ func (d *Device) loadCached(path, options string) *Program {
 	if sum := sha256.Sum256(bin); !bytes.Equal(sum[:], data[len(cacheMagic):hdr]) {
 		return reject()
 	}
-	cbin := C.CBytes(bin)
-	defer C.free(cbin)
-	var code C.cl_int
-	prog := C.tl_from_binary(d.ctx, d.id, (*C.uchar)(cbin), C.size_t(len(bin)), &code)
-	if code != C.CL_SUCCESS {
+	devs := []handle{d.id}
+	lens := []uintptr{uintptr(len(bin))}
+	bins := []*byte{&bin[0]}
+	var code, status int32
+	prog := clCreate(fns.CreateProgramWithBinary, d.ctx, 1, uintptr(unsafe.Pointer(&devs[0])), uintptr(unsafe.Pointer(&lens[0])),
+		uintptr(unsafe.Pointer(&bins[0])), uintptr(unsafe.Pointer(&status)), uintptr(unsafe.Pointer(&code)))
+	if code == clSuccess && status != clSuccess {
+		clCall(fns.ReleaseProgram, prog)
+		code = status
+	}
+	if code != clSuccess {
 		return reject()
 	}
-	copt := C.CString(options)
-	defer C.free(unsafe.Pointer(copt))
-	if C.tl_clBuildProgram(prog, 1, &d.id, copt, nil, nil) != C.CL_SUCCESS {
-		C.tl_clReleaseProgram(prog)
+	if d.build(prog, options) != clSuccess {
+		clCall(fns.ReleaseProgram, prog)
 		return reject()
 	}
 	return d.track(prog, true)
@@ -231,15 +263,11 @@ func (d *Device) loadCached(path, options string) *Program {
 
 // storeCached writes prog's binary to path. The cache is an optimisation:
 // failures leave it without the entry and are otherwise ignored.
-func (d *Device) storeCached(prog C.cl_program, path string) {
-	var n C.size_t
-	var code C.cl_int
-	bin := C.tl_binary(prog, &n, &code)
-	if bin == nil {
+func (d *Device) storeCached(prog handle, path string) {
+	data, code := programBinary(prog)
+	if code != clSuccess {
 		return
 	}
-	data := C.GoBytes(unsafe.Pointer(bin), C.int(n))
-	C.free(unsafe.Pointer(bin))
 	sum := sha256.Sum256(data)
 	out := make([]byte, 0, len(cacheMagic)+len(sum)+len(data))
 	out = append(append(append(out, cacheMagic...), sum[:]...), data...)
@@ -277,17 +305,17 @@ func (p *Program) Release() {
 	for _, k := range p.kernels {
 		if !k.released {
 			k.released = true
-			C.tl_clReleaseKernel(k.k)
+			clCall(fns.ReleaseKernel, k.k)
 		}
 	}
-	C.tl_clReleaseProgram(p.prog)
+	clCall(fns.ReleaseProgram, p.prog)
 	delete(d.programs, p)
 }
 
 // Kernel is one kernel of a program. Its arguments are set by each Launch.
 type Kernel struct {
 	p        *Program
-	k        C.cl_kernel
+	k        handle
 	name     string
 	nargs    int
 	released bool
@@ -307,16 +335,14 @@ func (p *Program) Kernel(name string) (*Kernel, error) {
 	if p.released || d.closed {
 		return nil, fmt.Errorf("opencl: kernel %s: program released", name)
 	}
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
-	var code C.cl_int
-	k := C.tl_clCreateKernel(p.prog, cname, &code)
-	if code != C.CL_SUCCESS {
+	var code int32
+	k := clCreate(fns.CreateKernel, p.prog, uintptr(unsafe.Pointer(cstr(name))), uintptr(unsafe.Pointer(&code)))
+	if code != clSuccess {
 		return nil, fmt.Errorf("opencl: kernel %s: %w", name, clErr("clCreateKernel", code))
 	}
-	var nargs C.cl_uint
-	if code := C.tl_clGetKernelInfo(k, C.CL_KERNEL_NUM_ARGS, C.size_t(unsafe.Sizeof(nargs)), unsafe.Pointer(&nargs), nil); code != C.CL_SUCCESS {
-		C.tl_clReleaseKernel(k)
+	var nargs uint32
+	if code := clCall(fns.GetKernelInfo, k, clKernelNumArgs, unsafe.Sizeof(nargs), uintptr(unsafe.Pointer(&nargs)), 0); code != clSuccess {
+		clCall(fns.ReleaseKernel, k)
 		return nil, fmt.Errorf("opencl: kernel %s: %w", name, clErr("clGetKernelInfo(CL_KERNEL_NUM_ARGS)", code))
 	}
 	kern := &Kernel{p: p, k: k, name: name, nargs: int(nargs)}
@@ -327,12 +353,9 @@ func (p *Program) Kernel(name string) (*Kernel, error) {
 // Binary returns the program's device binary (clGetProgramInfo
 // CL_PROGRAM_BINARIES), the bytes the cache stores.
 func (p *Program) Binary() ([]byte, error) {
-	var n C.size_t
-	var code C.cl_int
-	bin := C.tl_binary(p.prog, &n, &code)
-	if bin == nil {
+	bin, code := programBinary(p.prog)
+	if code != clSuccess {
 		return nil, fmt.Errorf("opencl: program binary: %w", clErr("clGetProgramInfo(CL_PROGRAM_BINARIES)", code))
 	}
-	defer C.free(unsafe.Pointer(bin))
-	return C.GoBytes(unsafe.Pointer(bin), C.int(n)), nil
+	return bin, nil
 }

@@ -1,7 +1,11 @@
 package fuse
 
 import (
+	"fmt"
+	"math"
+
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
 )
@@ -33,6 +37,9 @@ import (
 // Reshape to [batch, kv_heads*group, seq, head_dim]) are read unrepeated:
 // the kernel maps query head h to K/V head h / group.
 func Attention(g *graph.Graph, res *infer.Result) error {
+	if err := dropNoOpCasts(g); err != nil {
+		return err
+	}
 	r := newRewriter(g, res)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
 		if n.Graph() != g {
@@ -43,6 +50,94 @@ func Attention(g *graph.Graph, res *infer.Result) error {
 		}
 	}
 	return r.finish()
+}
+
+// dropNoOpCasts removes Casts to the type their input already has: the
+// exporter writes them around softmax (Hugging Face's
+// softmax(..., dtype=float32).to(query.dtype)), and they would hide the
+// product the softmax feeds.
+func dropNoOpCasts(g *graph.Graph) error {
+	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
+		if !is(n, "Cast") || len(n.Inputs) != 1 || len(n.Outputs) != 1 || n.Inputs[0] == nil || n.Outputs[0] == nil {
+			continue
+		}
+		x, y := n.Inputs[0], n.Outputs[0]
+		if x.Type != y.Type || !shapeEqual(x.Shape, y.Shape) || isOutput(g, y) {
+			continue
+		}
+		if err := g.ReplaceAllUses(y, x); err != nil {
+			return err
+		}
+		if err := g.RemoveNode(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shapeScalar evaluates a scalar that an export computes at run time from
+// sizes and constants, as GPT-2 computes its score scale:
+// Add(ConstantOfShape([]), Pow(Cast(Squeeze(Slice(Shape(v)))), 0.5)).
+func shapeScalar(v *graph.Value, depth int) (float64, bool) {
+	if v == nil || depth > 8 || len(v.Shape) > 1 || (len(v.Shape) == 1 && !isOne(v.Shape[0])) {
+		return 0, false
+	}
+	if v.Const != nil || len(v.Elems) == 1 {
+		if v.Const != nil && v.Const.NumElements() != 1 {
+			return 0, false
+		}
+		return scalar(v)
+	}
+	p := v.Producer
+	if p == nil || p.Domain != "" {
+		return 0, false
+	}
+	arg := func(i int) (float64, bool) { return shapeScalar(in(p, i), depth+1) }
+	switch p.OpType {
+	case "Identity", "Squeeze", "Unsqueeze", "Reshape":
+		return arg(0)
+	case "Cast":
+		a, ok := arg(0)
+		if !isFloat(v.Type) {
+			a = math.Trunc(a) // ONNX Cast from float to int rounds toward zero
+		}
+		return a, ok
+	case "ConstantOfShape":
+		if len(v.Shape) != 0 {
+			return 0, false
+		}
+		t := p.AttrTensor("value")
+		if t == nil {
+			return 0, true
+		}
+		f, err := t.Float32s()
+		if err != nil || len(f) != 1 {
+			return 0, false
+		}
+		return float64(f[0]), true
+	case "Sqrt":
+		a, ok := arg(0)
+		return math.Sqrt(a), ok && a >= 0
+	case "Add", "Sub", "Mul", "Div", "Pow":
+		a, ok1 := arg(0)
+		b, ok2 := arg(1)
+		if !ok1 || !ok2 {
+			return 0, false
+		}
+		switch p.OpType {
+		case "Add":
+			return a + b, true
+		case "Sub":
+			return a - b, true
+		case "Mul":
+			return a * b, true
+		case "Div":
+			return a / b, b != 0 && isFloat(v.Type)
+		default:
+			return math.Pow(a, b), isFloat(v.Type) && a > 0
+		}
+	}
+	return 0, false
 }
 
 // operand is how the fused node reads one of Q, K^T or V.
@@ -150,6 +245,88 @@ func gqa(o operand) (*graph.Value, []*graph.Node, symshape.Expr, bool) {
 	return x, []*graph.Node{rs, ex, us}, es[1], true
 }
 
+// isZeros reports whether v is all zeros: a ConstantOfShape of 0, or
+// such a value times a scalar.
+func isZeros(v *graph.Value, depth int) bool {
+	if v == nil || depth > 2 {
+		return false
+	}
+	p := v.Producer
+	switch {
+	case is(p, "ConstantOfShape"):
+		t := p.AttrTensor("value")
+		if t == nil {
+			return true
+		}
+		f, err := t.Float32s()
+		return err == nil && len(f) == 1 && f[0] == 0
+	case is(p, "Mul") && len(p.Inputs) == 2:
+		for i, x := range p.Inputs {
+			if isZeros(x, depth+1) {
+				if _, ok := scalar(p.Inputs[1-i]); ok && shapeEqual(x.Shape, v.Shape) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// walkOperand3 follows an operand of a 3-D score product ([batch*heads,
+// ., .]) back through 3-D Transposes and scalar scalings to the Reshape
+// that merged batch and heads of a 4-D tensor, which it returns as the
+// operand (read through the lifted permutation).
+func walkOperand3(v *graph.Value, scaled bool) (operand, bool) {
+	op := operand{perm: identity4, scale: 1}
+	perm := [3]int{0, 1, 2}
+	for steps := 0; steps < 8 && len(v.Shape) == 3; steps++ {
+		p := v.Producer
+		switch {
+		case scaled && is(p, "Mul", "Div"):
+			moved := false
+			for _, x := range p.Inputs {
+				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, v.Shape) {
+					op.scale *= f
+					op.nodes = append(op.nodes, p)
+					v, moved = x, true
+					break
+				}
+			}
+			if !moved {
+				return op, false
+			}
+		case is(p, "Transpose") && len(p.Inputs) == 1 && len(p.Inputs[0].Shape) == 3:
+			tp, ok := p.AttrInts("perm")
+			if !ok {
+				tp = []int64{2, 1, 0}
+			}
+			if len(tp) != 3 {
+				return op, false
+			}
+			var np [3]int
+			for l := range np {
+				np[l] = int(tp[perm[l]])
+			}
+			perm = np
+			op.nodes = append(op.nodes, p)
+			v = p.Inputs[0]
+		case is(p, "Reshape") && len(p.Inputs) == 2 && len(p.Inputs[0].Shape) == 4:
+			x := p.Inputs[0]
+			xs := x.Shape
+			if perm[0] != 0 || !shapeEqual(v.Shape, []symshape.Expr{symshape.Mul(xs[0], xs[1]), xs[2], xs[3]}) {
+				return op, false
+			}
+			op.src = x
+			op.perm = [4]int{0, 1, perm[1] + 1, perm[2] + 1}
+			op.nodes = append(op.nodes, p)
+			return op, true
+		default:
+			return op, false
+		}
+	}
+	return op, false
+}
+
 // scores is the chain from the score MatMul to the Softmax.
 type scores struct {
 	mm     *graph.Node
@@ -159,6 +336,7 @@ type scores struct {
 	nodes  []*graph.Node // single-use nodes between the MatMul and the Softmax
 	dead   []*graph.Node // the causal condition's producers
 	scaled bool          // a scaling was seen (walking back): no mask may come before it
+	merged bool          // the product is 3-D, [batch*heads, seq_q, seq_kv] (baddbmm)
 }
 
 // walkScores follows the Softmax input v (read by consumer) back to the
@@ -189,6 +367,35 @@ func (r *rewriter) walkScores(v *graph.Value, consumer *graph.Node, sc scores) (
 			if !moved {
 				return sc, false
 			}
+		case r.dev(p, "Reshape") && !sc.merged && len(p.Inputs) == 2 && len(full) == 4 && len(p.Inputs[0].Shape) == 3 &&
+			shapeEqual(p.Inputs[0].Shape, []symshape.Expr{symshape.Mul(full[0], full[1]), full[2], full[3]}):
+			// GPT-NeoX's baddbmm: the scores are computed per (batch,
+			// head) pair and viewed as [batch, heads, seq_q, seq_kv].
+			sc.merged = true
+			sc.nodes = append(sc.nodes, p)
+			consumer, v = p, p.Inputs[0]
+			full = v.Shape
+		case r.dev(p, "Add") && len(p.Inputs) == 2 && (isZeros(p.Inputs[0], 0) || isZeros(p.Inputs[1], 0)):
+			// baddbmm's beta*input with an all-zero input.
+			x, z := p.Inputs[0], p.Inputs[1]
+			if isZeros(x, 0) {
+				x, z = z, x
+			}
+			if !shapeEqual(x.Shape, full) || !broadcastsTo(z.Shape, full) {
+				return sc, false
+			}
+			sc.nodes = append(sc.nodes, p)
+			if z.Producer != nil {
+				sc.dead = append(sc.dead, z.Producer)
+				if zp := z.Producer; is(zp, "Mul") {
+					for _, zi := range zp.Inputs {
+						if zi != nil && zi.Producer != nil {
+							sc.dead = append(sc.dead, zi.Producer)
+						}
+					}
+				}
+			}
+			consumer, v = p, x
 		case r.dev(p, "Add") && sc.mask == nil && !sc.scaled && len(p.Inputs) == 2:
 			// Either operand may be the scores; try both.
 			for i := 0; i < 2; i++ {
@@ -395,6 +602,9 @@ func (r *rewriter) attention(sm *graph.Node) error {
 	if !r.dev(sm, "Softmax") || len(sm.Inputs) != 1 {
 		return nil
 	}
+	if done, err := r.attentionFolded(sm); done || err != nil {
+		return err
+	}
 	s := sm.Inputs[0]
 	full := s.Shape
 	if len(full) != 4 || !isFloat(s.Type) {
@@ -419,8 +629,18 @@ func (r *rewriter) attention(sm *graph.Node) error {
 	if len(mm.Inputs) != 2 || mm.Inputs[0] == nil || mm.Inputs[1] == nil {
 		return nil
 	}
-	q := walkOperand(mm.Inputs[0], true)
-	kt := walkOperand(mm.Inputs[1], true)
+	var q, kt operand
+	if sc.merged {
+		var ok1, ok2 bool
+		q, ok1 = walkOperand3(mm.Inputs[0], true)
+		kt, ok2 = walkOperand3(mm.Inputs[1], true)
+		if !ok1 || !ok2 {
+			return nil
+		}
+	} else {
+		q = walkOperand(mm.Inputs[0], true)
+		kt = walkOperand(mm.Inputs[1], true)
+	}
 	v := walkOperand(mm2.Inputs[1], false)
 	// K is K^T with its last two logical axes swapped.
 	k := kt
@@ -492,4 +712,271 @@ func (r *rewriter) attention(sm *graph.Node) error {
 
 func perm64(p [4]int) []int64 {
 	return []int64{int64(p[0]), int64(p[1]), int64(p[2]), int64(p[3])}
+}
+
+// attentionFolded fuses multi-query attention written with the query heads
+// folded into the rows of a 3-D product, as GPTBigCode writes it:
+//
+//	Q3 = Reshape(q [B, S, H*D] or [B, S, H, D], [B, S*H, D])
+//	S  = Reshape(MatMul(Q3, Transpose(K3 [B, T, D], [0, 2, 1])) * c, [B, S, H, T])
+//	S  = Where(Transpose(causal, [0, 2, 1, 3]), S, m) + mask [B, 1, 1, T]
+//	O3 = MatMul(Reshape(Softmax(S), [B, S*H, T]), V3 [B, T, D])   -> [B, S*H, D]
+//
+// It reads q as [B, S, H, D], K and V as [B, T, 1, D] (one K/V head) and
+// writes O as [B, S, H, D], viewed back as O3. It reports whether it fused.
+func (r *rewriter) attentionFolded(sm *graph.Node) (bool, error) {
+	g := r.g
+	s := sm.Inputs[0]
+	full := s.Shape // [B, S, H, T]
+	if len(full) != 4 || !isFloat(s.Type) {
+		return false, nil
+	}
+	if ax := sm.Attr("axis"); ax == nil || (ax.I != -1 && ax.I != 3) {
+		return false, nil
+	}
+	B, S, H, T := full[0], full[1], full[2], full[3]
+	rows := symshape.Mul(S, H)
+	p3n := soleConsumer(g, out0(sm))
+	if !r.dev(p3n, "Reshape") || !shapeEqual(out0(p3n).Shape, []symshape.Expr{B, rows, T}) {
+		return false, nil
+	}
+	mm2 := soleConsumer(g, out0(p3n))
+	if !r.dev(mm2, "MatMul") || in(mm2, 0) != out0(p3n) || in(mm2, 1) == nil {
+		return false, nil
+	}
+	v3, o3 := in(mm2, 1), out0(mm2)
+	if len(v3.Shape) != 3 || !v3.Shape[1].Equal(T) || len(o3.Shape) != 3 || !shapeEqual(o3.Shape, []symshape.Expr{B, rows, v3.Shape[2]}) {
+		return false, nil
+	}
+	D := v3.Shape[2]
+	// The scores, back to the 3-D product.
+	full4 := []symshape.Expr{B, H, S, T}
+	var mask *graph.Value
+	var nodes, dead []*graph.Node
+	causal, scaled, merged := false, false, false
+	scale := 1.0
+	var mm *graph.Node
+	v, consumer := s, sm
+	for steps := 0; steps < 16 && mm == nil; steps++ {
+		if !onlyUse(g, v, consumer) {
+			return false, nil
+		}
+		p := v.Producer
+		switch {
+		case merged && r.dev(p, "MatMul"):
+			mm = p
+		case r.dev(p, "Mul", "Div"):
+			moved := false
+			for _, x := range p.Inputs {
+				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, v.Shape) {
+					scale *= f
+					scaled = true
+					nodes = append(nodes, p)
+					consumer, v, moved = p, x, true
+					break
+				}
+			}
+			if !moved {
+				return false, nil
+			}
+		case !merged && r.dev(p, "Reshape") && shapeEqual(p.Inputs[0].Shape, []symshape.Expr{B, rows, T}):
+			merged = true
+			nodes = append(nodes, p)
+			consumer, v = p, p.Inputs[0]
+		case !merged && r.dev(p, "Add") && mask == nil && !scaled && len(p.Inputs) == 2:
+			i := 0
+			if !shapeEqual(p.Inputs[0].Shape, full) {
+				i = 1
+			}
+			x, m := p.Inputs[i], p.Inputs[1-i]
+			// A mask the same for every query and head reads the same in
+			// either layout.
+			ms := m.Shape
+			if x == m || !shapeEqual(x.Shape, full) || !isFloat(m.Type) || !broadcastsTo(ms, full) ||
+				(len(ms) >= 2 && !isOne(ms[len(ms)-2])) || (len(ms) >= 3 && !isOne(ms[len(ms)-3])) {
+				return false, nil
+			}
+			mask = m
+			nodes = append(nodes, p)
+			consumer, v = p, x
+		case !merged && r.dev(p, "Where") && !causal && !scaled && len(p.Inputs) == 3:
+			m, ok := scalar(p.Inputs[2])
+			if !ok || m > -1e4 || !shapeEqual(p.Inputs[1].Shape, full) {
+				return false, nil
+			}
+			t := p.Inputs[0].Producer
+			tp, ok := t.AttrInts("perm")
+			if !is(t, "Transpose") || !ok || len(tp) != 4 || tp[0] != 0 || tp[1] != 2 || tp[2] != 1 || tp[3] != 3 {
+				return false, nil
+			}
+			cn, ok := causalCond(t.Inputs[0], full4)
+			if !ok {
+				return false, nil
+			}
+			causal = true
+			nodes = append(nodes, p)
+			dead = append(append(dead, t), cn...)
+			consumer, v = p, p.Inputs[1]
+		default:
+			return false, nil
+		}
+	}
+	if mm == nil || len(mm.Inputs) != 2 {
+		return false, nil
+	}
+	// Q3 is a Reshape of q (not a merge of batch and heads): walk by hand.
+	qv, qscale := mm.Inputs[0], 1.0
+	var qnodes []*graph.Node
+	for steps := 0; steps < 4; steps++ {
+		p := qv.Producer
+		if is(p, "Mul", "Div") {
+			moved := false
+			for _, x := range p.Inputs {
+				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, qv.Shape) {
+					qscale *= f
+					qnodes = append(qnodes, p)
+					qv, moved = x, true
+					break
+				}
+			}
+			if moved {
+				continue
+			}
+		}
+		break
+	}
+	qr := qv.Producer
+	if !is(qr, "Reshape") || !shapeEqual(qv.Shape, []symshape.Expr{B, rows, D}) {
+		return false, nil
+	}
+	xq := qr.Inputs[0]
+	switch {
+	case len(xq.Shape) == 3 && shapeEqual(xq.Shape, []symshape.Expr{B, S, symshape.Mul(H, D)}):
+	case len(xq.Shape) == 4 && shapeEqual(xq.Shape, []symshape.Expr{B, S, H, D}):
+	default:
+		return false, nil
+	}
+	kv, kscale := mm.Inputs[1], 1.0
+	var knodes []*graph.Node
+	for steps := 0; steps < 4; steps++ {
+		p := kv.Producer
+		if is(p, "Mul", "Div") {
+			moved := false
+			for _, x := range p.Inputs {
+				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, kv.Shape) {
+					kscale *= f
+					knodes = append(knodes, p)
+					kv, moved = x, true
+					break
+				}
+			}
+			if moved {
+				continue
+			}
+		}
+		break
+	}
+	ktn := kv.Producer
+	tp, ok := ktn.AttrInts("perm")
+	if !is(ktn, "Transpose") || !ok || len(tp) != 3 || tp[0] != 0 || tp[1] != 2 || tp[2] != 1 {
+		return false, nil
+	}
+	k3 := ktn.Inputs[0]
+	if len(k3.Shape) != 3 || !k3.Shape[1].Equal(T) || !k3.Shape[2].Equal(D) || !shapeEqual(k3.Shape[:1], v3.Shape[:1]) ||
+		!(k3.Shape[0].Equal(B) || isOne(k3.Shape[0])) || !isFloat(k3.Type) || !isFloat(v3.Type) {
+		return false, nil
+	}
+	// Views: q as [B, S, H, D], K and V as [B, T, 1, D], O as [B, S, H, D].
+	q4, qn, err := r.reshapeTo(xq, []symshape.Expr{B, S, H, D}, qr.Name+"_heads")
+	if err != nil {
+		return false, err
+	}
+	k4, kn, err := r.reshapeTo(k3, []symshape.Expr{k3.Shape[0], T, symshape.Const(1), D}, ktn.Name+"_head")
+	if err != nil {
+		return false, err
+	}
+	v4, vn, err := r.reshapeTo(v3, []symshape.Expr{v3.Shape[0], T, symshape.Const(1), D}, mm2.Name+"_v_head")
+	if err != nil {
+		return false, err
+	}
+	o4 := g.NewValue(o3.Name + "_heads")
+	o4.Type, o4.Shape = o3.Type, []symshape.Expr{B, S, H, D}
+	seqHeads := []int64{0, 2, 1, 3}
+	n := r.newNode("Attention", nameNear(sm, "Attention"), []*graph.Value{q4, k4, v4}, []*graph.Value{o4})
+	if mask != nil {
+		n.Inputs = append(n.Inputs, mask)
+	}
+	setFloat(n, "scale", scale*qscale*kscale)
+	setInts(n, "q_perm", seqHeads)
+	setInts(n, "k_perm", seqHeads)
+	setInts(n, "v_perm", seqHeads)
+	setInts(n, "o_perm", seqHeads)
+	if causal {
+		setInt(n, "causal", 1)
+	}
+	setInt(n, "kv_heads", 1)
+	for _, m := range []*graph.Node{qn, kn, vn} {
+		if err := g.AddNode(m); err != nil {
+			return false, err
+		}
+	}
+	body := append(append([]*graph.Node{mm}, nodes...), sm, p3n, mm2)
+	dead = append(append(append(dead, qnodes...), knodes...), qr, ktn)
+	if err := r.replace(body, n, nil); err != nil {
+		return false, err
+	}
+	// O3 becomes a view of O.
+	shape, err := r.shapeConst(o4, o3.Shape, mm2.Name+"_rows")
+	if err != nil {
+		return false, err
+	}
+	back := &graph.Node{Name: r.uniqueName(mm2.Name + "_rows"), OpType: "Reshape", Inputs: []*graph.Value{o4, shape}, Outputs: []*graph.Value{o3}}
+	if err := g.AddNode(back); err != nil {
+		return false, err
+	}
+	return true, r.removeDead(dead)
+}
+
+// reshapeTo makes (without adding it) a Reshape of x to shape, with its
+// shape as a constant: 0 copies a dim of x, -1 stands for one dim that is
+// neither constant nor x's.
+func (r *rewriter) reshapeTo(x *graph.Value, shape []symshape.Expr, name string) (*graph.Value, *graph.Node, error) {
+	out := r.g.NewValue(name)
+	out.Type, out.Shape = x.Type, shape
+	sv, err := r.shapeConst(x, shape, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, &graph.Node{Name: r.uniqueName(name), OpType: "Reshape", Inputs: []*graph.Value{x, sv}, Outputs: []*graph.Value{out}}, nil
+}
+
+// shapeConst is the constant shape input of a Reshape of x to shape.
+func (r *rewriter) shapeConst(x *graph.Value, shape []symshape.Expr, name string) (*graph.Value, error) {
+	vals := make([]int64, len(shape))
+	free := false
+	for i, d := range shape {
+		if k, ok := d.Const(); ok {
+			vals[i] = k
+			continue
+		}
+		if i < len(x.Shape) && x.Shape[i].Equal(d) {
+			vals[i] = 0
+			continue
+		}
+		if free {
+			return nil, fmt.Errorf("fuse: reshape of %q %s to %s: two free dims", x.Name, symshape.FormatShape(x.Shape), symshape.FormatShape(shape))
+		}
+		free = true
+		vals[i] = -1
+	}
+	v := r.g.NewValue(name + "_shape")
+	t, err := graph.Int64Tensor(v.Name, []int64{int64(len(vals))}, vals)
+	if err != nil {
+		return nil, err
+	}
+	v.Const, v.Type = t, dtype.Int64
+	v.Shape = []symshape.Expr{symshape.Const(int64(len(vals)))}
+	v.Elems = append([]symshape.Expr(nil), shape...)
+	r.g.Initializers = append(r.g.Initializers, v)
+	return v, nil
 }

@@ -159,7 +159,7 @@ func scalar(v *graph.Value) (float64, bool) {
 			return float64(k), true
 		}
 	}
-	return 0, false
+	return shapeScalar(v, 0)
 }
 
 // isScalarConst reports whether v is a one-element constant equal to want.

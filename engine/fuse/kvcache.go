@@ -27,6 +27,18 @@ package fuse
 // and no step copies it. The export's [1, kv_heads, seq, head_dim] new rows
 // are transposed by the write itself.
 //
+// What the export does with its cache besides attention is taken over
+// where it is only bookkeeping: Shape reads of the cache die with the mask
+// and repeat_kv they served; positions computed from the past length
+// (Range(past, past + seq)) become position_ids; constant tables cut to
+// past + seq rows and read by position (rotary caches, also through
+// Expand/Tile into GatherElements) are read whole or cut at the capacity;
+// a combined [batch, total, 2*head_dim] key_value cache split for
+// multi-query attention becomes two caches. The model's own mask must be
+// the same for every head (kv_bias replaces it); a per-head bias (ALiBi)
+// is refused. Any other use is refused with the node named, and
+// engine/generate's Open then runs the model with its cache as exported.
+//
 // The rewritten model takes input_ids [1, seq], position_ids [1, seq]
 // (added when the export derived positions from the past length), kv_slots
 // [1, seq] and kv_bias [1, 1, seq, kv_len], and returns its other outputs
@@ -70,6 +82,14 @@ type kvConcat struct {
 	name    string       // names the cache: src, with the index gathered from a stacked input
 	new     *graph.Value
 	present *graph.Value
+	// combined: a rank-3 [batch, past, 2*head_dim] cache holding keys and
+	// values side by side (GPTBigCode's multi-query key_value), split
+	// into two caches by splitCombined.
+	combined bool
+	// order is the permutation attention must read present through:
+	// identity for [batch, heads, seq, head_dim]; [0, 2, 1, 3] for the
+	// halves of a combined cache, viewed as [batch, seq, 1, head_dim].
+	order [4]int64
 }
 
 // findKVConcats finds the Concats growing a cache: Concat(past, new) along
@@ -89,18 +109,24 @@ func findKVConcats(g *graph.Graph) ([]*kvConcat, string, error) {
 			continue
 		}
 		p, nw, pr := n.Inputs[0], n.Inputs[1], n.Outputs[0]
-		if p == nil || nw == nil || pr == nil || len(pr.Shape) != 4 || len(p.Shape) != 4 || len(nw.Shape) != 4 {
+		if p == nil || nw == nil || pr == nil {
 			continue
 		}
-		if a := n.AttrInt("axis", 0); a != 2 && a != -2 {
+		rank := len(pr.Shape)
+		if (rank != 4 && rank != 3) || len(p.Shape) != rank || len(nw.Shape) != rank {
 			continue
 		}
-		sym, ok := p.Shape[2].SymName()
+		if a := n.AttrInt("axis", 0); a != int64(rank-2) && a != -2 {
+			continue
+		}
+		sym, ok := p.Shape[rank-2].SymName()
 		if !ok {
 			continue
 		}
-		c := &kvConcat{node: n, past: p, new: nw, present: pr}
+		c := &kvConcat{node: n, past: p, new: nw, present: pr, combined: rank == 3, order: [4]int64{0, 1, 2, 3}}
 		switch {
+		case rank == 3 && !inputs[p]:
+			continue
 		case inputs[p]:
 			c.src, c.name = p, p.Name
 		default:
@@ -187,13 +213,18 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 	} else if k, _ := ids.Shape[0].Const(); k != 1 {
 		return rw, fmt.Errorf("input_ids has shape %s; the in-place cache holds one sequence (batch 1)", symshape.FormatShape(ids.Shape))
 	}
-	seq := concats[0].new.Shape[2]
+	seqOf := func(c *kvConcat) symshape.Expr { return c.new.Shape[len(c.new.Shape)-2] }
+	seq := seqOf(concats[0])
 	rw.Seq, _ = seq.SymName()
 	for _, c := range concats {
-		if !c.new.Shape[2].Equal(seq) {
-			return rw, fmt.Errorf("cache Concat %q appends %s rows, %q appends %s", concats[0].node.Name, seq, c.node.Name, c.new.Shape[2])
+		if !seqOf(c).Equal(seq) {
+			return rw, fmt.Errorf("cache Concat %q appends %s rows, %q appends %s", concats[0].node.Name, seq, c.node.Name, seqOf(c))
 		}
-		for _, a := range []int{1, 3} {
+		axes := []int{1, 3}
+		if c.combined {
+			axes = []int{2}
+		}
+		for _, a := range axes {
 			if _, ok := c.new.Shape[a].Const(); !ok {
 				return rw, fmt.Errorf("cache Concat %q: new rows %s have a symbolic head count or head size", c.node.Name, symshape.FormatShape(c.new.Shape))
 			}
@@ -225,6 +256,19 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 		}
 		g.RemoveDeadNodes()
 	}
+	var expanded []*kvConcat
+	for _, c := range concats {
+		if !c.combined || c.node.Graph() == nil {
+			expanded = append(expanded, c)
+			continue
+		}
+		halves, err := splitCombined(g, c)
+		if err != nil {
+			return rw, err
+		}
+		expanded = append(expanded, halves...)
+	}
+	concats = expanded
 	var atts []*graph.Node
 	seen := map[*graph.Node]bool{}
 	var live []*kvConcat
@@ -237,7 +281,7 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 			if m.Domain != tlite.Domain || m.OpType != "Attention" {
 				return rw, fmt.Errorf("cache tensor %q (from %s) is read by node %v, not as K or V of fused attention (%s.Attention); the in-place cache needs attention the fusion pass recognises", c.present.Name, c.name, m, tlite.Domain)
 			}
-			if err := checkAttentionRead(m, c.present); err != nil {
+			if err := checkAttentionRead(m, c.present, c.order); err != nil {
 				return rw, err
 			}
 			if !seen[m] {
@@ -248,6 +292,14 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 	}
 	if len(live) == 0 {
 		return rw, fmt.Errorf("no attention reads the cache tensors")
+	}
+	for _, a := range atts {
+		// kv_bias takes the place of the model's own mask, which must
+		// therefore be a mask: the same for every head. A bias that
+		// differs per head (ALiBi) is more than who-sees-whom.
+		if m := in(a, 3); m != nil && len(m.Shape) == 4 && !isOne(m.Shape[1]) {
+			return rw, fmt.Errorf("attention %v adds %q %s, a bias that differs per head (ALiBi?); kv_bias would replace it", a, m.Name, symshape.FormatShape(m.Shape))
+		}
 	}
 
 	slots, err := addInput(g, KVSlotsInput, dtype.Int64, []symshape.Expr{ids.Shape[0], seq})
@@ -319,13 +371,20 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 	if err := replacePastPositions(g, ids, past, seq); err != nil {
 		return rw, err
 	}
+	if err := unsliceGatheredTables(g); err != nil {
+		return rw, err
+	}
 	g.RemoveDeadNodes()
-
-	// Inputs nothing reads any more: the pasts, the padding mask.
 	sources := map[*graph.Value]bool{}
 	for _, c := range concats {
 		sources[c.src] = true
 	}
+	if err := boundTablesByCapacity(g, res, ids, sources, past, maxContext); err != nil {
+		return rw, err
+	}
+	g.RemoveDeadNodes()
+
+	// Inputs nothing reads any more: the pasts, the padding mask.
 	var ins []*graph.Value
 	for _, v := range g.Inputs {
 		if len(v.Consumers) == 0 && (sources[v] || v.Name == "attention_mask") {
@@ -352,6 +411,88 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 	}
 	sort.Strings(res.Symbols)
 	return rw, nil
+}
+
+// splitCombined turns a combined [batch, total, 2*head_dim] cache into two
+// caches, keys and values: present must be read only by a Split of its last
+// axis into two halves, each read only by a Reshape to [batch, total, 1,
+// head_dim] (what fused attention reads; see attentionFolded). The new rows
+// are split the same way, so that each half is written to its own buffer.
+func splitCombined(g *graph.Graph, c *kvConcat) ([]*kvConcat, error) {
+	refuse := func(why string, args ...any) ([]*kvConcat, error) {
+		return nil, fmt.Errorf("cache tensor %q (from %s): %s", c.present.Name, c.name, fmt.Sprintf(why, args...))
+	}
+	if len(c.present.Consumers) != 1 {
+		return refuse("read by %d nodes; a rank-3 cache is served when it holds keys and values side by side and one Split parts them for fused attention", len(c.present.Consumers))
+	}
+	sp := c.present.Consumers[0]
+	if sp.Domain != "" || sp.OpType != "Split" || len(sp.Outputs) != 2 || in(sp, 0) != c.present {
+		return refuse("read by node %v, not as K or V of fused attention (a rank-3 cache is served when it holds keys and values side by side and one Split parts them)", sp)
+	}
+	if a := sp.AttrInt("axis", 0); a != 2 && a != -1 {
+		return refuse("split along axis %d; want the last", a)
+	}
+	w, _ := c.new.Shape[2].Const()
+	b, total := c.present.Shape[0], c.present.Shape[1]
+	var out []*kvConcat
+	for i, half := range sp.Outputs {
+		if half == nil || len(half.Shape) != 3 || len(half.Consumers) != 1 {
+			return refuse("its %s half is not read by exactly one node", []string{"key", "value"}[i])
+		}
+		d, ok := half.Shape[2].Const()
+		if !ok || 2*d != w {
+			return refuse("split into %s; want two halves of %d", symshape.FormatShape(half.Shape), w/2)
+		}
+		rs := half.Consumers[0]
+		if rs.Domain != "" || rs.OpType != "Reshape" || len(rs.Outputs) != 1 ||
+			!shapeEqual(rs.Outputs[0].Shape, []symshape.Expr{b, total, symshape.Const(1), symshape.Const(d)}) {
+			return refuse("its %s half is read by node %v, not as K or V of fused attention (%s.Attention)", []string{"key", "value"}[i], rs, tlite.Domain)
+		}
+		out = append(out, &kvConcat{node: rs, past: c.past, src: c.src, name: c.name + []string{"[key]", "[value]"}[i],
+			present: rs.Outputs[0], order: [4]int64{0, 2, 1, 3}})
+	}
+	// The new rows, split alike, as [batch, 1, seq, head_dim].
+	seq := c.new.Shape[1]
+	d := w / 2
+	var halves []*graph.Value
+	for i := range out {
+		h := g.NewValue(c.node.Name + []string{"_new_key", "_new_value"}[i])
+		h.Type, h.Shape = c.new.Type, []symshape.Expr{b, seq, symshape.Const(d)}
+		halves = append(halves, h)
+	}
+	split := &graph.Node{Name: c.node.Name + "_new_split", OpType: "Split", Inputs: append([]*graph.Value(nil), sp.Inputs...), Outputs: halves, Attrs: map[string]*graph.Attr{}}
+	split.Inputs[0] = c.new
+	for k, a := range sp.Attrs {
+		split.Attrs[k] = a
+	}
+	if err := g.AddNode(split); err != nil {
+		return nil, err
+	}
+	for i, h := range halves {
+		// [batch, seq, d] -> [batch, seq, 1, d] (a view), then to the
+		// logical order the cache write reads through.
+		h4 := g.NewValue(h.Name + "_rows")
+		h4.Type, h4.Shape = h.Type, []symshape.Expr{b, seq, symshape.Const(1), symshape.Const(d)}
+		sh4, err := graph.Int64Tensor(h.Name+"_rows_shape", []int64{4}, []int64{0, 0, 1, d})
+		if err != nil {
+			return nil, err
+		}
+		sv := g.NewValue(h.Name + "_rows_shape")
+		sv.Const, sv.Type, sv.Shape = sh4, dtype.Int64, []symshape.Expr{symshape.Const(4)}
+		sv.Elems = append([]symshape.Expr(nil), h4.Shape...)
+		g.Initializers = append(g.Initializers, sv)
+		if err := g.AddNode(&graph.Node{Name: h.Name + "_rows", OpType: "Reshape", Inputs: []*graph.Value{h, sv}, Outputs: []*graph.Value{h4}}); err != nil {
+			return nil, err
+		}
+		nw := g.NewValue(h.Name + "_heads")
+		nw.Type, nw.Shape = h.Type, []symshape.Expr{b, symshape.Const(1), seq, symshape.Const(d)}
+		if err := g.AddNode(&graph.Node{Name: h.Name + "_heads", OpType: "Transpose", Inputs: []*graph.Value{h4}, Outputs: []*graph.Value{nw},
+			Attrs: map[string]*graph.Attr{"perm": {Name: "perm", Kind: graph.KindInts, Ints: []int64{0, 2, 1, 3}}}}); err != nil {
+			return nil, err
+		}
+		out[i].new = nw
+	}
+	return out, nil
 }
 
 // fromPresents reports whether v is a cache tensor or is assembled from
@@ -393,8 +534,9 @@ func allReadByAttention(concats []*kvConcat) bool {
 }
 
 // checkAttentionRead checks that attention node a reads present only as K
-// or V, in its natural [batch, heads, seq, head_dim] order.
-func checkAttentionRead(a *graph.Node, present *graph.Value) error {
+// or V, through permutation order (identity: present is [batch, heads,
+// seq, head_dim]).
+func checkAttentionRead(a *graph.Node, present *graph.Value, order [4]int64) error {
 	for i, v := range a.Inputs {
 		if v != present {
 			continue
@@ -403,8 +545,12 @@ func checkAttentionRead(a *graph.Node, present *graph.Value) error {
 			return fmt.Errorf("attention %v reads cache tensor %q as input %d; want K (1) or V (2)", a, present.Name, i)
 		}
 		attr := []string{"", "k_perm", "v_perm"}[i]
-		if p, ok := a.AttrInts(attr); ok && !(len(p) == 4 && p[0] == 0 && p[1] == 1 && p[2] == 2 && p[3] == 3) {
-			return fmt.Errorf("attention %v reads cache tensor %q through %s %v; want it in [batch, heads, seq, head_dim] order", a, present.Name, attr, p)
+		p, ok := a.AttrInts(attr)
+		if !ok {
+			p = []int64{0, 1, 2, 3}
+		}
+		if !(len(p) == 4 && p[0] == order[0] && p[1] == order[1] && p[2] == order[2] && p[3] == order[3]) {
+			return fmt.Errorf("attention %v reads cache tensor %q through %s %v; want %v", a, present.Name, attr, p, order)
 		}
 	}
 	return nil
@@ -466,6 +612,276 @@ func replacePastPositions(g *graph.Graph, ids *graph.Value, past string, seq sym
 		}
 	}
 	return nil
+}
+
+// unsliceGatheredTables lets Gathers read whole constant tables that the
+// export first cuts to the current length: Hugging Face's rotary caches
+// cos_cached[:seq_len] with seq_len = past + seq, then gathered by
+// position_ids. Gathering rows of the whole table gives the same rows, and
+// the cut was the only thing tying the table to the past length.
+func unsliceGatheredTables(g *graph.Graph) error {
+	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
+		if n.Graph() != g || n.Domain != "" || n.OpType != "Slice" || len(n.Inputs) < 3 || len(n.Outputs) != 1 {
+			continue
+		}
+		table, out := n.Inputs[0], n.Outputs[0]
+		if table == nil || out == nil || table.Const == nil || len(table.Shape) == 0 || isOutput(g, out) || len(out.Consumers) == 0 {
+			continue
+		}
+		starts, ok := knownInts(in(n, 1))
+		if !ok || len(starts) != 1 || !starts[0].Equal(symshape.Const(0)) {
+			continue
+		}
+		if a := in(n, 3); a != nil {
+			axes, ok := knownInts(a)
+			if !ok || len(axes) != 1 {
+				continue
+			}
+			if k, ok := axes[0].Const(); !ok || (k != 0 && k != -int64(len(table.Shape))) {
+				continue
+			}
+		}
+		if st := in(n, 4); st != nil {
+			steps, ok := knownInts(st)
+			if !ok || len(steps) != 1 || !steps[0].Equal(symshape.Const(1)) {
+				continue
+			}
+		}
+		gathers := true
+		for _, m := range out.Consumers {
+			if m.Domain != "" || m.OpType != "Gather" || m.AttrInt("axis", 0) != 0 || in(m, 0) != out || in(m, 1) == out {
+				gathers = false
+			}
+		}
+		if !gathers {
+			continue
+		}
+		for _, m := range append([]*graph.Node(nil), out.Consumers...) {
+			m.Inputs[0] = table
+		}
+		g.Relink()
+		if err := g.RemoveNode(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mentions reports whether any expression of es uses symbol sym.
+func mentions(es []symshape.Expr, sym string) bool {
+	for _, e := range es {
+		for _, s := range e.Symbols() {
+			if s == sym {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// boundTablesByCapacity handles the last legitimate use of the past length
+// once attention reads the cache: cutting constant tables to past + seq
+// rows before reading rows of them by position (GPT-NeoX's cos_cached[:seq_len]
+// expanded, tiled and read with GatherElements). The cut length only has
+// to cover every position, so past becomes capacity - seq (the cut covers
+// the whole cache) and the reads of the past inputs' shapes are given
+// those sizes. Any other use of the past length that is still live (data
+// computed from it, an output sized by it) is left for checkNoPast to
+// name.
+func boundTablesByCapacity(g *graph.Graph, res *infer.Result, ids *graph.Value, sources map[*graph.Value]bool, past string, capacity int) error {
+	vals := func(n *graph.Node) []*graph.Value {
+		return append(append([]*graph.Value(nil), n.Inputs...), n.Outputs...)
+	}
+	uses := false
+	for _, n := range g.Nodes {
+		for _, v := range vals(n) {
+			if v != nil && (mentions(v.Shape, past) || mentions(v.Elems, past)) {
+				uses = true
+			}
+		}
+	}
+	if !uses {
+		return nil
+	}
+	folded := func(n *graph.Node) bool {
+		c, ok := res.Class[n]
+		return ok && c == infer.Folded
+	}
+	// Values holding rows of a cut constant table.
+	cut := map[*graph.Value]bool{}
+	for _, n := range g.Nodes {
+		if n.Domain != "" || len(n.Outputs) != 1 || n.Outputs[0] == nil || folded(n) {
+			continue
+		}
+		x := in(n, 0)
+		switch n.OpType {
+		case "Slice":
+			// Only the end may follow the past length: a start that
+			// does would shift the rows read.
+			starts, ok := knownInts(in(n, 1))
+			if !ok || !constElems(starts) {
+				continue
+			}
+			if x != nil && (x.Const != nil || cut[x]) {
+				cut[n.Outputs[0]] = true
+			}
+		case "Expand", "Tile", "Unsqueeze", "Reshape", "Transpose", "Squeeze", "Identity":
+			if x != nil && cut[x] {
+				cut[n.Outputs[0]] = true
+			}
+		}
+	}
+	for _, n := range g.Nodes {
+		if folded(n) {
+			continue
+		}
+		tainted := false
+		for _, v := range n.Inputs {
+			if v != nil && (mentions(v.Shape, past) || mentions(v.Elems, past)) {
+				tainted = true
+			}
+		}
+		if !tainted {
+			continue
+		}
+		ok := n.Domain == "" && len(n.Outputs) == 1 && cut[n.Outputs[0]]
+		if n.Domain == "" && (n.OpType == "Gather" || n.OpType == "GatherElements") && cut[in(n, 0)] &&
+			in(n, 1) != nil && !mentions(in(n, 1).Shape, past) && !mentions(in(n, 1).Elems, past) &&
+			len(n.Outputs) == 1 && !mentions(n.Outputs[0].Shape, past) {
+			ok = true
+		}
+		if !ok {
+			return nil // not only table cuts: checkNoPast names the node
+		}
+	}
+	for _, v := range g.Outputs {
+		if mentions(v.Shape, past) {
+			return nil
+		}
+	}
+	// The past inputs' shapes, with past = capacity - seq.
+	seq := ids.Shape[1]
+	repl := map[string]symshape.Expr{past: symshape.Sub(symshape.Const(int64(capacity)), seq)}
+	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
+		x := in(n, 0)
+		if x == nil || !sources[x] {
+			continue
+		}
+		if !folded(n) || n.Domain != "" || n.OpType != "Shape" || len(n.Outputs) != 1 {
+			return nil
+		}
+		if err := pastShape(g, res, n, ids, repl); err != nil {
+			return err
+		}
+	}
+	for _, n := range g.Nodes {
+		for _, v := range vals(n) {
+			if v == nil {
+				continue
+			}
+			for i, e := range v.Shape {
+				v.Shape[i] = e.Substitute(repl)
+			}
+			for i, e := range v.Elems {
+				v.Elems[i] = e.Substitute(repl)
+			}
+		}
+	}
+	return nil
+}
+
+// pastShape replaces sh = Shape(past input) (start/end attributes
+// included) by the same sizes with the past length substituted, computed
+// from input_ids' shape: Concat of Shape(input_ids) pieces and constants,
+// all folded.
+func pastShape(g *graph.Graph, res *infer.Result, sh *graph.Node, ids *graph.Value, repl map[string]symshape.Expr) error {
+	out := sh.Outputs[0]
+	want := make([]symshape.Expr, len(out.Elems))
+	for i, e := range out.Elems {
+		want[i] = e.Substitute(repl)
+	}
+	// input_ids' shape is [batch, seq]: each wanted element is a
+	// constant, or batch, or capacity - seq; make them one by one.
+	idsShape := g.NewValue(out.Name + "_ids_shape")
+	idsShape.Type, idsShape.Shape, idsShape.Elems = dtype.Int64, []symshape.Expr{symshape.Const(2)}, append([]symshape.Expr(nil), ids.Shape...)
+	nodes := []*graph.Node{{Name: sh.Name + "_ids", OpType: "Shape", Inputs: []*graph.Value{ids}, Outputs: []*graph.Value{idsShape}}}
+	var parts []*graph.Value
+	for i, e := range want {
+		part := g.NewValue(fmt.Sprintf("%s_%d", out.Name, i))
+		part.Type, part.Shape, part.Elems = dtype.Int64, []symshape.Expr{symshape.Const(1)}, []symshape.Expr{e}
+		k, isConst := e.Const()
+		switch {
+		case isConst:
+			t, err := graph.Int64Tensor(part.Name, []int64{1}, []int64{k})
+			if err != nil {
+				return err
+			}
+			part.Const = t
+			part.Type = dtype.Int64
+			g.Initializers = append(g.Initializers, part)
+		default:
+			// e is batch or capacity - seq: Slice input_ids' shape, and
+			// for the latter subtract it from the capacity.
+			axis := int64(0)
+			if !e.Equal(ids.Shape[0]) {
+				axis = 1
+			}
+			idx, err := constInt64(g, fmt.Sprintf("%s_%d_idx", out.Name, i), axis)
+			if err != nil {
+				return err
+			}
+			idx2, err := constInt64(g, fmt.Sprintf("%s_%d_end", out.Name, i), axis+1)
+			if err != nil {
+				return err
+			}
+			sl := part
+			if axis == 1 {
+				sl = g.NewValue(part.Name + "_seq")
+				sl.Type, sl.Shape, sl.Elems = dtype.Int64, []symshape.Expr{symshape.Const(1)}, []symshape.Expr{ids.Shape[1]}
+			}
+			nodes = append(nodes, &graph.Node{Name: part.Name + "_slice", OpType: "Slice", Inputs: []*graph.Value{idsShape, idx, idx2}, Outputs: []*graph.Value{sl}})
+			if axis == 1 {
+				// capacity - seq == e: recover capacity from e.
+				k, ok := symshape.Add(e, ids.Shape[1]).Const()
+				if !ok {
+					return fmt.Errorf("the past length of %q is %s; want batch or capacity - seq", out.Name, e)
+				}
+				capV, err := constInt64(g, part.Name+"_capacity", k)
+				if err != nil {
+					return err
+				}
+				nodes = append(nodes, &graph.Node{Name: part.Name + "_sub", OpType: "Sub", Inputs: []*graph.Value{capV, sl}, Outputs: []*graph.Value{part}})
+			}
+		}
+		parts = append(parts, part)
+	}
+	shape := g.NewValue(out.Name + "_kv")
+	shape.Type, shape.Shape, shape.Elems = dtype.Int64, []symshape.Expr{symshape.Const(int64(len(want)))}, want
+	nodes = append(nodes, &graph.Node{Name: sh.Name + "_kv", OpType: "Concat", Inputs: parts, Outputs: []*graph.Value{shape},
+		Attrs: map[string]*graph.Attr{"axis": {Name: "axis", Kind: graph.KindInt, I: 0}}})
+	for _, n := range nodes {
+		if err := g.AddNode(n); err != nil {
+			return err
+		}
+		res.Class[n] = infer.Folded
+	}
+	if err := g.ReplaceAllUses(out, shape); err != nil {
+		return err
+	}
+	return g.RemoveNode(sh)
+}
+
+// constInt64 adds a one-element int64 initializer.
+func constInt64(g *graph.Graph, name string, k int64) (*graph.Value, error) {
+	v := g.NewValue(name)
+	t, err := graph.Int64Tensor(v.Name, []int64{1}, []int64{k})
+	if err != nil {
+		return nil, err
+	}
+	v.Const, v.Type = t, dtype.Int64
+	v.Shape, v.Elems = []symshape.Expr{symshape.Const(1)}, []symshape.Expr{symshape.Const(k)}
+	g.Initializers = append(g.Initializers, v)
+	return v, nil
 }
 
 // scalarElem is the symbolic content of a one-element value.

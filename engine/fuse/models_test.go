@@ -31,6 +31,13 @@ func TestExportedModels(t *testing.T) {
 			[]string{"Softmax", "Sigmoid", "Transpose"}},
 		{"clip_vision", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.AddLayerNorm): 3, tlite.Key(tlite.MatMulBias): 12},
 			[]string{"Softmax", "Sigmoid"}},
+		// The decoder test bed: attention written the ways Hugging Face
+		// modeling code writes it (see engine/fuse/attention.go).
+		{"hf_llama", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax"}},
+		{"hf_qwen2", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax"}},
+		{"hf_gpt2", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax", "Where"}},
+		{"hf_neox", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax", "Where"}},
+		{"hf_bigcode_mqa", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax", "Where"}},
 		{"resnet", map[string]int{tlite.Key(tlite.FusedElementwise): 4}, []string{"Add"}},
 		{"resnet_bn", map[string]int{tlite.Key(tlite.FusedElementwise): 4}, []string{"Add"}},
 	} {

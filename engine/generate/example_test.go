@@ -53,3 +53,28 @@ func Example() {
 	// Output:
 	// " a man.\n\t\t-- P." (8 tokens, length)
 }
+
+// Open a decoder the default way: the in-place KV cache when the export
+// allows it, else the cache fed back as exported (Decoder.Fallback says
+// why). Both give the same tokens.
+func ExampleOpen() {
+	tok, err := tokenizer.Load("../../testdata/default/tokenizer.json")
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := generate.Open("../../testdata/default/model.onnx", engine.Options{Device: "go"}, 128, generate.Config{LastOnly: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Close()
+	res, err := generate.New(d, tok).Generate(context.Background(), generate.Request{
+		Prompt:       "The secret of life is",
+		MaxNewTokens: 8,
+	}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s: %q\n", d.Mode, res.Text)
+	// Output:
+	// inplace: " a man.\n\t\t-- P."
+}

@@ -85,6 +85,10 @@ type Explicit struct {
 // position_ids (optional), and past inputs named past_key_values.* whose
 // outputs are the same names with "present" in place of "past_key_values".
 func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
+	if s.LastLogits() {
+		// The session has no other rows to return.
+		cfg.LastOnly = true
+	}
 	e := &Explicit{s: s, cfg: cfg, past: map[string]*tensor.Dense{}}
 	outs := map[string]engine.Port{}
 	for _, p := range s.Outputs() {
@@ -338,9 +342,13 @@ func (e *Explicit) run(tokens, positions []int) ([]float32, error) {
 	if lt == nil {
 		return nil, fmt.Errorf("generate: the run returned no %q", e.logits)
 	}
+	rows := seq
+	if e.s.LastLogits() {
+		rows = 1
+	}
 	logits, ok := lt.Data().([]float32)
-	if !ok || len(logits) != seq*e.vocab {
-		return nil, fmt.Errorf("generate: output %q is %v %v, want float32 [1, %d, %d]", e.logits, lt.Dtype(), lt.Shape(), seq, e.vocab)
+	if !ok || len(logits) != rows*e.vocab {
+		return nil, fmt.Errorf("generate: output %q is %v %v, want float32 [1, %d, %d]", e.logits, lt.Dtype(), lt.Shape(), rows, e.vocab)
 	}
 	next := make(map[string]*tensor.Dense, len(e.kv))
 	for _, kp := range e.kv {
@@ -428,6 +436,9 @@ func OpenExplicit(path string, opts engine.Options, ctx int, cfg Config) (*Expli
 		return nil, err
 	}
 	opts.Max = maxima
+	if cfg.LastOnly {
+		opts.LastLogits = true
+	}
 	s, err := engine.Open(path, opts)
 	if err != nil {
 		return nil, err

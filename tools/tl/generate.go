@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/generate"
-	"github.com/tlite/tlite/engine/kv"
 	"github.com/tlite/tlite/engine/tokenizer"
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/symshape/infer"
@@ -211,15 +211,6 @@ type llmStepper interface {
 	Close() error
 }
 
-// inPlace is engine/kv's stepper with the session it owns.
-type inPlace struct {
-	*kv.Stepper
-	s *engine.Session
-}
-
-func (p inPlace) Session() *engine.Session { return p.s }
-func (p inPlace) Close() error             { return p.s.Close() }
-
 // openLLM opens a decoder with the plan sized for ctx tokens of context and
 // the KV cache mode asked for.
 func openLLM(model string, opts engine.Options, ctx int, mode string, cfg generate.Config) (llmStepper, error) {
@@ -240,27 +231,26 @@ func openLLM(model string, opts engine.Options, ctx int, mode string, cfg genera
 		return nil, fmt.Errorf("%s has no input_ids input, so it is not a decoder tl can step: for other models use tl bench %s --shape name=1x3x224x224 (or tl run); to export a decoder see models/README.md", model, model)
 	}
 	past := hasPast(m)
-	maxima, err := generate.ContextMaxima(m, ctx, opts.Max)
 	m.Close()
-	if err != nil {
-		return nil, err
-	}
-	opts.Max = maxima
-	opts.KVCache = &engine.KVConfig{MaxContext: ctx}
-	s, err := engine.Open(model, opts)
+	d, err := generate.Open(model, opts, ctx, cfg)
 	if err != nil {
 		if !past && !engine.IsNoDevice(err) {
 			return nil, fmt.Errorf("%w\n%s takes no input named like past_key_values: was it exported without a KV cache? tl steps a decoder token by token and needs past key/value inputs and present outputs (see \"Exporting your own model for tlite\" in models/README.md and models/export/llama.py)", err, model)
 		}
 		return nil, cliError(err)
 	}
-	p, err := kv.NewStepper(s)
-	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("%w (use --kv explicit for this model; a decoder must be exported with past_key_values inputs and present outputs, see models/README.md)", err)
+	if d.Mode != generate.KVInPlace {
+		fmt.Fprintf(statsOut, "tl: in-place KV cache not possible, using --kv explicit: %s\n", d.Fallback)
 	}
-	p.LastOnly = cfg.LastOnly
-	return inPlace{p, s}, nil
+	return d, nil
+}
+
+// kvModeOf is the KV cache mode st runs in.
+func kvModeOf(st llmStepper) string {
+	if d, ok := st.(*generate.Decoder); ok {
+		return d.Mode
+	}
+	return generate.KVExplicit
 }
 
 // generateResult is what generate --json writes: the prompt, the text and
@@ -488,7 +478,7 @@ func runGenerate(args []string) error {
 	if err != nil {
 		return err
 	}
-	out := generateResult{Model: model, Precision: lf.precision(), KV: *lf.kv, Context: ctxLen, ContextFrom: lf.ctxFrom, Prompt: text, PromptIDs: promptIDs,
+	out := generateResult{Model: model, Precision: lf.precision(), KV: kvModeOf(st), Context: ctxLen, ContextFrom: lf.ctxFrom, Prompt: text, PromptIDs: promptIDs,
 		Text: res.Text, TokenIDs: res.Tokens, StopReason: string(res.Reason), Warnings: warnings,
 		SamplingJSON: samplingJSON{Temperature: *temp, TopK: *topK, TopP: *topP, RepetitionPenalty: *rep, Seed: *seed, Greedy: *temp == 0},
 		Stats: generateStatsJSON{PromptTokens: res.PromptTokens, PrefillMs: ms(res.PrefillTime), PrefillTokPerSec: res.PrefillTokPerSec,
@@ -509,8 +499,8 @@ func runGenerate(args []string) error {
 	fmt.Fprintf(statsOut, "context: %d tokens (%s)\n", ctxLen, lf.ctxFrom)
 	fmt.Fprintf(statsOut, "prompt %d tokens: prefill %.1f ms (%.1f tok/s), time to first token %.1f ms\n",
 		res.PromptTokens, ms(res.PrefillTime), res.PrefillTokPerSec, ms(res.FirstTokenTime))
-	fmt.Fprintf(statsOut, "generated %d tokens (%s): decode %.1f ms for %d steps (%.1f tok/s)\n",
-		res.NewTokens, res.Reason, ms(res.DecodeTime), res.DecodeSteps, res.DecodeTokPerSec)
+	fmt.Fprintf(statsOut, "generated %d tokens (%s): decode %.1f ms for %d steps (%.1f tok/s), KV cache %s\n",
+		res.NewTokens, res.Reason, ms(res.DecodeTime), res.DecodeSteps, res.DecodeTokPerSec, out.KV)
 	if *temp > 0 {
 		fmt.Fprintf(statsOut, "sampling: temperature %g, top-k %d, top-p %g, seed %d (--seed %d repeats this run)\n", *temp, *topK, *topP, *seed, *seed)
 	} else {
@@ -553,16 +543,48 @@ func warmUp(st generate.Stepper) error {
 type perplexityResult struct {
 	Model      string     `json:"model"`
 	Device     deviceJSON `json:"device"`
+	KV         string     `json:"kv"`
 	Text       string     `json:"text"`
 	Documents  int        `json:"documents"`
 	Predicted  int        `json:"predicted_tokens"`
 	Loss       float64    `json:"loss"`
 	Perplexity float64    `json:"perplexity"`
-	Window     int        `json:"window"`
-	Context    int        `json:"context"`
+	// Bytes is the UTF-8 length of the documents scored (separators not
+	// counted); BitsPerByte is the summed NLL in bits over it.
+	Bytes       int     `json:"bytes"`
+	BitsPerByte float64 `json:"bits_per_byte"`
+	Window      int     `json:"window"`
+	Context     int     `json:"context"`
 	// ContextFrom says where the context length came from.
-	ContextFrom string  `json:"context_from"`
-	Seconds     float64 `json:"seconds"`
+	ContextFrom string           `json:"context_from"`
+	Buckets     []positionBucket `json:"buckets,omitempty"`
+	Seconds     float64          `json:"seconds"`
+}
+
+// positionBucket is the loss of the predictions at positions [From, To)
+// of their window.
+type positionBucket struct {
+	From      int     `json:"from"`
+	To        int     `json:"to"`
+	Predicted int     `json:"predicted_tokens"`
+	Loss      float64 `json:"loss"`
+}
+
+// parseEdges reads --buckets: ascending positions separated by commas.
+func parseEdges(s string) (*generate.Buckets, error) {
+	var edges []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--buckets %q: %q is not an integer", s, f)
+		}
+		edges = append(edges, v)
+	}
+	b, err := generate.NewBuckets(edges...)
+	if err != nil {
+		return nil, fmt.Errorf("--buckets %q: %w", s, err)
+	}
+	return b, nil
 }
 
 func runPerplexity(args []string) error {
@@ -574,12 +596,14 @@ func runPerplexity(args []string) error {
 	bos := fs.Bool("bos", true, "put the BOS token before each document")
 	noBOS := fs.Bool("no-bos", false, "do not put the BOS token before each document (as generate's --no-bos; same as --bos=false)")
 	eos := fs.Bool("eos", false, "put the EOS token after each document (and score it)")
+	buckets := fs.String("buckets", "", `also report the loss by position in the window, in buckets with these edges (e.g. "0,128,512,2048")`)
 	asJSON := fs.Bool("json", false, "write the result as JSON")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: tl perplexity --model m.onnx --text file.txt [--sep "\n%\n"] [--window N] [--no-bos] [--eos] [--ctx N] [--device d] [--precision fp32|fp16] [--json]`)
+		fmt.Fprintln(fs.Output(), `usage: tl perplexity --model m.onnx --text file.txt [--sep "\n%\n"] [--window N] [--no-bos] [--eos] [--buckets 0,128,512,2048] [--ctx N] [--device d] [--precision fp32|fp16] [--json]`)
+		fmt.Fprintln(fs.Output(), "Bits per byte are the summed NLL in bits over the UTF-8 bytes of the documents scored.")
 		fs.PrintDefaults()
 	}
-	flags, pos := splitArgs(args, llmValued("text", "sep", "window"))
+	flags, pos := splitArgs(args, llmValued("text", "sep", "window", "buckets"))
 	if err := fs.Parse(flags); err != nil {
 		return err
 	}
@@ -610,6 +634,12 @@ func runPerplexity(args []string) error {
 		}
 		docs = strings.Split(string(raw), s)
 	}
+	var bk *generate.Buckets
+	if *buckets != "" {
+		if bk, err = parseEdges(*buckets); err != nil {
+			return err
+		}
+	}
 	st, tok, err := lf.open(model, generate.Config{})
 	if err != nil {
 		return err
@@ -622,7 +652,9 @@ func runPerplexity(args []string) error {
 	addBOS := *bos && tok.Special().BOS >= 0
 	t0 := time.Now()
 	var total generate.Eval
+	nBytes := 0
 	for i, d := range docs {
+		nBytes += len(d)
 		ids, err := tok.Encode(d, tokenizer.EncodeOptions{AddBOS: addBOS})
 		if err != nil {
 			return fmt.Errorf("document %d: %w", i, err)
@@ -630,7 +662,7 @@ func runPerplexity(args []string) error {
 		if *eos {
 			ids = append(ids, eosID)
 		}
-		ev, err := generate.Perplexity(st, ids, *window)
+		ev, err := generate.PerplexityBuckets(st, ids, *window, bk)
 		if err != nil {
 			return fmt.Errorf("document %d: %w", i, err)
 		}
@@ -643,13 +675,35 @@ func runPerplexity(args []string) error {
 	if total.Predicted == 0 {
 		return fmt.Errorf("%s: no token was predicted (each document needs at least two tokens); perplexity is undefined", *textPath)
 	}
-	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
-		Loss: total.Loss(), Perplexity: total.Perplexity(), Window: w, Context: st.MaxContext(), ContextFrom: lf.ctxFrom, Seconds: time.Since(t0).Seconds()}
+	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), KV: kvModeOf(st), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
+		Loss: total.Loss(), Perplexity: total.Perplexity(), Bytes: nBytes, BitsPerByte: total.BitsPerByte(nBytes),
+		Window: w, Context: st.MaxContext(), ContextFrom: lf.ctxFrom, Seconds: time.Since(t0).Seconds()}
+	if bk != nil {
+		for i, ev := range bk.Evals {
+			res.Buckets = append(res.Buckets, positionBucket{From: bk.Edges[i], To: bk.Edges[i+1], Predicted: ev.Predicted, Loss: ev.Loss()})
+		}
+	}
 	if *asJSON {
+		if bk != nil {
+			// JSON has no NaN: an empty bucket's loss is written as 0
+			// beside its zero count.
+			for i := range res.Buckets {
+				if res.Buckets[i].Predicted == 0 {
+					res.Buckets[i].Loss = 0
+				}
+			}
+		}
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, %.1f s; context %d: %s)\n",
-		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.Window, res.Seconds, res.Context, res.ContextFrom)
+	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f, %.4f bits per byte over %d bytes (window %d, KV %s, %.1f s; context %d: %s)\n",
+		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.BitsPerByte, res.Bytes, res.Window, res.KV, res.Seconds, res.Context, res.ContextFrom)
+	if len(res.Buckets) > 0 {
+		tb := newTable("positions", "predicted", "loss", "perplexity").alignRight(1, 2, 3)
+		for _, b := range res.Buckets {
+			tb.add(fmt.Sprintf("%d-%d", b.From, b.To), b.Predicted, fmt.Sprintf("%.4f", b.Loss), fmt.Sprintf("%.2f", math.Exp(b.Loss)))
+		}
+		tb.write(stdout)
+	}
 	return nil
 }
 

@@ -79,6 +79,7 @@ type llmBenchResult struct {
 	Params     int64      `json:"params"`
 	Device     deviceJSON `json:"device"`
 	Precision  string     `json:"precision"`
+	KV         string     `json:"kv"`
 	Context    int        `json:"context"`
 	Runs       int        `json:"runs"`
 	Warmup     int        `json:"warmup"`
@@ -173,6 +174,7 @@ func runLLMBench(args []string) error {
 	defer st.Close()
 	loadMs := ms(time.Since(t0))
 	res.Device = deviceOf(st.Session())
+	res.KV = kvModeOf(st)
 	rng := rand.New(rand.NewSource(*seed))
 	ids := make([]int, maxP)
 	for i := range ids {
@@ -235,8 +237,8 @@ func runLLMBench(args []string) error {
 			fmt.Fprintf(stdout, "%s: time to first token %.2f ms (min %.2f, max %.2f)\n", tt.Name, tt.TTFTMs.Median, tt.TTFTMs.Min, tt.TTFTMs.Max)
 		}
 	}
-	fmt.Fprintf(stdout, "memory: peak RSS %.0f MiB, activations %s (plan for %d tokens of context)\n",
-		res.PeakRSSMiB, memplan.Bytes(res.ActBytes), res.Context)
+	fmt.Fprintf(stdout, "memory: peak RSS %.0f MiB, activations %s (plan for %d tokens of context); KV cache: %s\n",
+		res.PeakRSSMiB, memplan.Bytes(res.ActBytes), res.Context, res.KV)
 	fmt.Fprintf(stdout, "device: %s; startup: %s\n", st.Session().Device(), res.Startup.line())
 	if opts.Profile {
 		rows, err := st.Session().Profile()

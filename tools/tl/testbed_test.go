@@ -14,11 +14,11 @@ import (
 
 // The decoder test bed (models/export/hf_*.py): decoders shaped like the
 // Hugging Face modeling code people export. With the cache fed back as
-// exported (--kv explicit), these reproduce PyTorch's 32 greedy tokens
-// today on both backends. hf_bloom (int64 CumSum), hf_gqa_interleave (an
-// exporter mistake) and in-place KV on all of them do not run yet; see
-// issue 9.
-func TestTestBedExplicitGreedy(t *testing.T) {
+// exported (--kv explicit) and with the default in-place cache, these
+// reproduce PyTorch's 32 greedy tokens on both backends, and the mode
+// asked for is the mode in effect. hf_bloom (int64 CumSum; ALiBi) and
+// hf_gqa_interleave (an exporter mistake) do not run; see issue 9.
+func TestTestBedGreedy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
@@ -39,14 +39,17 @@ func TestTestBedExplicitGreedy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, dev := range []string{"", "go"} {
-			t.Run(name+"/"+map[string]string{"": "opencl", "go": "go"}[dev], func(t *testing.T) {
-				st, err := openLLM(filepath.Join(dir, "model.onnx"), engine.Options{Device: dev}, 64, "explicit",
+		for _, c := range []struct{ dev, kv string }{{"", "explicit"}, {"go", "explicit"}, {"", "inplace"}, {"go", "inplace"}} {
+			t.Run(name+"/"+map[string]string{"": "opencl", "go": "go"}[c.dev]+"/"+c.kv, func(t *testing.T) {
+				st, err := openLLM(filepath.Join(dir, "model.onnx"), engine.Options{Device: c.dev}, 64, c.kv,
 					generate.Config{LastOnly: true})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer st.Close()
+				if got := kvModeOf(st); got != c.kv {
+					t.Fatalf("--kv %s runs in mode %q", c.kv, got)
+				}
 				res, err := generate.New(st, tok).Generate(context.Background(), generate.Request{
 					Tokens: ref.PromptIDs, MaxNewTokens: len(ref.GreedyIDs), IgnoreEOS: true,
 				}, func(string) error { return nil })
