@@ -43,7 +43,10 @@ type compiler struct {
 	byVal map[*graph.Value]*vinfo
 	prog  []*instr
 
-	hostDev   *kernels.HostDevice
+	hostDev *kernels.HostDevice
+	// memLimit is Options.MemoryLimit: it bounds what the host computes
+	// at run time too (0: the memory available).
+	memLimit  int64
 	hostSteps map[*graph.Node]*stepDef
 }
 
@@ -209,6 +212,12 @@ func (c *compiler) node(n *graph.Node) error {
 		return c.hostInstr(n)
 	}
 	if aliasOps[key] {
+		// A view whose shape is only known from data at run time (a
+		// Reshape to a shape read from an input) runs on the host, which
+		// computes the shape and binds its fresh symbols.
+		if c.mintsSymbols(n) {
+			return c.hostInstr(n)
+		}
 		return c.alias(lc)
 	}
 	if fn := lowerings[key]; fn != nil {
@@ -268,6 +277,7 @@ func (c *compiler) alias(lc *lowerCtx) error {
 		return lc.unsupported("view from %v to %v", in.dt, out.dt)
 	}
 	out.root, out.kind = in.root, in.root.kind
+	out.viewOf, out.viewNode = in, n
 	return nil
 }
 
@@ -359,11 +369,14 @@ func (c *compiler) runHost(n *graph.Node, ins []*hostTensor, bind symshape.Bindi
 		}
 		out := n.Outputs[0]
 		dims, err := evalShape(out.Shape, bind)
+		if err != nil && n.OpType == "Reshape" && len(ins) > 1 && ins[1] != nil {
+			dims, err = reshapeDims(ins[0].shape, ins[1], n.AttrInt("allowzero", 0) != 0)
+		}
 		if err != nil {
 			return nil, err
 		}
 		if numel(dims) != numel(ins[0].shape) {
-			return nil, fmt.Errorf("view of %v as %v", ins[0].shape, dims)
+			return nil, fmt.Errorf("a view of %v (%d elements) as %v (%d elements)", ins[0].shape, numel(ins[0].shape), dims, numel(dims))
 		}
 		return []*hostTensor{{dt: ins[0].dt, shape: dims, data: ins[0].data}}, nil
 	}
@@ -418,7 +431,13 @@ func (c *compiler) runHost(n *graph.Node, ins []*hostTensor, bind symshape.Bindi
 		if sz == 0 {
 			return nil, fmt.Errorf("output %q: element type %v is not supported", o.Name, vi.dt)
 		}
-		b, _ := allocBuffer(dev, numel(dims)*sz)
+		if err := c.checkHostBytes(fmt.Sprintf("output %q", o.Name), dims, sz); err != nil {
+			return nil, err
+		}
+		b, err := allocBuffer(dev, numel(dims)*sz)
+		if err != nil {
+			return nil, err
+		}
 		x.refs[vi.id] = tref{b: b}
 		outs[k] = &hostTensor{dt: vi.dt, shape: dims, data: b.host()}
 	}
@@ -427,7 +446,13 @@ func (c *compiler) runHost(n *graph.Node, ins []*hostTensor, bind symshape.Bindi
 		if err != nil {
 			return nil, err
 		}
-		b, _ := allocBuffer(dev, int(sz))
+		if err := c.checkHostBytes("scratch", []int{int(sz)}, 1); err != nil {
+			return nil, err
+		}
+		b, err := allocBuffer(dev, int(sz))
+		if err != nil {
+			return nil, err
+		}
 		x.scratch = append(x.scratch, tref{b: b})
 	}
 	if err := sd.run(x); err != nil {
@@ -458,4 +483,58 @@ type hostCtx struct {
 	n     *graph.Node
 	opset int64
 	bind  symshape.Binding
+}
+
+// mintsSymbols reports whether shape inference minted a fresh symbol at
+// node n (a size only known from data at run time).
+func (c *compiler) mintsSymbols(n *graph.Node) bool {
+	for _, f := range c.res.Fresh {
+		if f.Node == n.Name && n.Name != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// reshapeDims is ONNX Reshape's output shape for data of shape in and the
+// target shape tensor (0 copies the input dim unless allowzero, one -1 is
+// inferred), or an error when the element counts cannot match.
+func reshapeDims(in []int, shape *hostTensor, allowzero bool) ([]int, error) {
+	want, err := shape.ints()
+	if err != nil {
+		return nil, fmt.Errorf("the target shape: %w", err)
+	}
+	total := numel(in)
+	dims := make([]int, len(want))
+	infer, known := -1, 1
+	for i, d := range want {
+		switch {
+		case d == -1 && infer < 0:
+			infer = i
+			continue
+		case d == 0 && !allowzero:
+			if i >= len(in) {
+				return nil, fmt.Errorf("target shape %v copies dim %d of the input %v, which has rank %d", want, i, in, len(in))
+			}
+			dims[i] = in[i]
+		case d < 0 || d > int64(total)+1:
+			return nil, fmt.Errorf("target shape %v has dim %d = %d for an input of %d elements", want, i, d, total)
+		default:
+			dims[i] = int(d)
+		}
+		known *= max(dims[i], 1)
+		if dims[i] == 0 {
+			known = 0
+		}
+	}
+	if infer >= 0 {
+		if known == 0 || total%known != 0 {
+			return nil, fmt.Errorf("cannot reshape %v (%d elements) to %v", in, total, want)
+		}
+		dims[infer] = total / known
+	}
+	if numel(dims) != total {
+		return nil, fmt.Errorf("cannot reshape %v (%d elements) to %v (%d elements)", in, total, want, numel(dims))
+	}
+	return dims, nil
 }

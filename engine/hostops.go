@@ -109,8 +109,15 @@ func hostRange(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 	if delta == 0 {
 		return nil, fmt.Errorf("delta is 0")
 	}
-	n := int(max(math.Ceil((limit-start)/delta), 0))
+	nf := max(math.Ceil((limit-start)/delta), 0)
 	dt := ins[0].dt
+	if nf > math.MaxInt32*64 {
+		return nil, fmt.Errorf("%g elements from %g to %g by %g: too many", nf, start, limit, delta)
+	}
+	n := int(nf)
+	if err := hc.c.checkHostBytes("output", []int{n}, hostSize(dt)); err != nil {
+		return nil, err
+	}
 	out := newHostTensor(dt, []int{n})
 	for i := 0; i < n; i++ {
 		if dt.IsFloat() {

@@ -35,6 +35,10 @@ type vinfo struct {
 	// root is the value whose storage this one shares (Reshape and the other
 	// views alias their input); a value is its own root otherwise.
 	root *vinfo
+	// viewOf is the input a view (alias) was made of, and viewNode its
+	// node: at run time the view must hold as many elements as it.
+	viewOf   *vinfo
+	viewNode *graph.Node
 
 	// Device residence, for roots.
 	req      int  // memory-plan request, -1 for none
@@ -379,6 +383,14 @@ func (x *exec) shape(v *vinfo) []int {
 		d[i] = int(k)
 	}
 	x.dims[v.id] = d
+	if v.viewOf != nil && x.err == nil {
+		// A view whose symbols the inputs bound to sizes the derivation
+		// assumed away (a Reshape of n elements to [2, 3] at n = 5).
+		if src := x.shape(v.viewOf); x.err == nil && numel(src) != numel(d) {
+			x.err = fmt.Errorf("node %q (%s): a view of %s %v (%d elements) as %v (%d elements)",
+				v.viewNode.Name, v.viewNode.OpType, v.viewOf.name, src, numel(src), d, numel(d))
+		}
+	}
 	return d
 }
 

@@ -259,6 +259,12 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 	}
 	causal := n.AttrInt("causal", 0) != 0
 	kvHeads := n.AttrInt("kv_heads", 0)
+	var stats *attnStat
+	if sess := lc.c.s; sess.kvStats && !lc.host && sess.kvCacheSet[k.root] {
+		if stats, err = attnStatFor(lc, q, perms[0]); err != nil {
+			return nil, err
+		}
+	}
 	return &stepDef{kernel: "attention", run: func(ex *exec) error {
 		qs, ks, vs, os := ex.shape(q), ex.shape(k), ex.shape(v), ex.shape(o)
 		dim := func(d []int, t, l int) int { return d[perms[t][l]] }
@@ -312,6 +318,13 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 			return ex.err
 		}
 		p.Mask = optBuf(mref)
-		return ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p)
+		if stats == nil {
+			return ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p)
+		}
+		p.LSE = stats.lse.m
+		if err := ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p); err != nil {
+			return err
+		}
+		return stats.run(ex.dev, s, ex.ref(q).buf(), ex.ref(k).buf(), p)
 	}}, nil
 }

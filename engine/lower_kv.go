@@ -10,6 +10,7 @@ package engine
 // cache and on copy traffic.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -64,6 +65,11 @@ type KVConfig struct {
 	// means DefaultKVPad, 1 no padding. The session does not pad by itself:
 	// it is the policy engine/kv follows when building kv_bias.
 	Pad int
+	// AttentionStats makes every attention that reads the cache also sum
+	// each slot's softmax probabilities over the run's rows and count the
+	// rows that may attend it (Session.AttentionStats): one more kernel per
+	// layer and 12 bytes per query head and slot of device memory.
+	AttentionStats bool
 }
 
 // normalized fills the defaults and validates.
@@ -89,6 +95,12 @@ type KVLayer struct {
 	HeadDim int
 	// Bytes is the buffer's device size.
 	Bytes int64
+	// RowBytes is one slot's keys or values (KVHeads x HeadDim elements of
+	// the store type): the unit ReadKVSlots and WriteKVSlots copy.
+	RowBytes int
+	// Store is the element type the buffer holds: "float32" or "float16"
+	// (Options.Precision).
+	Store string
 }
 
 // KVInfo describes the in-place KV cache of a session opened with
@@ -133,6 +145,11 @@ func (s *Session) KVInfo() (KVInfo, bool) {
 			l.KVHeads, l.HeadDim = int(h), int(d)
 		}
 		l.Bytes = int64(info.MaxContext) * int64(l.KVHeads) * int64(l.HeadDim) * int64(esz)
+		l.RowBytes = l.KVHeads * l.HeadDim * esz
+		l.Store = "float32"
+		if esz == 2 {
+			l.Store = "float16"
+		}
 		info.Layers = append(info.Layers, l)
 	}
 	return info, found
@@ -165,6 +182,182 @@ func (s *Session) applyKVCache(g *graph.Graph, res *infer.Result, opts *Options)
 		maxima[rw.Batch] = 1
 	}
 	opts.Max = maxima
+	s.kvStats, s.kvCap = cfg.AttentionStats, cfg.MaxContext
+	return nil
+}
+
+// kvCaches returns the cache buffers in KVInfo's order.
+func (s *Session) kvCaches() []*vinfo {
+	var out []*vinfo
+	for _, in := range s.c.prog {
+		n := in.node
+		if in.kind == iDevice && n.Domain == tlite.Domain && n.OpType == "KVWrite" {
+			out = append(out, s.c.info(n.Outputs[0]).root)
+		}
+	}
+	return out
+}
+
+// ReadKVSlots copies the rows of the given slots of cache buffer layer
+// (an index into KVInfo().Layers) into dst, slot after slot, each
+// KVLayer.RowBytes long, in the buffer's store type: dst must hold exactly
+// len(slots) rows. Runs of consecutive slots are one device read each.
+// It waits for the runs enqueued before it, and is serialised with Run.
+func (s *Session) ReadKVSlots(layer int, slots []int, dst []byte) error {
+	return s.kvSlots("ReadKVSlots", layer, slots, dst, false)
+}
+
+// WriteKVSlots copies src, len(slots) rows of KVLayer.RowBytes in the
+// buffer's store type, into the given slots of cache buffer layer. Slots
+// must be distinct. Runs of consecutive slots are one device write each.
+func (s *Session) WriteKVSlots(layer int, slots []int, src []byte) error {
+	return s.kvSlots("WriteKVSlots", layer, slots, src, true)
+}
+
+// ReadAllKVSlots reads the given slots of every cache buffer into dst,
+// buffer-major (buffer 0's len(slots) rows, then buffer 1's, ...), with one
+// device-to-host copy in all: each buffer's rows are gathered on the
+// device into a staging buffer first. WriteAllKVSlots is its inverse
+// (one host-to-device copy, then one scatter per buffer). For slots that
+// are not one contiguous run they beat per-buffer copies by the number of
+// runs times the buffers.
+func (s *Session) ReadAllKVSlots(slots []int, dst []byte) error {
+	return s.allKVSlots("ReadAllKVSlots", slots, dst, false)
+}
+
+// WriteAllKVSlots writes src, laid out as ReadAllKVSlots returns it, into
+// the given (distinct) slots of every cache buffer.
+func (s *Session) WriteAllKVSlots(slots []int, src []byte) error {
+	return s.allKVSlots("WriteAllKVSlots", slots, src, true)
+}
+
+func (s *Session) allKVSlots(what string, slots []int, p []byte, write bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("engine: %s on a closed session", what)
+	}
+	info, ok := s.KVInfo()
+	if !ok {
+		return fmt.Errorf("engine: %s: the session has no in-place KV cache", what)
+	}
+	total := 0
+	for _, l := range info.Layers {
+		total += l.RowBytes
+	}
+	if len(p) != len(slots)*total {
+		return fmt.Errorf("engine: %s: %d bytes for %d slots of %d bytes across %d buffers", what, len(p), len(slots), total, len(info.Layers))
+	}
+	if err := checkSlots(what, slots, info.MaxContext, write); err != nil {
+		return err
+	}
+	if len(slots) == 0 {
+		return nil
+	}
+	idx := make([]byte, 8*len(slots))
+	for i, sl := range slots {
+		binary.LittleEndian.PutUint64(idx[8*i:], uint64(sl))
+	}
+	ib, err := allocBuffer(s.dev, len(idx))
+	if err != nil {
+		return fmt.Errorf("engine: %s: %w", what, err)
+	}
+	defer s.dev.Release(ib.m)
+	stage, err := allocBuffer(s.dev, len(p))
+	if err != nil {
+		return fmt.Errorf("engine: %s: staging %d bytes: %w", what, len(p), err)
+	}
+	defer s.dev.Release(stage.m)
+	if err := s.dev.Write(ib.m, 0, idx); err != nil {
+		return fmt.Errorf("engine: %s: %w", what, err)
+	}
+	if write {
+		if err := s.dev.Write(stage.m, 0, p); err != nil {
+			return fmt.Errorf("engine: %s: %w", what, err)
+		}
+	}
+	caches := s.kvCaches()
+	off, n := 0, len(slots)
+	for i, l := range info.Layers {
+		esz := l.RowBytes / (l.KVHeads * l.HeadDim)
+		cache := s.x.refs[caches[i].id].buf()
+		part := kernels.Buf{Mem: stage.m.Mem, Host: stage.m.Host, Off: off / esz}
+		if write {
+			cv := kernels.View{Shape: []int{1, l.KVHeads, info.MaxContext, l.HeadDim}, Strides: []int{info.MaxContext * l.KVHeads * l.HeadDim, l.HeadDim, l.KVHeads * l.HeadDim, 1}}
+			sv := kernels.View{Shape: []int{1, l.KVHeads, n, l.HeadDim}, Strides: []int{n * l.KVHeads * l.HeadDim, l.HeadDim, l.KVHeads * l.HeadDim, 1}}
+			err = s.dev.KVWrite(esz, cache, cv, part, sv, ib.m, dtype.Int64, false)
+		} else {
+			err = s.dev.Gather(esz, cache, []int{info.MaxContext, l.KVHeads * l.HeadDim}, 0, ib.m, dtype.Int64, n, part)
+		}
+		if err != nil {
+			return fmt.Errorf("engine: %s %s: %w", what, l.Name, err)
+		}
+		off += n * l.RowBytes
+	}
+	if write {
+		// The staging buffer is released on return: the scatters must be done.
+		if err := s.dev.Finish(); err != nil {
+			return fmt.Errorf("engine: %s: %w", what, err)
+		}
+		return nil
+	}
+	if err := s.dev.Read(stage.m, 0, p); err != nil {
+		return fmt.Errorf("engine: %s: %w", what, err)
+	}
+	return nil
+}
+
+// checkSlots validates slot indices (distinct when written).
+func checkSlots(what string, slots []int, capacity int, distinct bool) error {
+	seen := make(map[int]bool, len(slots))
+	for i, sl := range slots {
+		if sl < 0 || sl >= capacity {
+			return fmt.Errorf("engine: %s: slot %d (index %d) outside the cache's %d slots: %w", what, sl, i, capacity, ErrContextFull)
+		}
+		if distinct && seen[sl] {
+			return fmt.Errorf("engine: %s: slot %d written twice", what, sl)
+		}
+		seen[sl] = true
+	}
+	return nil
+}
+
+func (s *Session) kvSlots(what string, layer int, slots []int, p []byte, write bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("engine: %s on a closed session", what)
+	}
+	caches := s.kvCaches()
+	if layer < 0 || layer >= len(caches) {
+		return fmt.Errorf("engine: %s: cache buffer %d of %d", what, layer, len(caches))
+	}
+	info, _ := s.KVInfo()
+	l := info.Layers[layer]
+	if len(p) != len(slots)*l.RowBytes {
+		return fmt.Errorf("engine: %s: %d bytes for %d slots of %d bytes (%s)", what, len(p), len(slots), l.RowBytes, l.Name)
+	}
+	if err := checkSlots(what, slots, info.MaxContext, write); err != nil {
+		return err
+	}
+	b := s.x.refs[caches[layer].id].buf()
+	for i := 0; i < len(slots); {
+		j := i + 1
+		for j < len(slots) && slots[j] == slots[j-1]+1 {
+			j++
+		}
+		off, part := slots[i]*l.RowBytes, p[i*l.RowBytes:j*l.RowBytes]
+		var err error
+		if write {
+			err = s.dev.Write(b, off, part)
+		} else {
+			err = s.dev.Read(b, off, part)
+		}
+		if err != nil {
+			return fmt.Errorf("engine: %s %s slots %d..%d: %w", what, l.Name, slots[i], slots[j-1], err)
+		}
+		i = j
+	}
 	return nil
 }
 
@@ -225,6 +418,10 @@ func lowerKVWrite(lc *lowerCtx) (*stepDef, error) {
 	cache := lc.newConst(n.AttrString("cache", n.Name)+" (kv cache)", newHostTensor(src.dt, []int{capacity, heads, hd}))
 	cache.devUse = true
 	view.root = cache
+	if lc.c.s.kvCacheSet == nil {
+		lc.c.s.kvCacheSet = map[*vinfo]bool{}
+	}
+	lc.c.s.kvCacheSet[cache] = true
 	// [batch 1, heads, slot, head_dim] over the [slot, heads, head_dim] buffer.
 	cv := kernels.View{Shape: []int{1, heads, capacity, hd}, Strides: []int{capacity * heads * hd, hd, heads * hd, 1}}
 	return &stepDef{kernel: "kv", run: func(ex *exec) error {

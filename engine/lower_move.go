@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/kernels"
@@ -58,7 +59,11 @@ func lowerConcat(lc *lowerCtx) (*stepDef, error) {
 			ins = append(ins, v)
 		}
 	}
-	axis, err := normAxis(lc.n.AttrInt("axis", 0), len(y.shape))
+	def := int64(0)
+	if lc.opset < 4 {
+		def = 1 // Concat-1's default; later opsets require the attribute
+	}
+	axis, err := normAxis(lc.n.AttrInt("axis", def), len(y.shape))
 	if err != nil {
 		return nil, lc.unsupported("%v", err)
 	}
@@ -69,6 +74,12 @@ func lowerConcat(lc *lowerCtx) (*stepDef, error) {
 			s := ex.shape(v)
 			if len(s) != len(out.Shape) {
 				return fmt.Errorf("input %d has rank %d, the output %d", i, len(s), len(out.Shape))
+			}
+			// Check before copying: the input must fit where it goes.
+			for a := range s {
+				if (a == axis && at+s[a] > out.Shape[a]) || (a != axis && s[a] != out.Shape[a]) {
+					return fmt.Errorf("input %d of shape %v does not fit the output %v at offset %d along axis %d", i, s, out.Shape, at, axis)
+				}
 			}
 			dv := kernels.View{Shape: s, Strides: out.Strides, Off: at * out.Strides[axis]}
 			if err := ex.dev.Copy(esz, ex.ref(y).buf(), dv, ex.ref(v).buf(), kernels.ContiguousView(s)); err != nil {
@@ -328,6 +339,15 @@ func lowerPad(lc *lowerCtx) (*stepDef, error) {
 		full := make([]int, 2*rank)
 		for i, a := range axes {
 			full[a], full[rank+a] = int(pv[i]), int(pv[len(axes)+i])
+		}
+		// The pads are read at run time: the output they give must be the
+		// shape the plan sized for.
+		want, err := kernels.PadShape(ex.shape(x), full)
+		if err != nil {
+			return err
+		}
+		if got := ex.shape(y); !slices.Equal(want, got) {
+			return fmt.Errorf("pads %v of %v give %v, but the derived output shape is %v", full, ex.shape(x), want, got)
 		}
 		return ex.dev.Pad(esz, ex.ref(x).buf(), ex.shape(x), full, mode, bits, ex.ref(y).buf())
 	}}, nil

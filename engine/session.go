@@ -19,6 +19,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/tlite/tlite/engine/fuse"
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/kernels"
@@ -74,8 +75,24 @@ type Options struct {
 	Precision Precision
 	// Max declares the largest value of input symbols ("batch", "seq", ...):
 	// the memory plan is sized for them and Run refuses larger inputs.
-	// Undeclared symbols get DefaultMaxBatch or DefaultMax.
+	// Undeclared symbols get their value in the shapes InputShapes
+	// returns, else DefaultMaxBatch or DefaultMax. A maximum derived from
+	// the model (see Session.Limits) caps all of them.
 	Max map[string]int64
+	// InputShapes, when set, is called once the inputs' symbolic shapes
+	// are known and returns the concrete shapes (by input name; some may
+	// be left out) the session will be run with: symbols Max does not
+	// declare are bounded by them, so the plan is sized for what is run
+	// instead of for the defaults. Inputs beyond a derived limit are
+	// refused here.
+	InputShapes func(inputs []Port) (map[string][]int, error)
+	// MemoryLimit caps the bytes the plan and constants may take; 0 means
+	// the device's memory (the available memory for the pure-Go device).
+	// A plan beyond it is refused at Open (a *MemoryError).
+	MemoryLimit int64
+	// FoldBytes is the load-time constant-folding budget
+	// (infer.Options.FoldBytes; 0: infer.DefaultFoldBytes).
+	FoldBytes int64
 	// Profile records per-kernel device time; see Session.Profile.
 	Profile bool
 	// Priority is the OpenCL queue priority hint.
@@ -98,6 +115,12 @@ type Options struct {
 	// owned by the session (see lower_kv.go and package engine/kv): its
 	// past inputs and present outputs are rewritten away after Rewrites.
 	KVCache *KVConfig
+	// LastLogits makes a decoder compute its logits for the last position
+	// of each run only (see fuse.LastRow): the logits output becomes
+	// [batch, 1, vocab], and the LM head and final norm skip the prompt's
+	// other rows. For generation; perplexity needs every row. A graph the
+	// rewrite does not recognise opens unchanged (Session.LastLogits says).
+	LastLogits bool
 }
 
 // OpTime is one row of a profile: a node's kernel launches.
@@ -134,7 +157,10 @@ type Session struct {
 	inVals  []*vinfo
 	outVals []*vinfo
 	max     map[string]int64
+	maxFrom map[string]Maximum
+	res     *infer.Result
 	plan    *memplan.Plan
+	reqs    []memplan.Request // the plan's requests, for messages
 	reqRoot []*vinfo
 	slots   []*buffer
 	consts  []*buffer
@@ -144,6 +170,14 @@ type Session struct {
 	goTimes map[string]*OpTime // pure-Go backend profile, by label
 	nodeOps map[string]string  // node name -> op type, for profiles
 	closed  bool
+	// lastLogits: Options.LastLogits rewrote the logits to the last row.
+	lastLogits bool
+	// kvStats asks cache-reading attention for statistics
+	// (KVConfig.AttentionStats); attnStats are their buffers.
+	kvStats    bool
+	kvCacheSet map[*vinfo]bool
+	kvCap      int
+	attnStats  []*attnStat
 }
 
 // Open loads the ONNX model at path and compiles it.
@@ -209,7 +243,7 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 			return &UnsupportedError{Node: n.Name, Op: n.OpType, Domain: n.Domain, Opset: m.Opset(n.Domain), Backend: s.dev.Name()}
 		}
 	}
-	res, err := infer.Run(m, infer.Options{Inputs: opts.Known})
+	res, err := infer.Run(m, infer.Options{Inputs: opts.Known, FoldBytes: opts.FoldBytes})
 	if err != nil {
 		return fmt.Errorf("engine: shape inference: %w", err)
 	}
@@ -223,11 +257,25 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 		}
 	}
 	if opts.KVCache != nil {
+		// The cache never holds more tokens than the model can position.
+		if lim, _, ok := decoderContext(m.Graph, res); ok && int64(opts.KVCache.MaxContext) > lim {
+			kc := *opts.KVCache
+			kc.MaxContext = int(lim)
+			opts.KVCache = &kc
+		}
 		if err := s.applyKVCache(m.Graph, res, &opts); err != nil {
 			return err
 		}
 	}
+	if opts.LastLogits {
+		r, err := fuse.LastRow(m.Graph, res)
+		if err != nil {
+			return fmt.Errorf("engine: last-row logits: %w", err)
+		}
+		s.lastLogits = r.Output != ""
+	}
 	c := newCompiler(s, m, res, fs)
+	c.memLimit = opts.MemoryLimit
 	s.c = c
 	if err := c.build(opts.Known); err != nil {
 		return err
@@ -248,33 +296,14 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 		s.outputs = append(s.outputs, Port{Name: v.Name, Type: v.Type.String(), Shape: v.Shape})
 		s.outVals = append(s.outVals, c.info(v))
 	}
-	// Declared maxima of symbols the model does not use are dropped, so
-	// that Maxima and the reports show what the plan is sized for.
-	used := map[string]bool{}
-	for _, sym := range res.Symbols {
-		used[sym] = true
-	}
-	s.max = map[string]int64{}
-	for k, v := range opts.Max {
-		if used[k] {
-			s.max[k] = v
-		}
-	}
-	for _, p := range s.inputs {
-		for _, d := range p.Shape {
-			for _, sym := range d.Symbols() {
-				if _, ok := s.max[sym]; ok {
-					continue
-				}
-				if strings.Contains(strings.ToLower(sym), "batch") {
-					s.max[sym] = DefaultMaxBatch
-				} else {
-					s.max[sym] = DefaultMax
-				}
-			}
-		}
+	s.res = res
+	if err := s.setMaxima(res, &opts); err != nil {
+		return err
 	}
 	if err := s.planMemory(); err != nil {
+		return err
+	}
+	if err := s.checkFit(opts.MemoryLimit); err != nil {
 		return err
 	}
 	return s.allocate()
@@ -293,14 +322,18 @@ func (s *Session) DeviceSteps() int {
 	return n
 }
 
+// LastLogits reports whether the session computes logits for the last
+// position only (Options.LastLogits applied to a graph it recognised).
+func (s *Session) LastLogits() bool { return s.lastLogits }
+
 // Inputs describes the inputs Run takes.
 func (s *Session) Inputs() []Port { return append([]Port(nil), s.inputs...) }
 
 // Outputs describes the outputs Run returns.
 func (s *Session) Outputs() []Port { return append([]Port(nil), s.outputs...) }
 
-// Maxima returns the maximum of every input symbol the plan is sized for:
-// Options.Max plus the defaults.
+// Maxima returns the maximum of every input symbol the plan is sized for
+// (MaximaFrom says where each came from).
 func (s *Session) Maxima() map[string]int64 {
 	out := make(map[string]int64, len(s.max))
 	for k, v := range s.max {
@@ -379,7 +412,7 @@ func (s *Session) planMemory() error {
 	if err != nil {
 		return fmt.Errorf("engine: memory plan: %w", err)
 	}
-	s.plan = plan
+	s.plan, s.reqs = plan, reqs
 	return nil
 }
 
@@ -507,8 +540,19 @@ func (s *Session) checkInputs(inputs map[string]*tensor.Dense) ([]*hostTensor, s
 		hosts[i] = h
 		shapes[p.Name] = h.shape
 	}
-	bind, err := bindShapes(s.inputs, shapes, s.max)
+	// Derived limits first: past one, the model itself cannot compute,
+	// whatever maximum the plan was sized for.
+	bind, err := bindShapes(s.inputs, shapes, nil)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.checkLimits(bind, shapes); err != nil {
+		return nil, nil, err
+	}
+	if bind, err = bindShapes(s.inputs, shapes, s.max); err != nil {
+		return nil, nil, err
+	}
+	if err := s.checkValueLimits(inputs); err != nil {
 		return nil, nil, err
 	}
 	return hosts, bind, nil
@@ -575,10 +619,24 @@ func (s *Session) exec(in *instr) error {
 	x := s.x
 	switch in.kind {
 	case iDevice:
-		if s.labels {
+		// Gathers are always labelled: a device-side index fault is
+		// reported by Finish under the label of the launch.
+		if s.labels || in.node.OpType == "Gather" || in.node.OpType == "GatherElements" {
 			s.dev.SetLabel(in.node.Name)
 		}
 		x.scratch = in.scratchRefs
+		// Every shape the step reads must evaluate (no negative dim, every
+		// symbol bound) before a kernel sizes its work by it.
+		for _, vs := range [][]*graph.Value{in.node.Inputs, in.node.Outputs} {
+			for _, v := range vs {
+				if v != nil {
+					x.shape(s.c.info(v))
+				}
+			}
+		}
+		if x.err != nil {
+			return fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, x.err)
+		}
 		err := in.step.run(x)
 		if err == nil {
 			err = x.err

@@ -107,7 +107,7 @@ static inline float vsum(vt v) { return v; }
 	    __global store_t *O, int offO, int ob, int oh, int os,                 \
 	    __global const store_t *Mask, int offM, int mb, int mh, int mq,        \
 	    int mk, int hasMask, int H, int Hkv, int Sq, int Skv, int past,        \
-	    int causal, float scale
+	    int causal, float scale, __global float *Lse, int offL, int hasLse
 
 // ATT_SETUP points Q, K, V, O and Mask at query row (b, h, i) and its kv
 // head, and sets jn, the number of keys the row may see.
@@ -211,6 +211,7 @@ __kernel void attn_row(ATT_PARAMS) {
 		#pragma unroll
 		for (int c = 0; c < NV; c++) acc[c] = fma((vt)(p[u]), VL(vp, c * VW), acc[c]);
 	}
+	if (hasLse) Lse[offL + (b * H + h) * Sq + i] = l > 0.0f ? m + log(l) : -INFINITY;
 	const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 	#pragma unroll
 	for (int c = 0; c < NV; c++) {
@@ -382,6 +383,15 @@ __kernel void attn_lanes(ATT_PARAMS) {
 #else
 	for (int d = 0; d < HD; d++) acc.v[d] *= inv;
 #endif
+	if (hasLse) {
+		float mf[RW], lf[RW];
+		vstore16(m, 0, mf);
+		vstore16(l, 0, lf);
+		for (int r = 0; r < rn; r++) {
+			const int v = v0 + r, h = g * G + v / Sq, i = v % Sq;
+			Lse[offL + (b * H + h) * Sq + i] = lf[r] > 0.0f ? mf[r] + log(lf[r]) : -INFINITY;
+		}
+	}
 	for (int r = 0; r < rn; r++) {
 		const int v = v0 + r, h = g * G + v / Sq, i = v % Sq;
 		__global store_t *o = O + offO + b * ob + h * oh + i * os;
@@ -452,6 +462,7 @@ attn_wg(ATT_PARAMS) {
 		m = mn;
 		barrier(CLK_LOCAL_MEM_FENCE);
 	}
+	if (hasLse && t == 0) Lse[offL + (b * H + h) * Sq + i] = l > 0.0f ? m + log(l) : -INFINITY;
 	const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 	for (int c = 0; c < DPT; c++) {
 		const int d = t + c * ATT_WG;
@@ -459,3 +470,48 @@ attn_wg(ATT_PARAMS) {
 	}
 }
 #endif // ATT_GPU
+
+// attn_colstats: global (Skv, H, B). For key j of query head h it sums,
+// over the query rows i, the softmax probability attention gave the key,
+// exp(score(i, j) - Lse[i]) with Lse the row's log-sum-exp that attention
+// wrote, and counts the rows that may attend it (visible under causal,
+// mask above MASKED_AT and finite). Scores are recomputed (one dot product
+// per row and key, as attention did); the row sums are not, which is what
+// keeps this one pass over the keys.
+__kernel void attn_colstats(
+    __global const store_t *Q, int offQ, int qb, int qh, int qs,
+    __global const store_t *K, int offK, int kb, int kh, int ks,
+    __global const store_t *Mask, int offM, int mb, int mh, int mq, int mk,
+    int hasMask, __global const float *Lse, int offL, __global float *Sum,
+    int offS, __global float *Cnt, int offC, int H, int Hkv, int Sq, int Skv,
+    int past, int causal, float scale) {
+	const int j = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
+	if (j >= Skv) return;
+	const int g = h / (H / Hkv);
+	__global const store_t *kp = K + offK + b * kb + g * kh + j * ks;
+	vt kv[NV];
+	for (int c = 0; c < NV; c++) kv[c] = VL(kp, c * VW);
+	float sum = 0.0f, cnt = 0.0f;
+	for (int i = causal ? max(j - past, 0) : 0; i < Sq; i++) {
+		__global const store_t *q = Q + offQ + b * qb + h * qh + i * qs;
+		vt t = (vt)(0.0f);
+		#pragma unroll
+		for (int c = 0; c < NV; c++) t = fma(VL(q, c * VW), kv[c], t);
+		float s = vsum(t) * scale;
+		bool open = true;
+		if (hasMask) {
+			const float mv = LOAD(Mask, offM + b * mb + h * mh + i * mq + j * mk);
+			if (mv <= MASKED_AT) {
+				s = mv;
+				open = false;
+			} else {
+				s += mv;
+			}
+		}
+		if (open && s > -INFINITY) cnt += 1.0f;
+		const float lse = Lse[offL + (b * H + h) * Sq + i];
+		if (lse > -INFINITY && s > -INFINITY) sum += exp(s - lse);
+	}
+	Sum[offS + (b * H + h) * Skv + j] = sum;
+	Cnt[offC + (b * H + h) * Skv + j] = cnt;
+}

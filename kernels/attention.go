@@ -48,6 +48,12 @@ type AttentionParams struct {
 	// computes it, in both storages; -inf still gives a key weight 0.
 	Mask        Buf
 	MaskStrides [4]int
+	// LSE, when set, receives each query row's log-sum-exp of its scores
+	// (after scale and mask), fp32 whatever the storage, packed
+	// [Batch, Heads, SeqQ]; -inf for a row that sees no key. Row i's
+	// probability of key j is then exp(score(i, j) - LSE[i]), which is what
+	// AttentionStats reads.
+	LSE Buf
 }
 
 // Mask values at or below these replace the score (see
@@ -110,6 +116,9 @@ func (p AttentionParams) operands(s Storage, q, k, v, o Buf, hasMask bool) []buf
 	if p.SeqKV > 0 {
 		ops = append(ops, bufUse{"K", k, s, tensor(p.K, p.KVHeads, p.SeqKV)},
 			bufUse{"V", v, s, tensor(p.V, p.KVHeads, p.SeqKV)})
+		if p.LSE.Mem != nil || p.LSE.Host != nil {
+			ops = append(ops, bufUse{"LSE", p.LSE, F32, p.Batch * p.Heads * p.SeqQ})
+		}
 		if hasMask {
 			ms := p.MaskStrides
 			ops = append(ops, bufUse{"mask", p.Mask, s, stridedEnd(p.Batch, ms[0], p.Heads, ms[1], p.SeqQ, ms[2], p.SeqKV, ms[3])})
@@ -165,7 +174,7 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	if p.empty() {
 		return nil
 	}
-	name := attnVariant(l.dev.Info().Type, p)
+	name := attnVariant(l.info().Type, p)
 	if attnForce != "" {
 		name = attnForce
 	}
@@ -201,6 +210,10 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	if p.Causal {
 		causal = 1
 	}
+	lse, hl := p.LSE, int32(1)
+	if lse.Mem == nil {
+		lse, hl = o, 0 // placeholder, never written
+	}
 	i32 := func(v int) int32 { return int32(v) }
 	ms := p.MaskStrides
 	return l.dev.Launch(kern, global, local,
@@ -209,7 +222,8 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 		v.Mem, i32(v.Off), i32(p.V.Batch), i32(p.V.Head), i32(p.V.Seq),
 		o.Mem, i32(o.Off), i32(p.O.Batch), i32(p.O.Head), i32(p.O.Seq),
 		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
-		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale)
+		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale,
+		lse.Mem, i32(lse.Off), hl)
 }
 
 // AttentionRef is the pure-Go reference for Attention on host tensors (mask
@@ -217,11 +231,21 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 // The tensors are fp32, so mask values at or below MaskedF32 replace the
 // score.
 func AttentionRef(q, k, v, mask, o []float32, p AttentionParams) error {
+	return AttentionLSERef(q, k, v, mask, o, nil, p)
+}
+
+// AttentionLSERef is AttentionRef that also writes each row's log-sum-exp
+// into lse ([Batch, Heads, SeqQ]; nil for none), as p.LSE asks of
+// Attention.
+func AttentionLSERef(q, k, v, mask, o, lse []float32, p AttentionParams) error {
 	p, err := p.norm()
 	if err != nil {
 		return fmt.Errorf("kernels: AttentionRef: %w", err)
 	}
-	have := map[string]int{"Q": len(q), "K": len(k), "V": len(v), "O": len(o), "mask": len(mask)}
+	have := map[string]int{"Q": len(q), "K": len(k), "V": len(v), "O": len(o), "mask": len(mask), "LSE": len(lse)}
+	if lse != nil {
+		p.LSE = Buf{Host: []byte{0}}
+	}
 	for _, op := range p.operands(F32, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil) {
 		if op.end > have[op.name] {
 			return fmt.Errorf("kernels: AttentionRef: %s needs %d elements, slice holds %d", op.name, op.end, have[op.name])
@@ -262,11 +286,17 @@ func AttentionRef(q, k, v, mask, o []float32, p AttentionParams) error {
 					mx = math.Max(mx, s)
 				}
 				out := make([]float64, p.HeadDim)
+				if lse != nil {
+					lse[(b*p.Heads+h)*p.SeqQ+i] = float32(math.Inf(-1))
+				}
 				if !math.IsInf(mx, -1) {
 					var sum float64
 					for j := range scores {
 						scores[j] = math.Exp(scores[j] - mx)
 						sum += scores[j]
+					}
+					if lse != nil {
+						lse[(b*p.Heads+h)*p.SeqQ+i] = float32(mx + math.Log(sum))
 					}
 					for j, w := range scores {
 						vo := b*p.V.Batch + g*p.V.Head + j*p.V.Seq

@@ -173,7 +173,7 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 	// both operands); on GPUs, K-major keeps the gather's writes and the
 	// tiled kernel's reads of B coalesced along pixels.
 	cp, ck := kc, 1
-	if l.dev.Info().Type == "GPU" || convKMajor {
+	if l.info().Type == "GPU" || convKMajor {
 		cp, ck = 1, np
 	}
 	gather, err := l.kernel("conv", convSrc, s.define()+" "+weightDefine(p.Weight), "conv_im2col")

@@ -98,6 +98,9 @@ type Device interface {
 	KVWrite(esize int, cache Buf, cv View, src Buf, sv View, pos Buf, pt dtype.Type, perBatch bool) error
 	// Attention computes fused scaled-dot-product attention.
 	Attention(s Storage, q, k, v, o Buf, p AttentionParams) error
+	// AttentionStats sums each key's softmax probabilities over the rows
+	// of an Attention call that wrote p.LSE (see attnstats.go).
+	AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error
 }
 
 // WeightLayout is a layout of a matrix product's constant B operand.
@@ -170,8 +173,14 @@ func (l *Lib) Read(b Buf, off int, dst []byte) error {
 	return l.dev.Read(b.Mem, off, dst)
 }
 
-// Finish waits for the device's queue.
-func (l *Lib) Finish() error { return l.dev.Finish() }
+// Finish waits for the device's queue, then reports a fault a kernel
+// marked since the last Finish (see fault.go).
+func (l *Lib) Finish() error {
+	if err := l.dev.Finish(); err != nil {
+		return err
+	}
+	return l.checkFaults()
+}
 
 // SetLabel names the launches that follow in the device's profile.
-func (l *Lib) SetLabel(label string) { l.dev.SetLabel(label) }
+func (l *Lib) SetLabel(label string) { l.label = label; l.dev.SetLabel(label) }

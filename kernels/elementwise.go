@@ -648,6 +648,38 @@ func (c *Chain) feedsNode(i int) bool {
 // dimensions are dropped and contiguous runs merged.
 const chainMaxRank = 6
 
+// Every kernel keeps within these, so that it builds and launches on any
+// OpenCL device: SPIR-V allows a function 255 parameters, and
+// CL_DEVICE_MAX_PARAMETER_SIZE is only guaranteed to be 1 KiB (phones give
+// no more). tools/kernelgate checks every built kernel against both.
+const (
+	MaxKernelParams     = 255
+	MaxKernelParamBytes = 1024
+)
+
+// ChainKernelArgs returns the parameters of the chain kernel with ins
+// inputs and outs outputs, and their bytes, for its widest form (chain6,
+// the one any broadcast of rank 4 to 6 builds): the sizes, then a pointer
+// and offset per output, then a pointer, offset and strides per input.
+func ChainKernelArgs(ins, outs int) (params, bytes int) {
+	const ptr, i32 = 8, 4
+	params = chainMaxRank + 2*outs + (2+chainMaxRank-1)*ins
+	bytes = chainMaxRank*i32 + outs*(ptr+i32) + ins*(ptr+i32+(chainMaxRank-1)*i32)
+	return params, bytes
+}
+
+// ChainFits reports, as an error naming the counts, whether a chain of ins
+// inputs and outs outputs compiles to a kernel within MaxKernelParams and
+// MaxKernelParamBytes. Fusion passes size their groups by it.
+func ChainFits(ins, outs int) error {
+	n, b := ChainKernelArgs(ins, outs)
+	if n > MaxKernelParams || b > MaxKernelParamBytes {
+		return fmt.Errorf("kernels: a chain of %d inputs and %d outputs needs %d kernel arguments of %d bytes; at most %d arguments and %d bytes build on every device (split the chain)",
+			ins, outs, n, b, MaxKernelParams, MaxKernelParamBytes)
+	}
+	return nil
+}
+
 // ElemArg is a chain input: its buffer and its own shape, which broadcasts
 // to the output shape by numpy's rules (right-aligned; each dimension equal
 // to the output's or 1). The tensor is dense row-major from Buf.Off.
@@ -757,6 +789,9 @@ func (c *Chain) prepare() (*chainPrep, error) {
 func (l *Lib) RunChain(c *Chain, outShape []int, ins []ElemArg, outs []Buf) error {
 	prep, err := c.prepare()
 	if err != nil {
+		return err
+	}
+	if err := ChainFits(len(c.Inputs), len(c.Outputs)); err != nil {
 		return err
 	}
 	if len(ins) != len(c.Inputs) {

@@ -472,15 +472,15 @@ func ewUnaryOps() []ewUnaryOp {
 // ewStorages are the float storage types float tests cover.
 var ewStorages = []ElemType{EF32, EF16}
 
-// TestChainUnaryOps runs every unary operation on both storage types as the
-// outputs of a single chain (PoCL builds are slow; one program covers them
-// all), over specials and random values, at shapes taking the contiguous,
-// broadcast (rank 3), scalar and empty paths.
+// TestChainUnaryOps runs every unary operation on each storage type as the
+// outputs of one chain per type (PoCL builds are slow; one program covers
+// a type's operations, and staying within ChainFits keeps it buildable on
+// phones), over specials and random values, at shapes taking the
+// contiguous, broadcast (rank 3), scalar and empty paths.
 func TestChainUnaryOps(t *testing.T) {
 	ops := ewUnaryOps()
-	c := &Chain{}
-	var data []HostTensor
 	for si, st := range ewStorages {
+		c := &Chain{}
 		x, p := c.Input(st), c.Input(st)
 		for _, u := range ops {
 			c.Output(u.build(c, st, x, p))
@@ -494,23 +494,20 @@ func TestChainUnaryOps(t *testing.T) {
 		}
 		ps := ewFloats(int64(13+si), st, 200, 0.01, 5)
 		ps.F[0], ps.F[1] = 0, float32(math.Inf(1))
-		data = append(data, xs, ps)
-	}
-	for _, sc := range []ewShapeCase{
-		{[]int{3, 5, 7}, [][]int{{3, 5, 7}, {3, 5, 7}}},
-		{[]int{2, 5, 40}, [][]int{{5, 1}, {2, 1, 40}}},
-		{[]int{}, [][]int{{}, {}}},
-		{[]int{0, 4}, [][]int{{0, 1}, {4}}},
-	} {
-		ins := make([]HostTensor, len(data))
-		for k, h := range data {
-			ins[k] = ewShaped(h, sc.ins[k%2]...)
-		}
-		got, want := ewRun(t, c, sc.out, ins)
-		for si, st := range ewStorages {
+		data := []HostTensor{xs, ps}
+		for _, sc := range []ewShapeCase{
+			{[]int{3, 5, 7}, [][]int{{3, 5, 7}, {3, 5, 7}}},
+			{[]int{2, 5, 40}, [][]int{{5, 1}, {2, 1, 40}}},
+			{[]int{}, [][]int{{}, {}}},
+			{[]int{0, 4}, [][]int{{0, 1}, {4}}},
+		} {
+			ins := make([]HostTensor, len(data))
+			for k, h := range data {
+				ins[k] = ewShaped(h, sc.ins[k%2]...)
+			}
+			got, want := ewRun(t, c, sc.out, ins)
 			for k, u := range ops {
-				j := si*len(ops) + k
-				ewCompare(t, fmt.Sprintf("%v %s at %v", st, u.name, sc.out), got[j], want[j], u.tol)
+				ewCompare(t, fmt.Sprintf("%v %s at %v", st, u.name, sc.out), got[k], want[k], u.tol)
 			}
 		}
 	}
@@ -586,12 +583,11 @@ func TestChainBinaryFloat(t *testing.T) {
 
 // TestChainInt checks the integer operations on every integer type,
 // including wrap-around at the type's width and the defined results for
-// zero divisors.
+// zero divisors; one chain per type keeps each within ChainFits.
 func TestChainInt(t *testing.T) {
-	c := &Chain{}
-	var names []string
-	var data []HostTensor
 	for ti, it := range []ElemType{EI64, EI32, EI8, EU8} {
+		c := &Chain{}
+		var names []string
 		a, b, e := c.Input(it), c.Input(it), c.Input(it)
 		add := func(name string, node int) {
 			names = append(names, fmt.Sprintf("%v %s", it, name))
@@ -616,20 +612,20 @@ func TestChainInt(t *testing.T) {
 		add("Cast(ewF32)", c.Cast(c.Op(ElemMul, a, b), EF32))
 		add("Mul(a,7)", c.Op(ElemMul, a, c.ConstInt(it, 7)))
 		seed := int64(31 + 3*ti)
-		data = append(data,
+		data := []HostTensor{
 			ewInts(seed, it, 400, -40, 40, 0, 1, -1, 7, -7, 100, math.MinInt64, math.MaxInt64, 127, -128, 255, 1<<40, -3),
 			ewInts(seed+1, it, 400, -9, 9, 2, 0, -1, -2, 2, 100, -1, 1, 1, -1, 3, 1<<20, 0),
-			ewInts(seed+2, it, 400, -2, 9))
-	}
-	for _, sc := range ewBinaryShapes {
-		ins := make([]HostTensor, len(data))
-		for k, h := range data {
-			// a takes the first shape, b and the exponent the second.
-			ins[k] = ewShaped(h, sc.ins[min(k%3, 1)]...)
-		}
-		got, want := ewRun(t, c, sc.out, ins)
-		for k := range names {
-			ewCompare(t, fmt.Sprintf("%s at %v <- %v", names[k], sc.out, sc.ins), got[k], want[k], ewExact)
+			ewInts(seed+2, it, 400, -2, 9)}
+		for _, sc := range ewBinaryShapes {
+			ins := make([]HostTensor, len(data))
+			for k, h := range data {
+				// a takes the first shape, b and the exponent the second.
+				ins[k] = ewShaped(h, sc.ins[min(k%3, 1)]...)
+			}
+			got, want := ewRun(t, c, sc.out, ins)
+			for k := range names {
+				ewCompare(t, fmt.Sprintf("%s at %v <- %v", names[k], sc.out, sc.ins), got[k], want[k], ewExact)
+			}
 		}
 	}
 }
@@ -1031,6 +1027,52 @@ func TestChainErfAccuracy(t *testing.T) {
 	// exp), on values below 1e-4 in magnitude.
 	if worstErf > 3 || worstGelu > 10 || worstTail > 64 {
 		t.Errorf("erf error %.2f ulp (want <= 3), gelu error %.2f ulp (want <= 10), %.2f below -4 (want <= 64)", worstErf, worstGelu, worstTail)
+	}
+}
+
+// TestChainFits checks the chain kernel's argument count against the
+// generated source and that RunChain refuses a chain over the limits with
+// an error naming them, instead of handing the driver a kernel it may
+// reject.
+func TestChainFits(t *testing.T) {
+	for _, tc := range []struct{ ins, outs int }{{1, 1}, {4, 2}, {16, 8}, {12, 108}} {
+		c := &Chain{}
+		var xs []int
+		for range tc.ins {
+			xs = append(xs, c.Input(EF32))
+		}
+		for o := range tc.outs {
+			c.Output(c.Op(ElemAdd, xs[o%len(xs)], xs[(o+1)%len(xs)]))
+		}
+		src, err := c.Source()
+		if err != nil {
+			t.Fatal(err)
+		}
+		six := src[strings.Index(src, "__kernel void chain6("):]
+		six = six[:strings.Index(six, ")")]
+		params, _ := ChainKernelArgs(tc.ins, tc.outs)
+		if got := strings.Count(six, ",") + 1; got != params {
+			t.Errorf("%d inputs, %d outputs: chain6 has %d parameters, ChainKernelArgs says %d", tc.ins, tc.outs, got, params)
+		}
+		fits := ChainFits(tc.ins, tc.outs) == nil
+		if want := tc.ins <= 16 && tc.outs <= 8; fits != want {
+			t.Errorf("%d inputs, %d outputs: ChainFits = %v, want %v", tc.ins, tc.outs, fits, want)
+		}
+		if fits {
+			continue
+		}
+		outs := make([]Buf, tc.outs)
+		for k := range outs {
+			outs[k] = alloc(t, F32, 4)
+		}
+		ins := make([]ElemArg, tc.ins)
+		for k := range ins {
+			ins[k] = ElemArg{Buf: alloc(t, F32, 4), Shape: []int{4}}
+		}
+		err = testLib.RunChain(c, []int{4}, ins, outs)
+		if err == nil || !strings.Contains(err.Error(), "split the chain") {
+			t.Errorf("%d inputs, %d outputs: RunChain error %v, want one over the limits", tc.ins, tc.outs, err)
+		}
 	}
 }
 

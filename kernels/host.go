@@ -421,5 +421,5 @@ func (h *HostDevice) Attention(s Storage, q, k, v, o Buf, p AttentionParams) err
 	if err := f32only(s); err != nil {
 		return err
 	}
-	return AttentionRef(hostF32(q), hostF32(k), hostF32(v), hostF32(p.Mask), hostF32(o), p)
+	return AttentionLSERef(hostF32(q), hostF32(k), hostF32(v), hostF32(p.Mask), hostF32(o), hostF32(p.LSE), p)
 }

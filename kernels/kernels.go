@@ -70,12 +70,26 @@ type Lib struct {
 	mu    sync.Mutex
 	progs map[string]*opencl.Program
 	kerns map[string]*opencl.Kernel
+
+	prof   *profile     // forced variant selection (builddump.go), nil = the device's
+	as     *opencl.Info // a whole device description tests select variants by, nil = none
+	dump   *buildDump   // where builds are recorded, nil = nowhere
+	envErr error        // a bad TLITE_KERNEL_* setting, returned by every build
+
+	// fault and faulting are the device-side fault slots (fault.go);
+	// label is the last SetLabel, to name a faulting launch.
+	fault    *opencl.Buffer
+	faulting [faultSlots]faultLaunch
+	nfault   int
+	label    string
 }
 
 // New returns a kernel library for dev. Programs are built lazily, so opening
 // a session pays only for the families its model uses.
 func New(dev *opencl.Device) *Lib {
-	return &Lib{dev: dev, progs: map[string]*opencl.Program{}, kerns: map[string]*opencl.Kernel{}}
+	l := &Lib{dev: dev, progs: map[string]*opencl.Program{}, kerns: map[string]*opencl.Kernel{}}
+	l.configureFromEnv()
+	return l
 }
 
 // Device is the device the library launches on.
@@ -93,10 +107,25 @@ func (l *Lib) kernel(family, src, options, name string) (*opencl.Kernel, error) 
 	if k, ok := l.kerns[kkey]; ok {
 		return k, nil
 	}
+	if l.envErr != nil {
+		return nil, l.envErr
+	}
+	full := commonSrc + "\n" + src
+	if l.dump != nil {
+		// Before the build, so that a program the device rejects is still
+		// checked by the gate.
+		how := "selected"
+		if l.forced(family, name) {
+			how = "forced"
+		}
+		if err := l.dump.record(l.profileName(), how, family, full, options, name); err != nil {
+			return nil, err
+		}
+	}
 	p, ok := l.progs[pkey]
 	if !ok {
 		var err error
-		p, err = l.dev.Build(commonSrc+"\n"+src, options)
+		p, err = l.dev.Build(full, options)
 		if err != nil {
 			return nil, fmt.Errorf("kernels: build %s (%s): %w", family, options, err)
 		}

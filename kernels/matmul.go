@@ -387,7 +387,7 @@ const cpuGroup = 4
 // meets, and its own choice varies with the global size, which would cost a
 // compile for nearly every new shape. Elsewhere the driver chooses (nil).
 func (l *Lib) cpuGroups(global []int) ([]int, []int) {
-	if l.dev.Info().Type != "CPU" {
+	if l.info().Type != "CPU" {
 		return global, nil
 	}
 	g := append([]int(nil), global...)
@@ -541,7 +541,7 @@ func (l *Lib) gemm(g gemm) error {
 	if g.empty() {
 		return nil
 	}
-	info := l.dev.Info()
+	info := l.info()
 	g, name := l.pick(g, info.Type == "GPU")
 	gpu := name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_naive" && info.Type == "GPU"
 	k, err := l.kernel("matmul", matmulSrc, g.options(gpu), name)

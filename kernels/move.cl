@@ -126,21 +126,31 @@ inline long index_at(__global const int* p, int i, int is64) {
 	return (long)(((ulong)(uint)p[2 * i + 1] << 32) | (ulong)(uint)p[2 * i]);
 }
 
+// report_fault marks the launch's slot of the fault buffer with an index
+// that is out of range, for the host to turn into an error after Finish
+// (see Lib.checkFaults). Racing writers all store a bad index.
+inline void report_fault(__global int* fault, int slot, long k) {
+	fault[2 * slot + 1] = (int)clamp(k, (long)INT_MIN + 1, (long)INT_MAX);
+	fault[2 * slot] = 1;
+}
+
 // gather: out[o, t, j] = data[o, idx[t], j] over [outer, nidx, inner], a
 // 2-D range (j, row = o * nidx + t). Negative indices count from the end;
-// indices still out of range write zeros (the engine validates host-known
-// indices; a device-side error has nowhere to go).
+// an index still out of range writes zeros and reports a fault.
 __kernel void gather(__global const ELEM* data, int dof,
                      __global const int* idx, int io,
                      __global ELEM* out, int oo,
-                     int outer, int axis, int nidx, int inner, int is64) {
+                     int outer, int axis, int nidx, int inner, int is64,
+                     __global int* fault, int slot) {
 	int j = get_global_id(0), row = get_global_id(1);
 	if (j >= inner || row >= outer * nidx) return;
 	int t = row % nidx, o = row / nidx;
 	long k = index_at(idx + (is64 ? 2 * io : io), t, is64);
+	long k0 = k;
 	if (k < 0) k += axis;
 	ELEM v = 0;
 	if (k >= 0 && k < axis) v = data[dof + (o * axis + (int)k) * inner + j];
+	else if (j == 0) report_fault(fault, slot, k0);
 	out[oo + row * inner + j] = v;
 }
 
@@ -152,7 +162,8 @@ __kernel void gather_elements(__global const ELEM* data, int dof,
                               __global ELEM* out, int oo, int n,
                               int d0, int d1, int d2, int d3, int d4, int d5,
                               int s0, int s1, int s2, int s3, int s4, int s5,
-                              int ax, int axdim, int is64) {
+                              int ax, int axdim, int is64,
+                              __global int* fault, int slot) {
 	int e = get_global_id(0);
 	if (e >= n) return;
 	int c[6];
@@ -164,11 +175,14 @@ __kernel void gather_elements(__global const ELEM* data, int dof,
 	c[1] = r % d1;
 	c[0] = r / d1;
 	long k = index_at(idx + (is64 ? 2 * io : io), e, is64);
+	long k0 = k;
 	if (k < 0) k += axdim;
 	ELEM v = 0;
 	if (k >= 0 && k < axdim) {
 		c[ax] = (int)k;
 		v = data[dof + c[0] * s0 + c[1] * s1 + c[2] * s2 + c[3] * s3 + c[4] * s4 + c[5] * s5];
+	} else {
+		report_fault(fault, slot, k0);
 	}
 	out[oo + e] = v;
 }

@@ -609,6 +609,7 @@ func padPlan(shape, pads []int) (out []int, in View, begin []int, err error) {
 		b, e, d := pads[i], pads[r+i], shape[i]
 		st := in.Strides[i]
 		off := 0
+		endCrop := e < 0
 		if b < 0 {
 			off, d, b = -b, d+b, 0
 		}
@@ -616,7 +617,14 @@ func padPlan(shape, pads []int) (out []int, in View, begin []int, err error) {
 			d, e = d+e, 0
 		}
 		if d < 0 {
-			d = 0
+			// A crop past the data eats into the padding on the other
+			// side: the output is d + pads[i] + pads[r+i] long.
+			if endCrop {
+				b = max(b+d, 0)
+			} else {
+				e = max(e+d, 0)
+			}
+			d, off = 0, 0
 		}
 		cv.Off += off * st
 		o := d + b + e
@@ -714,6 +722,9 @@ func PadRef(esize int, src []byte, shape, pads []int, mode PadMode, value uint64
 	for _, d := range outs {
 		n *= d
 	}
+	if n > 0 && mode != PadConstant && in.Elements() == 0 {
+		return fmt.Errorf("kernels: Pad: mode %d needs a non-empty input, shape %v with pads %v", mode, shape, pads)
+	}
 	for e := 0; e < n; e++ {
 		r, so, inside := e, in.Off, true
 		for i := len(outs) - 1; i >= 0; i-- {
@@ -804,8 +815,8 @@ func local2D(inner int) [2]int {
 // Gather writes ONNX Gather of the contiguous data (shape) along axis with
 // nidx indices (int32 or int64, any shape: the output is shape[:axis] ++
 // indices' shape ++ shape[axis+1:]) to dst. Negative indices count from the
-// end; an index still out of range writes zeros rather than failing, so an
-// engine with host-known indices should validate them itself.
+// end; an index still out of range writes zeros and makes the next Finish
+// return an error (the launch itself cannot see device-computed indices).
 func (l *Lib) Gather(esize int, data Buf, shape []int, axis int, indices Buf, it dtype.Type, nidx int, dst Buf) error {
 	outer, ad, inner, err := gatherDims("Gather", shape, axis)
 	if err != nil {
@@ -832,10 +843,14 @@ func (l *Lib) Gather(esize int, data Buf, shape []int, axis int, indices Buf, it
 	if err != nil {
 		return err
 	}
+	fault, slot, err := l.faultSlot("Gather", ad)
+	if err != nil {
+		return err
+	}
 	loc := local2D(inner)
 	return k.launch([]int{roundUp(inner, loc[0]), roundUp(rows, loc[1])}, loc[:],
 		data.Mem, int32(data.Off), indices.Mem, int32(indices.Off), dst.Mem, int32(dst.Off),
-		int32(outer), int32(ad), int32(nidx), int32(inner), wide)
+		int32(outer), int32(ad), int32(nidx), int32(inner), wide, fault, slot)
 }
 
 // GatherRef is the reference for Gather on host bytes.
@@ -852,8 +867,7 @@ func GatherRef(esize int, data []byte, shape []int, axis int, indices []int64, d
 			}
 			d := dst[(o*n+t)*inner*esize : (o*n+t+1)*inner*esize]
 			if k < 0 || k >= int64(ad) {
-				clear(d)
-				continue
+				return indexError("Gather", indices[t], ad)
 			}
 			copy(d, data[(o*ad+int(k))*inner*esize:])
 		}
@@ -864,7 +878,8 @@ func GatherRef(esize int, data []byte, shape []int, axis int, indices []int64, d
 // GatherElements writes ONNX GatherElements: dst (shape idxShape, like the
 // contiguous int32/int64 indices) takes data[..., indices[...], ...] along
 // axis from the contiguous data of dataShape (same rank, at most 6).
-// Negative indices count from the end; out-of-range ones write zeros.
+// Negative indices count from the end; an out-of-range one is reported by
+// the next Finish, as for Gather.
 func (l *Lib) GatherElements(esize int, data Buf, dataShape []int, axis int, indices Buf, it dtype.Type, idxShape []int, dst Buf) error {
 	r := len(dataShape)
 	if len(idxShape) != r || r == 0 || r > 6 {
@@ -917,7 +932,11 @@ func (l *Lib) GatherElements(esize int, data Buf, dataShape []int, axis int, ind
 			args = append(args, v)
 		}
 	}
-	args = append(args, int32(lead+axis), int32(dataShape[axis]), wide)
+	fault, slot, err := l.faultSlot("GatherElements", dataShape[axis])
+	if err != nil {
+		return err
+	}
+	args = append(args, int32(lead+axis), int32(dataShape[axis]), wide, fault, slot)
 	return k.launch([]int{roundUp(n, 64)}, []int{64}, args...)
 }
 
@@ -937,8 +956,7 @@ func GatherElementsRef(esize int, data []byte, dataShape []int, axis int, indice
 		}
 		o := dst[e*esize : (e+1)*esize]
 		if k < 0 || k >= int64(dataShape[axis]) {
-			clear(o)
-			continue
+			return indexError("GatherElements", indices[e], dataShape[axis])
 		}
 		rem, off := e, 0
 		for i := r - 1; i >= 0; i-- {

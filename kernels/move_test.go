@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/tlite/tlite/graph/dtype"
@@ -509,6 +510,9 @@ func naivePadSrc(c, b, d int, mode PadMode) int {
 	if i >= 0 && i < d {
 		return i
 	}
+	if d == 0 {
+		return -1 // nothing to reflect, repeat or wrap: the constant
+	}
 	switch mode {
 	case PadConstant:
 		return -1
@@ -547,11 +551,16 @@ func TestMovePad(t *testing.T) {
 		{[]int{4, 5}, []int{-1, 2, 0, -2}}, // negative pads crop
 		{[]int{1, 2, 3, 2, 3, 2}, []int{0, 0, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0}},
 		{[]int{2, 3, 4, 5}, []int{0, 0, 0, 0, 0, 0, 0, 0}},
-		{[]int{3, 4}, []int{0, 5, 0, 6}}, // more than the size: reflection bounces
+		{[]int{3, 4}, []int{0, 5, 0, 6}},   // more than the size: reflection bounces
+		{[]int{1, 3}, []int{5, -1, -2, 5}}, // cropping past the data eats into the padding (found by FuzzGraph); constant mode only
+		{[]int{2, 3}, []int{-4, 0, 3, 0}},
 	}
 	modes := []PadMode{PadConstant, PadReflect, PadEdge, PadWrap}
 	for ci, c := range cases {
 		for _, mode := range modes {
+			if ci >= 7 && mode != PadConstant {
+				continue // no data left to reflect, repeat or wrap: refused
+			}
 			for _, esize := range esizes {
 				r := len(c.shape)
 				out, err := PadShape(c.shape, c.pads)
@@ -577,6 +586,7 @@ func TestMovePad(t *testing.T) {
 						if eEnd < 0 {
 							d += eEnd
 						}
+						d = max(d, 0)
 						j := naivePadSrc(idx[i], b, d, mode)
 						if j < 0 {
 							inside = false
@@ -628,7 +638,7 @@ func TestGather(t *testing.T) {
 		idx   []int64
 	}{
 		{[]int{10, 8}, 0, []int64{3, 0, 9, -1, 3}},    // embedding-like
-		{[]int{4, 5, 3}, 1, []int64{4, -5, 2, 7, -6}}, // 7 and -6: out of range, zeros
+		{[]int{4, 5, 3}, 1, []int64{4, -5, 2, 0, -1}}, // -5: the first
 		{[]int{6}, 0, []int64{5}},                     // scalar-like
 		{[]int{2, 3, 70}, -1, []int64{69, 0, 1, -70}}, // last axis
 		{[]int{3, 100}, 0, []int64{2, 1}},             // inner >= 64
@@ -669,6 +679,68 @@ func TestGather(t *testing.T) {
 	}
 }
 
+// TestGatherOutOfRange: an index outside [-size, size) is an error naming
+// it on both devices: at once from the references and the host device,
+// from the next Finish on OpenCL, which then leaves the fault behind.
+func TestGatherOutOfRange(t *testing.T) {
+	shape := []int{4, 5, 3}
+	src := randBytes(9, numel(shape)*4)
+	host := &HostDevice{}
+	for _, bad := range []int64{5, -6, 1 << 40} {
+		idx := []int64{1, bad, 2}
+		want := fmt.Sprintf("index %d is out of range for an axis of size 5", bad)
+		if bad == 1<<40 {
+			want = "out of range for an axis of size 5" // the device reports it clamped to int32
+		}
+		dst := make([]byte, 4*3*3*4)
+		if err := GatherRef(4, src, shape, 1, idx, dst); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("GatherRef %d: %v", bad, err)
+		}
+		hb, _ := host.Alloc(len(src))
+		copy(hb.Host, src)
+		hi, _ := host.Alloc(8 * 3)
+		for i, v := range idx {
+			binary.LittleEndian.PutUint64(hi.Host[8*i:], uint64(v))
+		}
+		hd, _ := host.Alloc(len(dst))
+		if err := host.Gather(4, hb, shape, 1, hi, dtype.Int64, 3, hd); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("HostDevice.Gather %d: %v", bad, err)
+		}
+		ei := []int64{0, 1, 2, 3, bad, 0}
+		if err := GatherElementsRef(4, src, shape, 1, ei, []int{1, 2, 3}, make([]byte, 4*6)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("GatherElementsRef %d: %v", bad, err)
+		}
+		for _, it := range []dtype.Type{dtype.Int32, dtype.Int64} {
+			if it == dtype.Int32 && bad == 1<<40 {
+				continue
+			}
+			db := allocBytes(t, 4, 3*3*4)
+			testLib.SetLabel("the gather node")
+			if err := testLib.Gather(4, uploadBytes(t, 4, src), shape, 1, uploadIndices(t, it, idx), it, 3, db); err != nil {
+				t.Fatal(err)
+			}
+			err := testLib.Finish()
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "the gather node") {
+				t.Errorf("Lib.Gather %v %d: Finish = %v", it, bad, err)
+			}
+			if err := testLib.GatherElements(4, uploadBytes(t, 4, src), shape, 1, uploadIndices(t, it, ei), it, []int{1, 2, 3}, allocBytes(t, 4, 6)); err != nil {
+				t.Fatal(err)
+			}
+			if err := testLib.Finish(); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Lib.GatherElements %v %d: Finish = %v", it, bad, err)
+			}
+			testLib.SetLabel("")
+			// The fault is cleared: a good launch finishes clean.
+			if err := testLib.Gather(4, uploadBytes(t, 4, src), shape, 1, uploadIndices(t, it, []int64{0, 4}), it, 2, db); err != nil {
+				t.Fatal(err)
+			}
+			if err := testLib.Finish(); err != nil {
+				t.Errorf("Finish after a cleared fault: %v", err)
+			}
+		}
+	}
+}
+
 func TestGatherElements(t *testing.T) {
 	cases := []struct {
 		data, idx []int
@@ -684,7 +756,7 @@ func TestGatherElements(t *testing.T) {
 		ax := (c.axis + len(c.data)) % len(c.data)
 		idx := make([]int64, numel(c.idx))
 		for i := range idx {
-			idx[i] = int64(r.Intn(c.data[ax]*2+2) - c.data[ax] - 1) // some out of range
+			idx[i] = int64(r.Intn(c.data[ax]*2) - c.data[ax]) // negatives count from the end
 		}
 		for _, it := range []dtype.Type{dtype.Int32, dtype.Int64} {
 			for _, esize := range esizes {

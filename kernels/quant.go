@@ -225,7 +225,7 @@ func (l *Lib) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) error {
 func (l *Lib) qpick(g qmm) (string, int, int) {
 	name := qForce
 	if name == "" {
-		gpu := l.dev.Info().Type == "GPU"
+		gpu := l.info().Type == "GPU"
 		switch {
 		case gpu && g.m <= 4:
 			name = "qmv_wg"
@@ -267,7 +267,7 @@ func (g qmm) options(fp16 bool) string {
 // qmm launches a checked, non-empty product.
 func (l *Lib) qmm(g qmm) error {
 	name, rb, cb := l.qpick(g)
-	k, err := l.kernel("quant", quantSrc, g.options(l.dev.Info().FP16), name)
+	k, err := l.kernel("quant", quantSrc, g.options(l.info().FP16), name)
 	if err != nil {
 		return err
 	}

@@ -436,7 +436,7 @@ func preferGroups(l *Lib) bool {
 	case 2:
 		return true
 	}
-	return l.dev.Info().Type == "GPU"
+	return l.info().Type == "GPU"
 }
 
 var styleOverride int
@@ -444,7 +444,7 @@ var styleOverride int
 // groupSize is the work-group size of the per-row group kernels: a power of
 // two no larger than 128 or the device's limit.
 func groupSize(l *Lib) int {
-	g, lim := 128, l.dev.Info().MaxWorkGroup
+	g, lim := 128, l.info().MaxWorkGroup
 	for g > 1 && lim > 0 && g > lim {
 		g /= 2
 	}
@@ -456,7 +456,7 @@ func groupSize(l *Lib) int {
 // per-group overhead. Only two values, because PoCL compiles a kernel afresh
 // for each local size it meets.
 func rowLocal(l *Lib, rows int) int {
-	if rows >= 16*max(l.dev.Info().ComputeUnits, 1) {
+	if rows >= 16*max(l.info().ComputeUnits, 1) {
 		return 16
 	}
 	return 1

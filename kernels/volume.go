@@ -160,7 +160,7 @@ func (l *Lib) conv3D(s Storage, x, w, y, scratch Buf, p Conv3DParams) error {
 		g.beta = 1
 	}
 	cp, ck := kc, 1
-	if l.dev.Info().Type == "GPU" || convKMajor {
+	if l.info().Type == "GPU" || convKMajor {
 		cp, ck = 1, np
 	}
 	gather, err := l.kernel("volume", volumeSrc, opts, "conv3d_im2col")

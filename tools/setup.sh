@@ -28,7 +28,8 @@ fi
 
 need_apt=()
 for p in pocl-opencl-icd ocl-icd-libopencl1 clinfo python3-torch python3-torchvision python3-onnx python3-numpy \
-  libopenblas0-pthread ca-certificates gcc qemu-user-static gcc-aarch64-linux-gnu; do
+  libopenblas0-pthread ca-certificates gcc qemu-user-static gcc-aarch64-linux-gnu \
+  clang-15 llvm-15 llvm-spirv-15 spirv-tools libclc-15; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -20,3 +20,7 @@ go test -count=1 -timeout 40m ./... "$@"
 corpus="${TLITE_CACHE:-$HOME/.cache/tlite}/onnx-node-tests"
 [ -d "$corpus/node" ] || /usr/bin/python3 tools/onnx_node_corpus.py --out "$corpus"
 go run ./tools/tl conformance --corpus onnx --dir "$corpus" --summary
+# Every kernel variant the launchers build, compiled for SPIR-V at OpenCL C
+# 1.2/2.0/3.0 with fp16 on and off, parameter limits, and a 64-register gate
+# for the GPU set (known failures in tools/kernelgate.allow, printed each run).
+bash tools/kernelgate.sh

@@ -60,6 +60,10 @@ func Open(path string, opts engine.Options, ctx int, cfg Config) (*Decoder, erro
 	in := opts
 	in.Max = maxima
 	in.KVCache = &engine.KVConfig{MaxContext: ctx}
+	if cfg.LastOnly {
+		// Nothing reads the other rows: skip the LM head over them.
+		in.LastLogits = true
+	}
 	s, err := engine.Open(path, in)
 	var why error
 	var kerr *engine.KVCacheError

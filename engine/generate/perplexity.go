@@ -26,6 +26,17 @@ func (e Eval) Loss() float64 {
 // Perplexity is exp(Loss).
 func (e Eval) Perplexity() float64 { return math.Exp(e.Loss()) }
 
+// BitsPerByte is the summed negative log-likelihood in bits divided by the
+// number of UTF-8 bytes of the text scored: unlike perplexity it does not
+// depend on how the tokenizer cuts the text, so models with different
+// vocabularies compare on it.
+func (e Eval) BitsPerByte(textBytes int) float64 {
+	if textBytes <= 0 {
+		return math.NaN()
+	}
+	return e.NLL / math.Ln2 / float64(textBytes)
+}
+
 // Perplexity scores tokens with the model behind st: the text is cut into
 // consecutive windows of at most window tokens (0: the stepper's
 // MaxContext), each run from an empty context in one step, and every token
@@ -34,6 +45,50 @@ func (e Eval) Perplexity() float64 { return math.Exp(e.Loss()) }
 // would; longer texts lose the context across window boundaries. The
 // stepper must return every row of logits.
 func Perplexity(st Stepper, tokens []int, window int) (Eval, error) {
+	return PerplexityBuckets(st, tokens, window, nil)
+}
+
+// Buckets splits a score by where the predicted token sits in its window
+// (its index from the window's first token, a BOS when there is one): how
+// much a model gains from a longer context shows as a loss that falls from
+// bucket to bucket.
+type Buckets struct {
+	// Edges are ascending positions; bucket i holds the predictions at
+	// positions in [Edges[i], Edges[i+1]). Predictions outside every bucket
+	// are counted only in the total.
+	Edges []int
+	// Evals has one score per bucket, len(Edges)-1.
+	Evals []Eval
+}
+
+// NewBuckets returns empty buckets with the given edges, which must be at
+// least two, non-negative and strictly ascending.
+func NewBuckets(edges ...int) (*Buckets, error) {
+	if len(edges) < 2 {
+		return nil, fmt.Errorf("generate: buckets need at least two edges, got %v", edges)
+	}
+	for i, e := range edges {
+		if e < 0 || (i > 0 && e <= edges[i-1]) {
+			return nil, fmt.Errorf("generate: bucket edges %v: want non-negative and strictly ascending", edges)
+		}
+	}
+	return &Buckets{Edges: append([]int(nil), edges...), Evals: make([]Eval, len(edges)-1)}, nil
+}
+
+func (b *Buckets) add(pos int, nll float64) {
+	// A handful of buckets: a linear scan beats a search.
+	for i := 0; i+1 < len(b.Edges); i++ {
+		if pos >= b.Edges[i] && pos < b.Edges[i+1] {
+			b.Evals[i].NLL += nll
+			b.Evals[i].Predicted++
+			return
+		}
+	}
+}
+
+// PerplexityBuckets is Perplexity that also adds every prediction to the
+// bucket of its position when b is not nil.
+func PerplexityBuckets(st Stepper, tokens []int, window int, b *Buckets) (Eval, error) {
 	var ev Eval
 	if window <= 0 || window > st.MaxContext() {
 		window = st.MaxContext()
@@ -66,8 +121,12 @@ func Perplexity(st Stepper, tokens []int, window int) (Eval, error) {
 			if next < 0 || next >= vocab {
 				return ev, fmt.Errorf("generate: perplexity: token %d at index %d is outside the vocabulary [0, %d)", next, start+i+1, vocab)
 			}
-			ev.NLL += -logSoftmaxAt(logits[i*vocab:(i+1)*vocab], next)
+			nll := -logSoftmaxAt(logits[i*vocab:(i+1)*vocab], next)
+			ev.NLL += nll
 			ev.Predicted++
+			if b != nil {
+				b.add(i+1, nll)
+			}
 		}
 	}
 	return ev, nil

@@ -85,6 +85,10 @@ type Explicit struct {
 // position_ids (optional), and past inputs named past_key_values.* whose
 // outputs are the same names with "present" in place of "past_key_values".
 func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
+	if s.LastLogits() {
+		// The session has no other rows to return.
+		cfg.LastOnly = true
+	}
 	e := &Explicit{s: s, cfg: cfg, past: map[string]*tensor.Dense{}}
 	outs := map[string]engine.Port{}
 	for _, p := range s.Outputs() {
@@ -117,6 +121,7 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 		return 0, false
 	}
 	maxCtx := -1
+	var seqDim symshape.Expr
 	bound := func(v int) {
 		if maxCtx < 0 || v < maxCtx {
 			maxCtx = v
@@ -130,6 +135,7 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 		switch {
 		case p.Name == "input_ids":
 			e.ids, e.idsT = p.Name, dt
+			seqDim = p.Shape[1]
 			if v, ok := limit(p.Shape[1]); ok {
 				e.maxSeq = v
 			}
@@ -182,6 +188,15 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 	}
 	if len(e.kv) == 0 {
 		return nil, fmt.Errorf("generate: the model has no past_key_values inputs; a stepper needs a KV-cache model")
+	}
+	// A limit derived from the model (a learned position table) bounds
+	// past + seq, the tokens a sequence holds.
+	for _, p := range ins {
+		if p.Name == e.kv[0].in {
+			if v, _, ok := s.ExprLimit(symshape.Add(p.Shape[e.kv[0].axis], seqDim)); ok {
+				bound(int(v))
+			}
+		}
 	}
 	if lp, ok := outs["logits"]; ok {
 		e.logits = lp.Name
@@ -327,9 +342,13 @@ func (e *Explicit) run(tokens, positions []int) ([]float32, error) {
 	if lt == nil {
 		return nil, fmt.Errorf("generate: the run returned no %q", e.logits)
 	}
+	rows := seq
+	if e.s.LastLogits() {
+		rows = 1
+	}
 	logits, ok := lt.Data().([]float32)
-	if !ok || len(logits) != seq*e.vocab {
-		return nil, fmt.Errorf("generate: output %q is %v %v, want float32 [1, %d, %d]", e.logits, lt.Dtype(), lt.Shape(), seq, e.vocab)
+	if !ok || len(logits) != rows*e.vocab {
+		return nil, fmt.Errorf("generate: output %q is %v %v, want float32 [1, %d, %d]", e.logits, lt.Dtype(), lt.Shape(), rows, e.vocab)
 	}
 	next := make(map[string]*tensor.Dense, len(e.kv))
 	for _, kp := range e.kv {
@@ -417,6 +436,9 @@ func OpenExplicit(path string, opts engine.Options, ctx int, cfg Config) (*Expli
 		return nil, err
 	}
 	opts.Max = maxima
+	if cfg.LastOnly {
+		opts.LastLogits = true
+	}
 	s, err := engine.Open(path, opts)
 	if err != nil {
 		return nil, err

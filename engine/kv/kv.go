@@ -60,6 +60,9 @@ type State struct {
 	vocab   int
 	logits  string
 	lastLen int
+	// lastRow: the session computes the last row of logits only
+	// (engine.Options.LastLogits).
+	lastRow bool
 
 	// Per-step host buffers, reused: Run copies what it is given.
 	ids, pos, slots []int64
@@ -93,6 +96,7 @@ func New(s *engine.Session) (*State, error) {
 		return nil, fmt.Errorf("kv: output %q has shape %s; want a constant vocabulary last", lp.Name, symshape.FormatShape(lp.Shape))
 	}
 	st.logits, st.vocab = lp.Name, int(v)
+	st.lastRow = s.LastLogits()
 	st.Reset()
 	return st, nil
 }
@@ -119,6 +123,10 @@ func (st *State) MaxContext() int { return st.info.MaxContext }
 
 // Vocab is the length of a row of logits.
 func (st *State) Vocab() int { return st.vocab }
+
+// LastRowOnly reports whether Forward returns the last token's logits only
+// (the session was opened with engine.Options.LastLogits).
+func (st *State) LastRowOnly() bool { return st.lastRow }
 
 // AttendedLen is the kv_len of the last Forward: the slots attention read.
 func (st *State) AttendedLen() int { return st.lastLen }
@@ -151,7 +159,8 @@ func (st *State) Free(slots ...int) error {
 
 // Forward runs the model on tokens at positions, writing token i's keys and
 // values into slots[i], and returns the logits, row-major [len(tokens),
-// Vocab()]. Token i attends every filled slot (those written before and by
+// Vocab()] (only the last token's row when the session was opened with
+// engine.Options.LastLogits: see LastRowOnly). Token i attends every filled slot (those written before and by
 // this call) whose position is at most positions[i]; neither positions nor
 // slots need be contiguous or ordered, and a filled slot may be written
 // again (its old contents are replaced). On error the bookkeeping is
@@ -222,9 +231,13 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: %w", err)
 	}
+	rows := n
+	if st.lastRow {
+		rows = 1
+	}
 	logits, ok := out[st.logits].Data().([]float32)
-	if !ok || len(logits) != n*st.vocab {
-		return nil, fmt.Errorf("kv: output %q is %v; want %d float32 logits", st.logits, out[st.logits].Shape(), n*st.vocab)
+	if !ok || len(logits) != rows*st.vocab {
+		return nil, fmt.Errorf("kv: output %q is %v; want %d float32 logits", st.logits, out[st.logits].Shape(), rows*st.vocab)
 	}
 	for s, i := range written {
 		if st.slotPos[s] < 0 {
@@ -234,6 +247,118 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 	}
 	st.lastLen = kvLen
 	return logits, nil
+}
+
+// RowBytes is one slot of cache buffer layer (Info().Layers[layer]): its
+// keys or its values, in the buffer's store type.
+func (st *State) RowBytes(layer int) int {
+	if layer < 0 || layer >= len(st.info.Layers) {
+		return 0
+	}
+	return st.info.Layers[layer].RowBytes
+}
+
+// SlotBytes is one slot across every cache buffer: the unit of
+// ReadAllSlots and WriteAllSlots.
+func (st *State) SlotBytes() int {
+	n := 0
+	for _, l := range st.info.Layers {
+		n += l.RowBytes
+	}
+	return n
+}
+
+// ReadSlots copies the rows of slots from cache buffer layer (an index
+// into Info().Layers: a model layer's keys and its values are two
+// buffers) into dst, len(slots) rows of RowBytes(layer) in the buffer's
+// store type. Empty slots read whatever bytes they hold.
+func (st *State) ReadSlots(layer int, slots []int, dst []byte) error {
+	if err := st.s.ReadKVSlots(layer, slots, dst); err != nil {
+		return fmt.Errorf("kv: %w", err)
+	}
+	return nil
+}
+
+// WriteSlots copies src, len(slots) rows of RowBytes(layer), into slots of
+// cache buffer layer. It changes bytes only: a slot written this way is
+// attended once SetPositions says which position it holds.
+func (st *State) WriteSlots(layer int, slots []int, src []byte) error {
+	if err := st.s.WriteKVSlots(layer, slots, src); err != nil {
+		return fmt.Errorf("kv: %w", err)
+	}
+	return nil
+}
+
+// ReadAllSlots reads slots from every cache buffer into dst, laid out
+// buffer-major: buffer 0's len(slots) rows, then buffer 1's, and so on
+// (len(slots) * SlotBytes() bytes). The layout keeps one layer of a run of
+// slots contiguous, as a layer-major swap file wants. The rows are
+// gathered on the device and cross to the host in one copy
+// (engine.Session.ReadAllKVSlots).
+func (st *State) ReadAllSlots(slots []int, dst []byte) error {
+	if err := st.s.ReadAllKVSlots(slots, dst); err != nil {
+		return fmt.Errorf("kv: %w", err)
+	}
+	return nil
+}
+
+// WriteAllSlots writes src, laid out as ReadAllSlots returns it, into
+// slots of every cache buffer: one host-to-device copy and one scatter per
+// buffer. Like WriteSlots it changes bytes only (see SetPositions).
+func (st *State) WriteAllSlots(slots []int, src []byte) error {
+	if err := st.s.WriteAllKVSlots(slots, src); err != nil {
+		return fmt.Errorf("kv: %w", err)
+	}
+	return nil
+}
+
+// SetPositions records that slots hold the keys and values of positions
+// (written by WriteSlots, restoring a context): later tokens attend them
+// as if a Forward had written them there. A position of -1 empties its
+// slot, like Free.
+func (st *State) SetPositions(slots, positions []int) error {
+	if len(slots) != len(positions) {
+		return fmt.Errorf("kv: SetPositions of %d slots and %d positions", len(slots), len(positions))
+	}
+	seen := make(map[int]bool, len(slots))
+	for i, s := range slots {
+		if s < 0 || s >= len(st.slotPos) {
+			return fmt.Errorf("kv: SetPositions: slot %d outside the cache's %d slots: %w", s, len(st.slotPos), engine.ErrContextFull)
+		}
+		if positions[i] < -1 {
+			return fmt.Errorf("kv: SetPositions: slot %d at position %d", s, positions[i])
+		}
+		if seen[s] {
+			return fmt.Errorf("kv: SetPositions: slot %d given twice", s)
+		}
+		seen[s] = true
+	}
+	for i, s := range slots {
+		was, now := st.slotPos[s] >= 0, positions[i] >= 0
+		switch {
+		case now && !was:
+			st.n++
+		case was && !now:
+			st.n--
+		}
+		st.slotPos[s] = positions[i]
+	}
+	return nil
+}
+
+// AttentionStats returns the attention statistics of the last Forward
+// (the state's session opened with Config.AttentionStats): per layer and
+// query head, each slot's softmax probability summed over the forward's
+// tokens, and per slot the number of those tokens that could attend it.
+// Slots beyond AttendedLen are not in it. Accumulating them over forwards
+// gives LLMS's information density: a slot's summed probability over its
+// summed count, averaged over heads and layers.
+func (st *State) AttentionStats() ([]engine.AttnStats, error) {
+	a, err := st.s.AttentionStats()
+	if err != nil {
+		return nil, fmt.Errorf("kv: %w", err)
+	}
+	return a, nil
 }
 
 func grow(b []int64, n int) []int64 {

@@ -15,18 +15,32 @@ Writes to OUT (testdata/default):
     prompt_logits.npy  the prefill's logits [1, prompt_len, vocab]
     ref/prefill, ref/decode  the prefill and first decode step as reference
                      cases in testdata/models' layout (manifest.json + .npy)
-    heldout.txt      held-out documents (never trained on), separated by
-                     lines holding only "%"
-    perplexity.json  PyTorch's perplexity on heldout.txt, and the protocol
+    long_logits.npy  the last LONG_ROWS rows of logits of a LONG_TOKENS-token
+                     prefill of held-out text (ids in reference.json), so a
+                     test checks positions near the 2048 context too
+    heldout.txt      the 128-token fortunes model's held-out fortunes, kept
+                     as they are (copied from testdata/default when OUT
+                     lacks them) so old and new models are judged on the
+                     same text; corpus.py keeps its documents out of
+                     training
+    heldout_split.txt  every document of the corpus's held-out split
+                     (fortunes, python docs, debian-reference), separated
+                     by lines holding only "%"
+    perplexity.json  PyTorch's loss on both files, with bits per byte
+    evals/*.jsonl    the in-context task sets (models/train/tleval)
 
 Perplexity protocol (what a Go test must reproduce): split heldout.txt on
 "\\n%\\n"; each document d is the sequence [BOS] + encode(d) + [EOS], run
 alone (batch 1, no cache); the loss is the cross-entropy of predicting
 tokens 1..n-1 from their prefixes, summed over all documents and divided by
-the number of predicted tokens; perplexity = exp(loss).
+the number of predicted tokens; perplexity = exp(loss). A document longer
+than max_context is scored in consecutive windows of max_context tokens,
+each from an empty context (tl perplexity's --window default). Bits per byte
+= summed NLL / ln 2 / UTF-8 bytes of the documents (separators excluded).
 """
 
 import dataclasses
+import glob
 import json
 import math
 import os
@@ -43,7 +57,8 @@ import train_default as td
 
 PROMPT = "The secret of life is"
 GEN_TOKENS = 64
-HELDOUT_BYTES = 4096
+LONG_TOKENS = 2000
+LONG_ROWS = 8
 
 
 def load_model(work):
@@ -101,10 +116,33 @@ def sample(model, prompt_ids, n, temperature, seed, eos):
 
 
 @torch.no_grad()
-def doc_nll(model, ids):
-    x = torch.tensor([ids])
-    logits = td.forward_logits(model, x[:, :-1])
-    return float(F.cross_entropy(logits[0], x[0, 1:], reduction="sum"))
+def doc_nll(model, ids, window=td.MAX_CONTEXT):
+    """Summed NLL of ids in windows of `window`, as generate.Perplexity does."""
+    total = 0.0
+    for start in range(0, len(ids) - 1, window):
+        w = ids[start:start + window]
+        if len(w) < 2:
+            break
+        x = torch.tensor([w])
+        logits = td.forward_logits(model, x[:, :-1])
+        total += float(F.cross_entropy(logits[0], x[0, 1:], reduction="sum"))
+    return total
+
+
+def score_file(model, enc, bos, eos, path):
+    """perplexity.json's entry for one '%'-separated file."""
+    with open(path, encoding="utf-8") as f:
+        docs = f.read().split("\n%\n")
+    per_doc, nll, pred, nbytes = [], 0.0, 0, 0
+    for d in docs:
+        ids = [bos] + enc.encode(d) + [eos]
+        n = doc_nll(model, ids)
+        p = len(ids) - 1 - (len(ids) - 1) // td.MAX_CONTEXT  # each window's first token is not predicted
+        per_doc.append({"tokens": len(ids), "nll_sum": n})
+        nll, pred, nbytes = nll + n, pred + p, nbytes + len(d.encode("utf-8"))
+    return {"file": os.path.basename(path), "documents": len(docs), "predicted_tokens": pred, "bytes": nbytes,
+            "loss": nll / pred, "perplexity": math.exp(nll / pred), "bits_per_byte": nll / math.log(2) / nbytes,
+            "per_document": per_doc}
 
 
 def export(work, out):
@@ -115,7 +153,7 @@ def export(work, out):
     inv = {i: s for s, i in vocab.items()}
     bos, eos = vocab[td.BOS], vocab[td.EOS]
     ck = torch.load(os.path.join(work, "ckpt.pt"))
-    max_ctx = td.TrainArgs.seq_len
+    max_ctx = td.MAX_CONTEXT
 
     # The graph: traced as llama.py does (batch 2, seq 5, past 3, all
     # different), so every dynamic axis gets its own symbol.
@@ -155,47 +193,49 @@ def export(work, out):
                              "first greedy token on top of the prefill's cache")
     exportlib.write_model_json(out, "default", dataclasses.asdict(cfg), onnx_model)
 
-    # Held-out documents that fit the context, about HELDOUT_BYTES of them.
-    with open(os.path.join(work, "heldout_docs.json"), encoding="utf-8") as f:
+    # A long prefill of held-out prose: the last rows' logits.
+    with open(os.path.join(work, "held_docs.json"), encoding="utf-8") as f:
         held = json.load(f)
-    chosen, size = [], 0
-    for d in held:
-        ids = [bos] + enc.encode(d) + [eos]
-        if len(ids) > max_ctx or "\n%\n" in d:
-            continue
-        chosen.append((d, ids))
-        size += len(d.encode("utf-8")) + 3
-        if size >= HELDOUT_BYTES:
+    long_ids = [bos]
+    for d in held["pydoc"] + held["debref"]:
+        long_ids += enc.encode(d) + [eos]
+        if len(long_ids) >= LONG_TOKENS:
             break
-    with open(os.path.join(out, "heldout.txt"), "w", encoding="utf-8") as f:
-        f.write("\n%\n".join(d for d, _ in chosen))
-    per_doc = [{"tokens": len(ids), "nll_sum": doc_nll(model, ids)} for _, ids in chosen]
-    predicted = sum(p["tokens"] - 1 for p in per_doc)
-    loss = sum(p["nll_sum"] for p in per_doc) / predicted
+    long_ids = long_ids[:LONG_TOKENS]
+    with torch.no_grad():
+        ll = td.forward_logits(model, torch.tensor([long_ids]))[0, -LONG_ROWS:]
+    np.save(os.path.join(out, "long_logits.npy"), ll.numpy().astype("<f4"), allow_pickle=False)
 
-    # The whole held-out set (755 documents, each cut to the context) for
-    # the record; not part of the test protocol.
-    all_nll, all_pred = 0.0, 0
-    for d in held:
-        ids = ([bos] + enc.encode(d) + [eos])[:max_ctx]
-        all_nll += doc_nll(model, ids)
-        all_pred += len(ids) - 1
+    # The corpus's held-out split as one '%'-separated file.
+    docs = [d for src in td.TEXT_SOURCES for d in held[src] if "\n%\n" not in d]
+    with open(os.path.join(out, "heldout_split.txt"), "w", encoding="utf-8") as f:
+        f.write("\n%\n".join(docs))
+    old_path = os.path.join(out, "heldout.txt")
+    if not os.path.exists(old_path):
+        # Exporting beside the default model: judge on the same fortunes.
+        shutil.copy(os.path.join(td.REPO, "testdata", "default", "heldout.txt"), old_path)
+    old = score_file(model, enc, bos, eos, old_path)
+    new = score_file(model, enc, bos, eos, os.path.join(out, "heldout_split.txt"))
     with open(os.path.join(out, "perplexity.json"), "w") as f:
         json.dump({
             "file": "heldout.txt",
             "protocol": "documents = text.split('\\n%\\n'); each is [BOS] + encode(doc) + [EOS], run alone "
-                        "without cache; loss = sum of next-token cross-entropies over tokens 1..n-1 of every "
-                        "document / number of predicted tokens; perplexity = exp(loss)",
-            "documents": len(chosen),
-            "predicted_tokens": predicted,
-            "loss": loss,
-            "perplexity": math.exp(loss),
-            "per_document": per_doc,
-            "whole_heldout_set": {"documents": len(held), "predicted_tokens": all_pred,
-                                  "loss": all_nll / all_pred, "perplexity": math.exp(all_nll / all_pred),
-                                  "note": "every held-out document, cut to max_context tokens"},
+                        "without cache, in windows of max_context tokens each from an empty context; loss = sum "
+                        "of next-token cross-entropies of every predicted token / number of predicted tokens; "
+                        "perplexity = exp(loss); bits_per_byte = summed NLL / ln 2 / UTF-8 bytes of the documents",
+            "documents": old["documents"],
+            "predicted_tokens": old["predicted_tokens"],
+            "bytes": old["bytes"],
+            "loss": old["loss"],
+            "perplexity": old["perplexity"],
+            "bits_per_byte": old["bits_per_byte"],
+            "per_document": old["per_document"],
+            "heldout_split": {k: v for k, v in new.items() if k != "per_document"},
         }, f, indent=1)
         f.write("\n")
+    os.makedirs(os.path.join(out, "evals"), exist_ok=True)
+    for p in sorted(glob.glob(os.path.join(work, "evals", "*.jsonl"))):
+        shutil.copy(p, os.path.join(out, "evals", os.path.basename(p)))
 
     samples = []
     for seed in range(4):
@@ -207,11 +247,16 @@ def export(work, out):
             "prompt_ids": prompt_ids,
             "add_bos": True,
             "greedy_ids": gen,
-            "greedy_text": enc.decode([i for i in gen if i not in (bos, eos)], inv),
+            # Special tokens decode to their text, as tlite prints them with --special.
+            "greedy_text": enc.decode(gen, inv),
             "greedy_note": f"{GEN_TOKENS} greedy steps through the KV cache (prefill, then one token per step), "
                            "not stopping at EOS; identical to argmax of a full forward without cache",
             "first_eos_index": gen.index(eos) if eos in gen else None,
             "prompt_logits": "prompt_logits.npy",
+            "long_ids": long_ids,
+            "long_logits": "long_logits.npy",
+            "long_note": f"held-out python docs / debian-reference text, {LONG_TOKENS} tokens with BOS; "
+                         f"long_logits.npy is the last {LONG_ROWS} rows of a full forward without cache",
             "samples": samples,
             "samples_note": "temperature 0.8, torch.Generator seeds 0..3, stopped at EOS; for reading, not testing",
         }, f, ensure_ascii=False, indent=1)
@@ -238,19 +283,20 @@ def export(work, out):
             "dtype": "float32",
             "parameters": n_params,
             "training": {
-                "corpus": "Debian package fortunes (fortune files except ascii-art and translate-me), "
-                          "documents split on '%' lines, deduplicated, 5% held out",
+                "corpus": "models/train/corpus.py: Debian fortunes, python3.11-doc prose, debian-reference-en, "
+                          "plus synthetic key-value recall and multiple-choice documents",
                 "recipe": "models/train/train_default.py",
                 "steps": ck["step"],
-                "tokens_seen": ck["step"] * ck["args"]["batch"] * ck["args"]["seq_len"],
+                "tokens_seen": ck["tokens"],
                 "train_seconds": round(ck["elapsed"]),
                 "args": ck["args"],
             },
         }, f, indent=1)
         f.write("\n")
     print(f"export: {path} ({os.path.getsize(path)} bytes), {n_params} parameters")
-    print(f"export: heldout.txt {len(chosen)} docs, loss {loss:.4f} ppl {math.exp(loss):.2f}; "
-          f"whole held-out set loss {all_nll / all_pred:.4f} ppl {math.exp(all_nll / all_pred):.2f}")
+    for r in (old, new):
+        print(f"export: {r['file']}: {r['documents']} docs, loss {r['loss']:.4f} ppl {r['perplexity']:.2f} "
+              f"bpb {r['bits_per_byte']:.4f}")
     print("export: greedy:", repr(enc.decode(gen, inv)))
     for s in samples:
         print("export: sample:", repr(s))

@@ -111,6 +111,10 @@ func constantOfShapeRule(c *ctx, n *graph.Node) error {
 	return nil
 }
 
+// maxShapeRank bounds the rank a shape tensor of unknown contents may give
+// (its length): a shape of 2^29 elements is a hostile file, not a tensor.
+const maxShapeRank = 64
+
 // shapeVector reads input i as a shape: its contents when known, otherwise
 // fresh symbols, one per element (the count must be constant).
 func (c *ctx) shapeVector(n *graph.Node, i int, out *graph.Value) ([]symshape.Expr, error) {
@@ -136,6 +140,9 @@ func (c *ctx) shapeVector(n *graph.Node, i int, out *graph.Value) ([]symshape.Ex
 			return nil, fmt.Errorf("input %d (shape) has unknown length %s: the output rank is unknown", i, in.Shape[0])
 		}
 		r = k
+	}
+	if r > maxShapeRank {
+		return nil, fmt.Errorf("input %d (shape) has %d elements: an output of that rank is not a tensor tlite runs (at most %d dims)", i, r, maxShapeRank)
 	}
 	s := make([]symshape.Expr, r)
 	for j := range s {

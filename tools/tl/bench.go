@@ -93,6 +93,15 @@ func runBench(args []string) error {
 		given[name] = d
 	}
 	userMax, _ := parseBinding(*sf.max)
+	// The plan is sized for the shapes benchmarked (--max and derived
+	// limits take over where present), and the shapes are checked before
+	// anything is allocated.
+	var shapesOf map[string][]int
+	opts.InputShapes = func(ports []engine.Port) (map[string][]int, error) {
+		var err error
+		shapesOf, err = benchShapes(ports, given, userMax)
+		return shapesOf, err
+	}
 	s, loadMs, err := openSession(pos[0], opts, userMax)
 	if err != nil {
 		return err
@@ -100,10 +109,6 @@ func runBench(args []string) error {
 	defer s.Close()
 	res := benchResult{Model: pos[0], Device: deviceOf(s), Precision: opts.Precision.String(),
 		Shapes: map[string][]int{}, Runs: *runs, Warmup: *warm}
-	shapesOf, err := benchShapes(s.Inputs(), given, s.Maxima())
-	if err != nil {
-		return err
-	}
 	feeds := map[string]*tensor.Dense{}
 	for i, p := range s.Inputs() {
 		t, err := syntheticInput(p, shapesOf[p.Name], int64(i+1))
@@ -149,6 +154,7 @@ func runBench(args []string) error {
 	}
 	fmt.Fprintf(stdout, "model %s on %s (%s), %d runs after %d warm-up (at least 2: the first and one to time it against)\n", res.Model, s.Device(), res.Precision, res.Runs, max(*warm, 2))
 	fmt.Fprintf(stdout, "startup: %s\n", res.Startup.line())
+	fmt.Fprintf(stdout, "plan sized for: %s\n", maximaLine(s))
 	t := newTable("load", "first run", "median", "min", "max", "activations", "peak RSS").alignRight(0, 1, 2, 3, 4, 5, 6)
 	t.add(fmt.Sprintf("%.1f ms", res.Startup.LoadMs), fmt.Sprintf("%.2f ms", res.Startup.FirstRunMs), fmt.Sprintf("%.3f ms", res.MedianMs),
 		fmt.Sprintf("%.3f ms", res.MinMs), fmt.Sprintf("%.3f ms", res.MaxMs), memplan.Bytes(res.ActBytes), fmt.Sprintf("%.0f MiB", res.PeakRSSMiB))

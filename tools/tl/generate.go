@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/tokenizer"
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // statsOut receives generation statistics, so that stdout is only the
@@ -35,13 +38,15 @@ type llmFlags struct {
 	ctx              *int
 	kv               *string
 	sf               *sessionFlags
+	// ctxFrom says where the context length came from, once opened.
+	ctxFrom string
 }
 
 func addLLMFlags(fs *flag.FlagSet) *llmFlags {
 	return &llmFlags{
 		model:     fs.String("model", "", "the decoder's ONNX file (or give it as the first argument)"),
 		tokenizer: fs.String("tokenizer", "", "tokenizer.json (default: the one next to the model)"),
-		ctx:       fs.Int("ctx", 0, "context length the memory plan is sized for (default: config.json's max_context next to the model, else 1024)"),
+		ctx:       fs.Int("ctx", 0, "context length the memory plan is sized for (default: config.json's max_context next to the model, else the model's own limit such as a learned position table, else 1024)"),
 		kv:        kvFlag(fs),
 		sf:        addSessionFlags(fs),
 	}
@@ -83,23 +88,55 @@ type modelConfig struct {
 	NPositions int `json:"n_positions"`
 }
 
-// contextFor is the context length for model: --ctx, else config.json's,
-// else the engine's default maximum.
-func contextFor(model string, flagCtx int) int {
+// contextFor is the context length for model and where it comes from:
+// --ctx, else config.json's, else the limit derived from the model (a
+// learned position table), else the engine's default maximum. A --ctx
+// beyond the derived limit is refused; a config.json beyond it is capped.
+func contextFor(model string, flagCtx int) (int, string, error) {
+	lim, from, limited := derivedContext(model)
+	limit := ""
+	if limited {
+		limit = fmt.Sprintf("derived from the model: %s <= %d at node %s", from.Expr, lim, from.Node)
+	}
 	if flagCtx > 0 {
-		return flagCtx
+		if limited && int64(flagCtx) > lim {
+			return 0, "", fmt.Errorf("--ctx %d is beyond this model's context limit of %d (node %s: %s)", flagCtx, lim, from.Node, from.Why)
+		}
+		return flagCtx, "--ctx", nil
 	}
 	if b, err := os.ReadFile(filepath.Join(filepath.Dir(model), "config.json")); err == nil {
 		var c modelConfig
 		if json.Unmarshal(b, &c) == nil {
 			for _, v := range []int{c.MaxContext, c.MaxPos, c.NPositions} {
 				if v > 0 {
-					return v
+					if limited && int64(v) > lim {
+						return int(lim), fmt.Sprintf("config.json says %d; %s", v, limit), nil
+					}
+					return v, "config.json", nil
 				}
 			}
 		}
 	}
-	return engine.DefaultMax
+	if limited {
+		return int(lim), limit, nil
+	}
+	return engine.DefaultMax, "the default, no config.json and no limit derived from the model", nil
+}
+
+// derivedContext is the context limit engine.ContextLimit derives for the
+// model at path (false if none, or if the model does not load: opening it
+// reports that).
+func derivedContext(path string) (int64, infer.Limit, bool) {
+	m, err := graph.Load(path)
+	if err != nil {
+		return 0, infer.Limit{}, false
+	}
+	defer m.Close()
+	v, l, ok, err := engine.ContextLimit(m)
+	if err != nil {
+		return 0, infer.Limit{}, false
+	}
+	return v, l, ok
 }
 
 // precision is the --precision flag as the engine names it.
@@ -146,7 +183,11 @@ func (f *llmFlags) openStepper(model string, maxSeq int, cfg generate.Config) (l
 	if err := checkModel(model, opts.Max); err != nil {
 		return nil, err
 	}
-	ctx := contextFor(model, *f.ctx)
+	ctx, from, err := contextFor(model, *f.ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.ctxFrom = from
 	if maxSeq > 0 {
 		if opts.Max == nil {
 			opts.Max = map[string]int64{}
@@ -155,7 +196,12 @@ func (f *llmFlags) openStepper(model string, maxSeq int, cfg generate.Config) (l
 			opts.Max["seq"] = int64(maxSeq)
 		}
 	}
-	return openLLM(model, opts, ctx, *f.kv, cfg)
+	st, err := openLLM(model, opts, ctx, *f.kv, cfg)
+	var me *engine.MemoryError
+	if errors.As(err, &me) {
+		return nil, fmt.Errorf("%w\n(the plan is sized for a context of %d tokens, from %s: give a smaller --ctx)", err, ctx, from)
+	}
+	return st, err
 }
 
 // llmStepper is a decoder stepper with its session, whichever KV mode.
@@ -215,6 +261,7 @@ type generateResult struct {
 	Precision    string            `json:"precision"`
 	KV           string            `json:"kv"`
 	Context      int               `json:"context"`
+	ContextFrom  string            `json:"context_from"`
 	Prompt       string            `json:"prompt,omitempty"`
 	PromptIDs    []int             `json:"prompt_ids"`
 	Text         string            `json:"text"`
@@ -378,7 +425,12 @@ func runGenerate(args []string) error {
 		return fmt.Errorf("the prompt is %d tokens, more than the context of %d: raise --ctx to at least %d", len(promptIDs), ctxLen, len(promptIDs))
 	} else if *n > room {
 		msg := fmt.Sprintf("the prompt is %d tokens and the context %d, so at most %d of -n %d tokens fit", len(promptIDs), ctxLen, room, *n)
-		if set["ctx"] || set["n"] {
+		if strings.Contains(lf.ctxFrom, "derived from the model") {
+			msg += fmt.Sprintf(" (the context is this model's own limit, %s)", lf.ctxFrom)
+			if set["n"] {
+				return fmt.Errorf("%s: lower -n", msg)
+			}
+		} else if set["ctx"] || set["n"] {
 			return fmt.Errorf("%s: raise --ctx to %d or lower -n", msg, len(promptIDs)+*n-1)
 		}
 		warnings = append(warnings, msg)
@@ -426,7 +478,7 @@ func runGenerate(args []string) error {
 	if err != nil {
 		return err
 	}
-	out := generateResult{Model: model, Precision: lf.precision(), KV: kvModeOf(st), Context: ctxLen, Prompt: text, PromptIDs: promptIDs,
+	out := generateResult{Model: model, Precision: lf.precision(), KV: kvModeOf(st), Context: ctxLen, ContextFrom: lf.ctxFrom, Prompt: text, PromptIDs: promptIDs,
 		Text: res.Text, TokenIDs: res.Tokens, StopReason: string(res.Reason), Warnings: warnings,
 		SamplingJSON: samplingJSON{Temperature: *temp, TopK: *topK, TopP: *topP, RepetitionPenalty: *rep, Seed: *seed, Greedy: *temp == 0},
 		Stats: generateStatsJSON{PromptTokens: res.PromptTokens, PrefillMs: ms(res.PrefillTime), PrefillTokPerSec: res.PrefillTokPerSec,
@@ -444,6 +496,7 @@ func runGenerate(args []string) error {
 		return writeJSON(stdout, out)
 	}
 	fmt.Fprintf(statsOut, "\nstartup: %s; warm-up step after it %.1f ms\n", out.Startup.line(), second)
+	fmt.Fprintf(statsOut, "context: %d tokens (%s)\n", ctxLen, lf.ctxFrom)
 	fmt.Fprintf(statsOut, "prompt %d tokens: prefill %.1f ms (%.1f tok/s), time to first token %.1f ms\n",
 		res.PromptTokens, ms(res.PrefillTime), res.PrefillTokPerSec, ms(res.FirstTokenTime))
 	fmt.Fprintf(statsOut, "generated %d tokens (%s): decode %.1f ms for %d steps (%.1f tok/s), KV cache %s\n",
@@ -496,8 +549,42 @@ type perplexityResult struct {
 	Predicted  int        `json:"predicted_tokens"`
 	Loss       float64    `json:"loss"`
 	Perplexity float64    `json:"perplexity"`
-	Window     int        `json:"window"`
-	Seconds    float64    `json:"seconds"`
+	// Bytes is the UTF-8 length of the documents scored (separators not
+	// counted); BitsPerByte is the summed NLL in bits over it.
+	Bytes       int     `json:"bytes"`
+	BitsPerByte float64 `json:"bits_per_byte"`
+	Window      int     `json:"window"`
+	Context     int     `json:"context"`
+	// ContextFrom says where the context length came from.
+	ContextFrom string           `json:"context_from"`
+	Buckets     []positionBucket `json:"buckets,omitempty"`
+	Seconds     float64          `json:"seconds"`
+}
+
+// positionBucket is the loss of the predictions at positions [From, To)
+// of their window.
+type positionBucket struct {
+	From      int     `json:"from"`
+	To        int     `json:"to"`
+	Predicted int     `json:"predicted_tokens"`
+	Loss      float64 `json:"loss"`
+}
+
+// parseEdges reads --buckets: ascending positions separated by commas.
+func parseEdges(s string) (*generate.Buckets, error) {
+	var edges []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--buckets %q: %q is not an integer", s, f)
+		}
+		edges = append(edges, v)
+	}
+	b, err := generate.NewBuckets(edges...)
+	if err != nil {
+		return nil, fmt.Errorf("--buckets %q: %w", s, err)
+	}
+	return b, nil
 }
 
 func runPerplexity(args []string) error {
@@ -509,12 +596,14 @@ func runPerplexity(args []string) error {
 	bos := fs.Bool("bos", true, "put the BOS token before each document")
 	noBOS := fs.Bool("no-bos", false, "do not put the BOS token before each document (as generate's --no-bos; same as --bos=false)")
 	eos := fs.Bool("eos", false, "put the EOS token after each document (and score it)")
+	buckets := fs.String("buckets", "", `also report the loss by position in the window, in buckets with these edges (e.g. "0,128,512,2048")`)
 	asJSON := fs.Bool("json", false, "write the result as JSON")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: tl perplexity --model m.onnx --text file.txt [--sep "\n%\n"] [--window N] [--no-bos] [--eos] [--ctx N] [--device d] [--precision fp32|fp16] [--json]`)
+		fmt.Fprintln(fs.Output(), `usage: tl perplexity --model m.onnx --text file.txt [--sep "\n%\n"] [--window N] [--no-bos] [--eos] [--buckets 0,128,512,2048] [--ctx N] [--device d] [--precision fp32|fp16] [--json]`)
+		fmt.Fprintln(fs.Output(), "Bits per byte are the summed NLL in bits over the UTF-8 bytes of the documents scored.")
 		fs.PrintDefaults()
 	}
-	flags, pos := splitArgs(args, llmValued("text", "sep", "window"))
+	flags, pos := splitArgs(args, llmValued("text", "sep", "window", "buckets"))
 	if err := fs.Parse(flags); err != nil {
 		return err
 	}
@@ -545,6 +634,12 @@ func runPerplexity(args []string) error {
 		}
 		docs = strings.Split(string(raw), s)
 	}
+	var bk *generate.Buckets
+	if *buckets != "" {
+		if bk, err = parseEdges(*buckets); err != nil {
+			return err
+		}
+	}
 	st, tok, err := lf.open(model, generate.Config{})
 	if err != nil {
 		return err
@@ -557,7 +652,9 @@ func runPerplexity(args []string) error {
 	addBOS := *bos && tok.Special().BOS >= 0
 	t0 := time.Now()
 	var total generate.Eval
+	nBytes := 0
 	for i, d := range docs {
+		nBytes += len(d)
 		ids, err := tok.Encode(d, tokenizer.EncodeOptions{AddBOS: addBOS})
 		if err != nil {
 			return fmt.Errorf("document %d: %w", i, err)
@@ -565,7 +662,7 @@ func runPerplexity(args []string) error {
 		if *eos {
 			ids = append(ids, eosID)
 		}
-		ev, err := generate.Perplexity(st, ids, *window)
+		ev, err := generate.PerplexityBuckets(st, ids, *window, bk)
 		if err != nil {
 			return fmt.Errorf("document %d: %w", i, err)
 		}
@@ -579,12 +676,34 @@ func runPerplexity(args []string) error {
 		return fmt.Errorf("%s: no token was predicted (each document needs at least two tokens); perplexity is undefined", *textPath)
 	}
 	res := perplexityResult{Model: model, Device: deviceOf(st.Session()), KV: kvModeOf(st), Text: *textPath, Documents: len(docs), Predicted: total.Predicted,
-		Loss: total.Loss(), Perplexity: total.Perplexity(), Window: w, Seconds: time.Since(t0).Seconds()}
+		Loss: total.Loss(), Perplexity: total.Perplexity(), Bytes: nBytes, BitsPerByte: total.BitsPerByte(nBytes),
+		Window: w, Context: st.MaxContext(), ContextFrom: lf.ctxFrom, Seconds: time.Since(t0).Seconds()}
+	if bk != nil {
+		for i, ev := range bk.Evals {
+			res.Buckets = append(res.Buckets, positionBucket{From: bk.Edges[i], To: bk.Edges[i+1], Predicted: ev.Predicted, Loss: ev.Loss()})
+		}
+	}
 	if *asJSON {
+		if bk != nil {
+			// JSON has no NaN: an empty bucket's loss is written as 0
+			// beside its zero count.
+			for i := range res.Buckets {
+				if res.Buckets[i].Predicted == 0 {
+					res.Buckets[i].Loss = 0
+				}
+			}
+		}
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f (window %d, KV %s, %.1f s)\n",
-		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.Window, res.KV, res.Seconds)
+	fmt.Fprintf(stdout, "%s on %s: %s, %d predicted tokens, loss %.4f, perplexity %.4f, %.4f bits per byte over %d bytes (window %d, KV %s, %.1f s; context %d: %s)\n",
+		res.Model, res.Text, plural(res.Documents, "document"), res.Predicted, res.Loss, res.Perplexity, res.BitsPerByte, res.Bytes, res.Window, res.KV, res.Seconds, res.Context, res.ContextFrom)
+	if len(res.Buckets) > 0 {
+		tb := newTable("positions", "predicted", "loss", "perplexity").alignRight(1, 2, 3)
+		for _, b := range res.Buckets {
+			tb.add(fmt.Sprintf("%d-%d", b.From, b.To), b.Predicted, fmt.Sprintf("%.4f", b.Loss), fmt.Sprintf("%.2f", math.Exp(b.Loss)))
+		}
+		tb.write(stdout)
+	}
 	return nil
 }
 

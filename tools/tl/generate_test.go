@@ -98,8 +98,9 @@ func TestGenerateCommandErrors(t *testing.T) {
 // command line.
 func TestPerplexityCommand(t *testing.T) {
 	var ref struct {
-		Predicted  int     `json:"predicted_tokens"`
-		Perplexity float64 `json:"perplexity"`
+		Predicted   int     `json:"predicted_tokens"`
+		Perplexity  float64 `json:"perplexity"`
+		BitsPerByte float64 `json:"bits_per_byte"`
 	}
 	readDefaultJSON(t, "perplexity.json", &ref)
 	out, _, err := capture(t, runPerplexity, "--model", filepath.Join(defaultModelDir, "model.onnx"),
@@ -113,6 +114,42 @@ func TestPerplexityCommand(t *testing.T) {
 	}
 	if got.Predicted != ref.Predicted || math.Abs(got.Perplexity-ref.Perplexity) > 0.01*ref.Perplexity {
 		t.Errorf("perplexity %.4f over %d tokens, PyTorch %.4f over %d", got.Perplexity, got.Predicted, ref.Perplexity, ref.Predicted)
+	}
+	// Bits per byte: the summed NLL in bits over the documents' bytes (the
+	// file less its separators).
+	raw, err := os.ReadFile(filepath.Join(defaultModelDir, "heldout.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBytes := len(raw) - 3*strings.Count(string(raw), "\n%\n")
+	wantBPB := got.Loss * float64(got.Predicted) / math.Ln2 / float64(wantBytes)
+	if got.Bytes != wantBytes || math.Abs(got.BitsPerByte-wantBPB) > 1e-9 {
+		t.Errorf("%d bytes, %.6f bits per byte; want %d bytes, %.6f", got.Bytes, got.BitsPerByte, wantBytes, wantBPB)
+	}
+	// perplexity.json files written before bits per byte existed lack it.
+	if ref.BitsPerByte != 0 && math.Abs(got.BitsPerByte-ref.BitsPerByte) > 0.01*ref.BitsPerByte {
+		t.Errorf("%.4f bits per byte, PyTorch %.4f", got.BitsPerByte, ref.BitsPerByte)
+	}
+	// Buckets partition the predictions; the text output has a row each.
+	out, _, err = capture(t, runPerplexity, "--model", filepath.Join(defaultModelDir, "model.onnx"),
+		"--text", filepath.Join(defaultModelDir, "heldout.txt"), "--sep", `\n%\n`, "--eos", "--buckets", "0,16,100000", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bk perplexityResult
+	if err := json.Unmarshal([]byte(out), &bk); err != nil {
+		t.Fatalf("%v in %q", err, out)
+	}
+	if len(bk.Buckets) != 2 || bk.Buckets[0].Predicted+bk.Buckets[1].Predicted != got.Predicted ||
+		math.Abs((bk.Buckets[0].Loss*float64(bk.Buckets[0].Predicted)+bk.Buckets[1].Loss*float64(bk.Buckets[1].Predicted))-
+			got.Loss*float64(got.Predicted)) > 1e-6*got.Loss*float64(got.Predicted) {
+		t.Errorf("buckets %+v do not add up to %d predictions, loss %.4f", bk.Buckets, got.Predicted, got.Loss)
+	}
+	for _, bad := range []string{"16", "0,x", "10,5"} {
+		if _, _, err := capture(t, runPerplexity, "--model", filepath.Join(defaultModelDir, "model.onnx"),
+			"--text", filepath.Join(defaultModelDir, "heldout.txt"), "--buckets", bad); err == nil {
+			t.Errorf("--buckets %q accepted", bad)
+		}
 	}
 	// Without the separator the file is one document, scored in windows.
 	out, _, err = capture(t, runPerplexity, filepath.Join(defaultModelDir, "model.onnx"),

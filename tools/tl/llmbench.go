@@ -145,6 +145,9 @@ func runLLMBench(args []string) error {
 	if maxP+*gen > ctx {
 		return fmt.Errorf("-p %d with -n %d needs a context of %d, more than --ctx %d", maxP, *gen, maxP+*gen, ctx)
 	}
+	if lim, from, ok := derivedContext(*model); ok && int64(ctx) > lim {
+		return fmt.Errorf("a context of %d (-p %d, -n %d, --ctx %d) is beyond this model's limit of %d tokens (node %s: %s)", ctx, maxP, *gen, *ctxFlag, lim, from.Node, from.Why)
+	}
 	opts, err := sf.options()
 	if err != nil {
 		return err

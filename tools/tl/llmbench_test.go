@@ -87,7 +87,13 @@ func TestLLMBenchTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"test", "t/s", "pp5", "tg2 @ d5", "1.25 M", "time to first token", "peak RSS"} {
+	// The parameter count is the one config.json records for the model.
+	var cfg struct {
+		Parameters int `json:"parameters"`
+	}
+	readDefaultJSON(t, "config.json", &cfg)
+	params := fmt.Sprintf("%.2f M", float64(cfg.Parameters)/1e6)
+	for _, want := range []string{"test", "t/s", "pp5", "tg2 @ d5", params, "time to first token", "peak RSS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

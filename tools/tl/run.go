@@ -37,6 +37,42 @@ type runResult struct {
 	RunMs     float64      `json:"run_ms"`
 	OutDir    string       `json:"out_dir,omitempty"`
 	Made      []string     `json:"inputs_made_empty,omitempty"`
+	Plan      planJSON     `json:"plan"`
+}
+
+// planJSON is the memory plan's size and the symbol maxima it is sized for.
+type planJSON struct {
+	Bytes  int64                  `json:"bytes"`
+	Maxima map[string]maximumJSON `json:"maxima"`
+}
+
+// maximumJSON is a symbol's maximum and where it came from: "--max", "the
+// inputs given", "default" or "derived" (then node and why say from what).
+type maximumJSON struct {
+	Value int64  `json:"value"`
+	From  string `json:"from"`
+	Node  string `json:"node,omitempty"`
+	Why   string `json:"why,omitempty"`
+}
+
+func planOf(s *engine.Session) planJSON {
+	pj := planJSON{Maxima: map[string]maximumJSON{}}
+	if p := s.Plan(); p != nil {
+		pj.Bytes = p.Allocated()
+	}
+	for k, m := range s.MaximaFrom() {
+		mj := maximumJSON{Value: m.Value, From: m.From}
+		switch m.From {
+		case engine.FromDeclared:
+			mj.From = "--max"
+		case engine.FromInputs:
+			mj.From = "the input shapes"
+		case engine.FromLimit:
+			mj.From, mj.Node, mj.Why = "derived", m.Limit.Node, m.Limit.Why
+		}
+		pj.Maxima[k] = mj
+	}
+	return pj
 }
 
 // tensorInfo summarises one tensor; Min/Max/Mean are null for empty ones.
@@ -95,32 +131,42 @@ func runRun(args []string) error {
 		}
 		feeds[name] = t
 	}
+	// The plan is sized for the inputs given: symbols without a --max
+	// take their maximum from them, not from the engine's defaults.
+	var made []string
+	opts.InputShapes = func(ports []engine.Port) (map[string][]int, error) {
+		if *inputsFrom != "" {
+			var more map[string]*tensor.Dense
+			if fi, err := os.Stat(*inputsFrom); err != nil {
+				return nil, fmt.Errorf("--inputs: %w", err)
+			} else if fi.IsDir() {
+				more, err = readInputsDir(*inputsFrom, ports)
+				if err != nil {
+					return nil, fmt.Errorf("--inputs: %w", err)
+				}
+			} else if more, err = readInputsJSON(*inputsFrom); err != nil {
+				return nil, fmt.Errorf("--inputs: %w", err)
+			}
+			for name, t := range more {
+				if _, dup := feeds[name]; dup {
+					return nil, fmt.Errorf("input %s is given both by --input and by --inputs %s: give it once", name, *inputsFrom)
+				}
+				feeds[name] = t
+			}
+		}
+		made = fillEmptyPast(ports, feeds)
+		shapes := map[string][]int{}
+		for name, t := range feeds {
+			shapes[name] = shapeOf(t)
+		}
+		return shapes, nil
+	}
 	userMax, _ := parseBinding(*sf.max)
 	s, loadMs, err := openSession(pos[0], opts, userMax)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if *inputsFrom != "" {
-		var more map[string]*tensor.Dense
-		if fi, err := os.Stat(*inputsFrom); err != nil {
-			return fmt.Errorf("--inputs: %w", err)
-		} else if fi.IsDir() {
-			more, err = readInputsDir(*inputsFrom, s.Inputs())
-		} else {
-			more, err = readInputsJSON(*inputsFrom)
-		}
-		if err != nil {
-			return fmt.Errorf("--inputs: %w", err)
-		}
-		for name, t := range more {
-			if _, dup := feeds[name]; dup {
-				return fmt.Errorf("input %s is given both by --input and by --inputs %s: give it once", name, *inputsFrom)
-			}
-			feeds[name] = t
-		}
-	}
-	made := fillEmptyPast(s.Inputs(), feeds)
 	var res map[string]*tensor.Dense
 	runMs, built, cached, err := firstUse(s, func() error {
 		var err error
@@ -131,7 +177,7 @@ func runRun(args []string) error {
 		return err
 	}
 	rr := runResult{Model: pos[0], Device: deviceOf(s), Precision: opts.Precision.String(), Made: made,
-		Startup: startupOf(s, loadMs, runMs, 0, built, cached), RunMs: runMs, Inputs: []tensorInfo{}, Outputs: []tensorInfo{}}
+		Startup: startupOf(s, loadMs, runMs, 0, built, cached), RunMs: runMs, Inputs: []tensorInfo{}, Outputs: []tensorInfo{}, Plan: planOf(s)}
 	for _, p := range s.Inputs() {
 		if t, ok := feeds[p.Name]; ok {
 			rr.Inputs = append(rr.Inputs, tensorInfo{Name: p.Name, Type: t.Dtype().String(), Shape: shapeOf(t)})
@@ -242,7 +288,7 @@ func summarizeInfo(name string, t *tensor.Dense) tensorInfo {
 func printMemory(s *engine.Session, feeds map[string]*tensor.Dense) {
 	if p := s.Plan(); p != nil {
 		b := bindingOf(s, feeds)
-		fmt.Fprintf(stdout, "\nactivation memory: %s allocated for the declared maxima %v\n", memplan.Bytes(p.Allocated()), s.Maxima())
+		fmt.Fprintf(stdout, "\nactivation memory: %s allocated for the maxima %s\n", memplan.Bytes(p.Allocated()), maximaLine(s))
 		if peak, err := p.Peak(b); err == nil {
 			un, _ := p.Unshared(b)
 			fmt.Fprintf(stdout, "at this run (%v): %s used by the plan, %s without reuse\n", b, memplan.Bytes(peak), memplan.Bytes(un))

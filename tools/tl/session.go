@@ -170,3 +170,28 @@ func syntheticInput(p engine.Port, shape []int, seed int64) (*tensor.Dense, erro
 	}
 	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing)), nil
 }
+
+// maximaLine prints the plan's symbol maxima with where each came from:
+// "batch=1 (inputs), past=256 (limit: node /wpe/Gather), seq=7 (inputs)".
+func maximaLine(s *engine.Session) string {
+	mf := s.MaximaFrom()
+	names := make([]string, 0, len(mf))
+	for k := range mf {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	pj := planOf(s)
+	for i, k := range names {
+		m := pj.Maxima[k]
+		from := m.From
+		if m.Node != "" {
+			from += ": node " + m.Node
+		}
+		parts[i] = fmt.Sprintf("%s=%d (%s)", k, m.Value, from)
+	}
+	if len(parts) == 0 {
+		return "none (all shapes fixed)"
+	}
+	return strings.Join(parts, ", ")
+}

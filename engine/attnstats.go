@@ -1,0 +1,111 @@
+package engine
+
+// Attention statistics of a session's in-place KV cache
+// (KVConfig.AttentionStats): every fused attention that reads a cache
+// buffer also writes its rows' log-sum-exp and then runs
+// kernels.Device.AttentionStats, which sums each slot's softmax
+// probabilities over the rows of the run and counts the rows that could
+// attend it. The buffers are allocated at Open (fp32, sized for
+// MaxContext rows and slots per query head) and read back on demand.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/tlite/tlite/kernels"
+)
+
+// attnStat is one attention's statistics buffers.
+type attnStat struct {
+	name            string
+	heads, capacity int
+	lse, sum, count *buffer
+	skv             int // kv_len of the last run; 0 before any
+}
+
+// AttnStats are one attention layer's statistics of the last Run, over the
+// attended slots 0..Slots-1 (kv_len).
+type AttnStats struct {
+	// Node is the fused attention node.
+	Node  string
+	Heads int
+	Slots int
+	// Sum[h*Slots+j] is the softmax probability query head h gave slot j,
+	// summed over the run's query rows.
+	Sum []float32
+	// Count[h*Slots+j] is the number of the run's rows that may attend
+	// slot j (its mask entry open): the same for every head under kv_bias.
+	Count []float32
+}
+
+// newAttnStat allocates the statistics buffers of one cache-reading
+// attention with heads query heads.
+func (s *Session) newAttnStat(name string, heads, capacity int) (*attnStat, error) {
+	st := &attnStat{name: name, heads: heads, capacity: capacity}
+	n := heads * capacity * 4
+	for _, p := range []**buffer{&st.lse, &st.sum, &st.count} {
+		b, err := allocBuffer(s.dev, n)
+		if err != nil {
+			return nil, fmt.Errorf("engine: attention statistics of %s: %w", name, err)
+		}
+		s.consts = append(s.consts, b)
+		s.constB += int64(n)
+		*p = b
+	}
+	s.attnStats = append(s.attnStats, st)
+	return st, nil
+}
+
+// run computes the statistics of the attention p just ran (with p.LSE set
+// to st.lse).
+func (st *attnStat) run(dev kernels.Device, s kernels.Storage, q, k kernels.Buf, p kernels.AttentionParams) error {
+	if p.Batch != 1 || p.Heads != st.heads || p.SeqQ > st.capacity || p.SeqKV > st.capacity {
+		return fmt.Errorf("attention statistics sized for batch 1, %d heads, %d rows: got batch %d, %d heads, %d rows over %d slots", st.heads, st.capacity, p.Batch, p.Heads, p.SeqQ, p.SeqKV)
+	}
+	st.skv = p.SeqKV
+	return dev.AttentionStats(s, q, k, st.lse.m, st.sum.m, st.count.m, p)
+}
+
+// AttentionStats returns the attention statistics of the last Run, one
+// entry per attention that reads the in-place cache, in program order. The
+// session must have been opened with KVConfig.AttentionStats.
+func (s *Session) AttentionStats() ([]AttnStats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("engine: AttentionStats on a closed session")
+	}
+	if len(s.attnStats) == 0 {
+		return nil, fmt.Errorf("engine: the session computes no attention statistics (open it with KVConfig.AttentionStats)")
+	}
+	out := make([]AttnStats, len(s.attnStats))
+	for i, st := range s.attnStats {
+		n := st.heads * st.skv
+		a := AttnStats{Node: st.name, Heads: st.heads, Slots: st.skv, Sum: make([]float32, n), Count: make([]float32, n)}
+		raw := make([]byte, 4*n)
+		for _, f := range []struct {
+			b   *buffer
+			dst []float32
+		}{{st.sum, a.Sum}, {st.count, a.Count}} {
+			if err := s.dev.Read(f.b.m, 0, raw); err != nil {
+				return nil, fmt.Errorf("engine: reading the attention statistics of %s: %w", st.name, err)
+			}
+			for j := range f.dst {
+				f.dst[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
+			}
+		}
+		out[i] = a
+	}
+	return out, nil
+}
+
+// attnStatFor allocates the statistics buffers of the attention being
+// lowered, whose query q (read through perm) has constant heads.
+func attnStatFor(lc *lowerCtx, q *vinfo, perm [4]int) (*attnStat, error) {
+	h, ok := q.shape[perm[1]].Const()
+	if !ok {
+		return nil, lc.unsupported("attention statistics need a constant number of query heads; q is %v", q.shape)
+	}
+	return lc.c.s.newAttnStat(lc.n.Name, int(h), lc.c.s.kvCap)
+}

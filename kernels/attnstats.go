@@ -1,0 +1,168 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+)
+
+// Attention statistics: how much probability each key received from the
+// query rows of one attention call, and how many rows could attend it
+// (LLMS's information density is their ratio, averaged over heads and
+// layers). The statistics reuse the rows' log-sum-exp that Attention
+// writes to AttentionParams.LSE, so they cost one more pass of dot
+// products over the keys and no softmax.
+
+// statsOperands lists what AttentionStats reads and writes.
+func (p AttentionParams) statsOperands(s Storage, q, k, lse, sum, count Buf, hasMask bool) []bufUse {
+	if p.empty() || p.SeqKV == 0 {
+		return nil
+	}
+	tensor := func(l AttnLayout, heads, seq int) int {
+		return stridedEnd(p.Batch, l.Batch, heads, l.Head, seq, l.Seq, p.HeadDim, 1)
+	}
+	n := p.Batch * p.Heads * p.SeqKV
+	ops := []bufUse{
+		{"Q", q, s, tensor(p.Q, p.Heads, p.SeqQ)},
+		{"K", k, s, tensor(p.K, p.KVHeads, p.SeqKV)},
+		{"LSE", lse, F32, p.Batch * p.Heads * p.SeqQ},
+		{"sum", sum, F32, n},
+		{"count", count, F32, n},
+	}
+	if hasMask {
+		ms := p.MaskStrides
+		ops = append(ops, bufUse{"mask", p.Mask, s, stridedEnd(p.Batch, ms[0], p.Heads, ms[1], p.SeqQ, ms[2], p.SeqKV, ms[3])})
+	}
+	return ops
+}
+
+// AttentionStats computes, for the attention p describes (Q, K, mask,
+// scale and causality as Attention took them; p.LSE is ignored), per batch,
+// query head and key j:
+//
+//	sum[b,h,j]   = Σ_i exp(score(b,h,i,j) - lse[b,h,i])
+//	count[b,h,j] = #{i : row i may attend key j}
+//
+// where lse is what Attention wrote to p.LSE for the same call, and a row
+// may attend a key when causality allows it and its mask value is finite
+// and above the replace threshold (MaskedF32 or MaskedF16). lse, sum and
+// count are fp32 whatever s is; sum and count are [Batch, Heads, SeqKV].
+func (l *Lib) AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error {
+	if err := l.attentionStats(s, q, k, lse, sum, count, p); err != nil {
+		return fmt.Errorf("kernels: AttentionStats B=%d H=%d/%d Sq=%d Skv=%d D=%d: %w", p.Batch, p.Heads, p.KVHeads, p.SeqQ, p.SeqKV, p.HeadDim, err)
+	}
+	return nil
+}
+
+func (l *Lib) attentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error {
+	p, err := p.norm()
+	if err != nil {
+		return err
+	}
+	hasMask := p.Mask.Mem != nil
+	if err := checkBufUses(p.statsOperands(s, q, k, lse, sum, count, hasMask)); err != nil {
+		return err
+	}
+	if p.empty() || p.SeqKV == 0 {
+		return nil
+	}
+	masked := MaskedF32
+	if s == F16 {
+		masked = MaskedF16
+	}
+	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef", s.define(), p.HeadDim, float32(masked))
+	if l.info().Type == "GPU" {
+		opts += " -DATT_GPU"
+	}
+	kern, err := l.kernel("attention", attentionSrc, opts, "attn_colstats")
+	if err != nil {
+		return err
+	}
+	mask, hm := p.Mask, int32(1)
+	if !hasMask {
+		mask, hm = q, 0 // placeholder, never read
+	}
+	causal := int32(0)
+	if p.Causal {
+		causal = 1
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	ms := p.MaskStrides
+	// One work-item per work-group on CPUs, as for attention: a decode
+	// step's few keys still spread over every core.
+	var local []int
+	if l.info().Type != "GPU" {
+		local = []int{1, 1, 1}
+	}
+	return l.dev.Launch(kern, []int{p.SeqKV, p.Heads, p.Batch}, local,
+		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
+		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
+		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
+		lse.Mem, i32(lse.Off), sum.Mem, i32(sum.Off), count.Mem, i32(count.Off),
+		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale)
+}
+
+// AttentionStatsRef is the pure-Go reference for AttentionStats on host
+// tensors (mask nil for none; p.Mask is ignored), in float64 over fp32
+// tensors: mask values at or below MaskedF32 replace the score.
+func AttentionStatsRef(q, k, mask, lse, sum, count []float32, p AttentionParams) error {
+	p, err := p.norm()
+	if err != nil {
+		return fmt.Errorf("kernels: AttentionStatsRef: %w", err)
+	}
+	have := map[string]int{"Q": len(q), "K": len(k), "LSE": len(lse), "sum": len(sum), "count": len(count), "mask": len(mask)}
+	for _, op := range p.statsOperands(F32, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil) {
+		if op.end > have[op.name] {
+			return fmt.Errorf("kernels: AttentionStatsRef: %s needs %d elements, slice holds %d", op.name, op.end, have[op.name])
+		}
+	}
+	if p.empty() || p.SeqKV == 0 {
+		return nil
+	}
+	group := p.Heads / p.KVHeads
+	for b := 0; b < p.Batch; b++ {
+		for h := 0; h < p.Heads; h++ {
+			g := h / group
+			for j := 0; j < p.SeqKV; j++ {
+				var s, c float64
+				ko := b*p.K.Batch + g*p.K.Head + j*p.K.Seq
+				for i := 0; i < p.SeqQ; i++ {
+					if p.Causal && j > p.Past+i {
+						continue
+					}
+					qo := b*p.Q.Batch + h*p.Q.Head + i*p.Q.Seq
+					var dot float64
+					for d := 0; d < p.HeadDim; d++ {
+						dot += float64(q[qo+d]) * float64(k[ko+d])
+					}
+					sc, open := dot*float64(p.Scale), true
+					if mask != nil {
+						ms := p.MaskStrides
+						m := float64(mask[b*ms[0]+h*ms[1]+i*ms[2]+j*ms[3]])
+						if m <= MaskedF32 {
+							sc, open = m, false
+						} else {
+							sc += m
+						}
+					}
+					if open && !math.IsInf(sc, -1) {
+						c++
+					}
+					if l := float64(lse[(b*p.Heads+h)*p.SeqQ+i]); !math.IsInf(l, -1) && !math.IsInf(sc, -1) {
+						s += math.Exp(sc - l)
+					}
+				}
+				sum[(b*p.Heads+h)*p.SeqKV+j] = float32(s)
+				count[(b*p.Heads+h)*p.SeqKV+j] = float32(c)
+			}
+		}
+	}
+	return nil
+}
+
+// AttentionStats runs AttentionStatsRef.
+func (h *HostDevice) AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error {
+	if err := f32only(s); err != nil {
+		return err
+	}
+	return AttentionStatsRef(hostF32(q), hostF32(k), hostF32(p.Mask), hostF32(lse), hostF32(sum), hostF32(count), p)
+}

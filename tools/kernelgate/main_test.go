@@ -1,0 +1,94 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestKernelSignatures(t *testing.T) {
+	ll := `define dso_local spir_kernel void @k(i32 noundef %0, float addrspace(1)* noundef align 4 %1, <3 x float> noundef %2, <2 x half> %3) #0 !kernel_arg_addr_space !1 {
+entry:
+  ret void
+}
+define spir_func void @helper(i32 %0) {
+  ret void
+}
+define spir_kernel void @empty() {
+  ret void
+}
+`
+	sigs := kernelSignatures(ll)
+	if len(sigs) != 2 {
+		t.Fatalf("found %d kernels, want 2 (helper is no kernel): %v", len(sigs), sigs)
+	}
+	k := sigs["k"]
+	if len(k) != 4 {
+		t.Fatalf("k has %d parameters, want 4: %q", len(k), k)
+	}
+	bytes := 0
+	for _, p := range k {
+		bytes += typeBytes(p)
+	}
+	if want := 4 + 8 + 16 + 4; bytes != want {
+		t.Errorf("k's parameters take %d bytes, want %d", bytes, want)
+	}
+	if len(sigs["empty"]) != 0 {
+		t.Errorf("empty has parameters %q", sigs["empty"])
+	}
+}
+
+func TestKernelMeta(t *testing.T) {
+	asm := `	.text
+amdhsa.kernels:
+  - .args:
+      - .name:           x
+        .size:           8
+    .name:           first
+    .private_segment_fixed_size: 16
+    .sgpr_count:     20
+    .sgpr_spill_count: 0
+    .vgpr_count:     70
+    .vgpr_spill_count: 3
+  - .args:           []
+    .name:           second
+    .vgpr_count:     12
+amdhsa.version:
+  - 1
+`
+	m := kernelMeta(asm)
+	if len(m) != 2 {
+		t.Fatalf("%d kernels, want 2: %v", len(m), m)
+	}
+	if m["first"][".vgpr_count"] != "70" || m["first"][".vgpr_spill_count"] != "3" || m["first"][".private_segment_fixed_size"] != "16" {
+		t.Errorf("first: %v", m["first"])
+	}
+	if m["second"][".vgpr_count"] != "12" {
+		t.Errorf("second: %v", m["second"])
+	}
+	if _, ok := m["x"]; ok {
+		t.Error("an argument's .name was taken for a kernel")
+	}
+}
+
+func TestAllowlist(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "allow")
+	os.WriteFile(path, []byte("# comment\nregs gpu quant qmm_4x2 .* | spills\nparams never .* | stale\n"), 0o644)
+	a, err := readAllow(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := a.match("regs gpu quant qmm_4x2 [-DQG=32]"); !ok || r != "spills" {
+		t.Errorf("match = %q, %v", r, ok)
+	}
+	if _, ok := a.match("regs gpu quant qmv_wg [-DQG=32]"); ok {
+		t.Error("qmv_wg matched an entry for qmm_4x2")
+	}
+	if s := a.unused(); len(s) != 1 || s[0] != "params never .*" {
+		t.Errorf("unused = %q, want the params entry", s)
+	}
+	os.WriteFile(path, []byte("no separator here\n"), 0o644)
+	if _, err := readAllow(path); err == nil {
+		t.Error("a line without \" | reason\" was accepted")
+	}
+}
