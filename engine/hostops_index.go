@@ -657,3 +657,51 @@ func hostTfIdf(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 	}
 	return []*hostTensor{y}, nil
 }
+
+// hostCumSum is CumSum over integer tensors, which the device kernel (float
+// only) refuses; decoders build position ids as CumSum(attention_mask)
+// (BLOOM, and Hugging Face's position_ids from a padded mask).
+func hostCumSum(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	if err := needIns(ins, 2); err != nil {
+		return nil, err
+	}
+	x := ins[0]
+	if !x.dt.IsInt() {
+		return nil, hc.unsupported("host CumSum takes integer tensors; %v runs on the device", x.dt)
+	}
+	av, err := ins[1].ints()
+	if err != nil || len(av) != 1 {
+		return nil, fmt.Errorf("axis: want one integer")
+	}
+	axis, err := normAxis(av[0], len(x.shape))
+	if err != nil {
+		return nil, err
+	}
+	vals, err := x.ints()
+	if err != nil {
+		return nil, err
+	}
+	excl, rev := hc.n.AttrInt("exclusive", 0) != 0, hc.n.AttrInt("reverse", 0) != 0
+	outer, n, inner := prod(x.shape, 0, axis), x.shape[axis], prod(x.shape, axis+1, len(x.shape))
+	out := newHostTensor(x.dt, x.shape)
+	for o := 0; o < outer; o++ {
+		for in := 0; in < inner; in++ {
+			var acc int64
+			for k := 0; k < n; k++ {
+				j := k
+				if rev {
+					j = n - 1 - k
+				}
+				e := (o*n+j)*inner + in
+				if excl {
+					putInt(x.dt, out.data, e, acc)
+					acc += vals[e]
+				} else {
+					acc += vals[e]
+					putInt(x.dt, out.data, e, acc)
+				}
+			}
+		}
+	}
+	return []*hostTensor{out}, nil
+}

@@ -20,6 +20,7 @@ func init() {
 	registerHost(hostLayerNorm, "LayerNormalization")
 	registerHost(hostHardmax, "Hardmax")
 	registerHost(hostOneHot, "OneHot")
+	registerHost(hostCumSum, "CumSum")
 	registerHost(hostBitShift, "BitShift")
 	registerHost(hostScatterElements, "ScatterElements", "Scatter")
 	registerHost(hostScatterND, "ScatterND")

@@ -77,6 +77,28 @@ func TestCumSumAndGatherElements(t *testing.T) {
 	}
 }
 
+// TestCumSumInt runs CumSum over an int64 mask, as decoders build position
+// ids from attention_mask: the device kernel takes floats only, so the
+// host op computes it, exclusive and reverse included.
+func TestCumSumInt(t *testing.T) {
+	nodes := []pb{
+		nodePB("CumSum", "cs", []string{"m", "axis"}, []string{"c"}),
+		nodePB("CumSum", "cx", []string{"m", "axis"}, []string{"e"}, aInt("exclusive", 1), aInt("reverse", 1)),
+	}
+	inits := []pb{tensorPB("axis", dtype.Int64, nil, i64Raw(1))}
+	g := graphPB("g", nodes, inits, []pb{tvi("m", dtype.Int64, 2, 4)},
+		[]pb{tvi("c", dtype.Int64, 2, 4), tvi("e", dtype.Int64, 2, 4)})
+	m := tensor.New(tensor.WithShape(2, 4), tensor.WithBacking([]int64{0, 1, 1, 1, 1, 1, 0, 1}))
+	for _, out := range runBoth(t, modelPB(17, g), map[string]*tensor.Dense{"m": m}) {
+		for name, want := range map[string][]int64{"c": {0, 1, 2, 3, 1, 2, 2, 3}, "e": {3, 2, 1, 0, 2, 1, 1, 0}} {
+			got, ok := out[name].Data().([]int64)
+			if !ok || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("CumSum %s = %v, want %v", name, out[name].Data(), want)
+			}
+		}
+	}
+}
+
 // TestHostOpBetweenKernels puts a CPU-only op (Trilu) between two device
 // steps: its input is read back from the device and its result uploaded
 // again mid-program.
