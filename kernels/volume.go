@@ -124,7 +124,7 @@ func (l *Lib) conv3D(s Storage, x, w, y, scratch Buf, p Conv3DParams) error {
 	}
 	opts := s.define() + " " + weightDefine(p.Weight)
 	i32 := func(v int) int32 { return int32(v) }
-	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
+	cg := p.C / p.Groups
 	kc, np := cg*kvol, o[0]*o[1]*o[2]
 	imgs := 0
 	if p.conv3DGEMM() && scratch.Mem != nil && p.C > 0 {
@@ -150,43 +150,18 @@ func (l *Lib) conv3D(s Storage, x, w, y, scratch Buf, p Conv3DParams) error {
 			i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
 			i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups))
 	}
-	// As Conv2D's im2col route: per (image, group) C[oc, pix] = W[oc, kc] *
-	// Col[kc, pix], the weight as the A operand.
-	g := gemm{a: w, at: p.Weight, c: y, ct: s, bias: p.Bias, biasT: p.Weight, hasBias: hasBias,
-		am: kc, ak: 1, cm: np, cn: 1, brm: 1, brn: 0,
-		m: ocg, n: np, k: kc, nb1: p.Groups, alpha: 1,
-		sA: [2]int{0, ocg * kc}, sC: [2]int{p.OutC * np, ocg * np}, sD: [2]int{0, ocg}}
-	if hasBias {
-		g.beta = 1
-	}
-	cp, ck := kc, 1
-	if l.info().Type == "GPU" || convKMajor {
-		cp, ck = 1, np
-	}
+	// As Conv2D's im2col route.
+	g := convProduct(s, w, y, p.Weight, p.Bias, p.OutC, p.Groups, kc, np)
 	gather, err := l.kernel("volume", volumeSrc, opts, "conv3d_im2col")
 	if err != nil {
 		return err
 	}
-	for n0 := 0; n0 < p.N; n0 += imgs {
-		cnt := min(imgs, p.N-n0)
-		global, local := l.cpuGroups([]int{np, kc, cnt * p.Groups})
-		if err := l.dev.Launch(gather, global, local,
-			x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off), i32(n0), i32(p.C), i32(p.D), i32(p.H), i32(p.W),
+	return l.im2colRun(g, s, scratch, p.N, p.OutC, p.Groups, kc, np, imgs, gather, func(n0, cp, ck int) []any {
+		return []any{x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off), i32(n0), i32(p.C), i32(p.D), i32(p.H), i32(p.W),
 			i32(o[0]), i32(o[1]), i32(o[2]), i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]),
 			i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]), i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
-			i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups), i32(cp), i32(ck)); err != nil {
-			return err
-		}
-		gi := g
-		gi.b, gi.bt, gi.bk, gi.bn = scratch, s, ck, cp
-		gi.sB = [2]int{p.Groups * kc * np, kc * np}
-		gi.nb0 = cnt
-		gi.c.Off += n0 * p.OutC * np
-		if err := l.gemm(gi); err != nil {
-			return err
-		}
-	}
-	return nil
+			i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups), i32(cp), i32(ck)}
+	})
 }
 
 // Conv3DRef is the pure-Go reference for Conv3D on host tensors (bias nil for
