@@ -127,13 +127,7 @@ func ConvTranspose3DRef(x, w, bias, y []float32, p ConvTranspose3DParams) error 
 				for j := 0; j < ocg; j++ {
 					oc := g*ocg + j
 					for t := 0; t < kvol; t++ {
-						tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
-						var q [3]int
-						ok := true
-						for a := 0; a < 3; a++ {
-							q[a] = pos[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
-							ok = ok && q[a] >= 0 && q[a] < o[a]
-						}
+						q, ok := windowPos(t, p.Kernel, pos, p.Stride, p.PadBegin, p.Dilation, o)
 						if ok {
 							acc[(n*p.OutC+oc)*vout+(q[0]*o[1]+q[1])*o[2]+q[2]] += xv * float64(w[(c*ocg+j)*kvol+t])
 						}

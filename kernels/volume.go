@@ -190,13 +190,7 @@ func Conv3DRef(x, w, bias, y []float32, p Conv3DParams) error {
 						out := [3]int{od, oh, ow}
 						for ic := 0; ic < cg; ic++ {
 							for t := 0; t < kvol; t++ {
-								tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
-								var pos [3]int
-								inside := true
-								for a := 0; a < 3; a++ {
-									pos[a] = out[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
-									inside = inside && pos[a] >= 0 && pos[a] < in[a]
-								}
+								pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
 								if !inside {
 									continue
 								}
@@ -215,6 +209,20 @@ func Conv3DRef(x, w, bias, y []float32, p Conv3DParams) error {
 		}
 	}
 	return nil
+}
+
+// windowPos is where tap t of kernel k (taps row-major) in the window at
+// output position out reads: out*stride - padBegin + tap*dilation on each
+// axis, and whether that lies inside an input of size in. A transposed
+// convolution's scatter is the same map from input to output positions.
+func windowPos(t int, k, out, stride, padBegin, dil, in [3]int) (pos [3]int, inside bool) {
+	tap := [3]int{t / (k[1] * k[2]), t / k[2] % k[1], t % k[2]}
+	inside = true
+	for a := range pos {
+		pos[a] = out[a]*stride[a] - padBegin[a] + tap[a]*dil[a]
+		inside = inside && pos[a] >= 0 && pos[a] < in[a]
+	}
+	return pos, inside
 }
 
 // Pool3DParams describes ONNX MaxPool / AveragePool over an NCDHW input
@@ -375,13 +383,7 @@ func MaxPoolIndicesRef(x, y []float32, idx []int64, colMajor bool, p Pool3DParam
 					out := [3]int{od, oh, ow}
 					m, at := math.Inf(-1), -1
 					for t := 0; t < kvol; t++ {
-						tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
-						var pos [3]int
-						inside := true
-						for a := 0; a < 3; a++ {
-							pos[a] = out[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
-							inside = inside && pos[a] >= 0 && pos[a] < in[a]
-						}
+						pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
 						if !inside {
 							continue
 						}
@@ -425,12 +427,9 @@ func Pool3DRef(x, y []float32, p Pool3DParams, avg bool) error {
 					out := [3]int{od, oh, ow}
 					sum, m, cnt := 0.0, math.Inf(-1), 0
 					for t := 0; t < kvol; t++ {
-						tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
-						inside, padded := true, true
-						var pos [3]int
-						for a := 0; a < 3; a++ {
-							pos[a] = out[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
-							inside = inside && pos[a] >= 0 && pos[a] < in[a]
+						pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
+						padded := true
+						for a := range pos {
 							padded = padded && pos[a] < in[a]+p.PadEnd[a]
 						}
 						if inside || p.CountIncludePad && padded {
