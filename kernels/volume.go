@@ -301,12 +301,6 @@ func (l *Lib) pool3D(s Storage, x, y Buf, p Pool3DParams, avg bool) error {
 		return err
 	}
 	i32 := func(v int) int32 { return int32(v) }
-	b2i := func(b bool) int32 {
-		if b {
-			return 1
-		}
-		return 0
-	}
 	global, local := l.cpuGroups([]int{o[2], o[1], planes * o[0]})
 	return l.dev.Launch(k, global, local, x.Mem, i32(x.Off), y.Mem, i32(y.Off),
 		i32(p.D), i32(p.H), i32(p.W), i32(o[0]), i32(o[1]), i32(o[2]),
@@ -348,16 +342,12 @@ func (l *Lib) maxPoolIdx(s Storage, x, y, idx Buf, colMajor bool, p Pool3DParams
 		return err
 	}
 	i32 := func(v int) int32 { return int32(v) }
-	cm := int32(0)
-	if colMajor {
-		cm = 1
-	}
 	global, local := l.cpuGroups([]int{o[2], o[1], planes * o[0]})
 	return l.dev.Launch(k, global, local, x.Mem, i32(x.Off), y.Mem, i32(y.Off), idx.Mem, i32(idx.Off),
 		i32(p.D), i32(p.H), i32(p.W), i32(o[0]), i32(o[1]), i32(o[2]),
 		i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]), i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]),
 		i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
-		i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), cm)
+		i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), b2i(colMajor))
 }
 
 // MaxPoolIndicesRef is the pure-Go reference for MaxPoolWithIndices' values
