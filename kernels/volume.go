@@ -179,36 +179,42 @@ func Conv3DRef(x, w, bias, y []float32, p Conv3DParams) error {
 		bias != nil && len(bias) < p.OutC {
 		return fmt.Errorf("kernels: Conv3DRef: a slice is shorter than %+v needs", p)
 	}
+	eachOutput(p.N*p.OutC, o, func(i, z int, out [3]int) {
+		n, oc := z/p.OutC, z%p.OutC
+		g := oc / ocg
+		var acc float64
+		for ic := 0; ic < cg; ic++ {
+			for t := 0; t < kvol; t++ {
+				pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
+				if !inside {
+					continue
+				}
+				xv := x[(((n*p.C+g*cg+ic)*in[0]+pos[0])*in[1]+pos[1])*in[2]+pos[2]]
+				acc += float64(xv) * float64(w[(oc*cg+ic)*kvol+t])
+			}
+		}
+		if bias != nil {
+			acc += float64(bias[oc])
+		}
+		y[i] = float32(acc)
+	})
+	return nil
+}
+
+// eachOutput calls f for each output position out of planes planes of
+// spatial size o, in row-major order, with its flat index i and plane z.
+func eachOutput(planes int, o [3]int, f func(i, z int, out [3]int)) {
 	i := 0
-	for n := 0; n < p.N; n++ {
-		for oc := 0; oc < p.OutC; oc++ {
-			g := oc / ocg
-			for od := 0; od < o[0]; od++ {
-				for oh := 0; oh < o[1]; oh++ {
-					for ow := 0; ow < o[2]; ow++ {
-						var acc float64
-						out := [3]int{od, oh, ow}
-						for ic := 0; ic < cg; ic++ {
-							for t := 0; t < kvol; t++ {
-								pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
-								if !inside {
-									continue
-								}
-								xv := x[(((n*p.C+g*cg+ic)*in[0]+pos[0])*in[1]+pos[1])*in[2]+pos[2]]
-								acc += float64(xv) * float64(w[(oc*cg+ic)*kvol+t])
-							}
-						}
-						if bias != nil {
-							acc += float64(bias[oc])
-						}
-						y[i] = float32(acc)
-						i++
-					}
+	for z := 0; z < planes; z++ {
+		for od := 0; od < o[0]; od++ {
+			for oh := 0; oh < o[1]; oh++ {
+				for ow := 0; ow < o[2]; ow++ {
+					f(i, z, [3]int{od, oh, ow})
+					i++
 				}
 			}
 		}
 	}
-	return nil
 }
 
 // windowPos is where tap t of kernel k (taps row-major) in the window at
@@ -365,33 +371,24 @@ func MaxPoolIndicesRef(x, y []float32, idx []int64, colMajor bool, p Pool3DParam
 		return fmt.Errorf("kernels: MaxPoolIndicesRef: a slice is shorter than %+v needs", p)
 	}
 	kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
-	i := 0
-	for z := 0; z < planes; z++ {
-		for od := 0; od < o[0]; od++ {
-			for oh := 0; oh < o[1]; oh++ {
-				for ow := 0; ow < o[2]; ow++ {
-					out := [3]int{od, oh, ow}
-					m, at := math.Inf(-1), -1
-					for t := 0; t < kvol; t++ {
-						pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
-						if !inside {
-							continue
-						}
-						v := float64(x[z*vol+(pos[0]*in[1]+pos[1])*in[2]+pos[2]])
-						if v > m || math.IsNaN(v) || at < 0 {
-							m = v
-							at = (pos[0]*in[1]+pos[1])*in[2] + pos[2]
-							if colMajor {
-								at = (pos[2]*in[1]+pos[1])*in[0] + pos[0]
-							}
-						}
-					}
-					y[i], idx[i] = float32(m), int64(z*vol+at)
-					i++
+	eachOutput(planes, o, func(i, z int, out [3]int) {
+		m, at := math.Inf(-1), -1
+		for t := 0; t < kvol; t++ {
+			pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
+			if !inside {
+				continue
+			}
+			v := float64(x[z*vol+(pos[0]*in[1]+pos[1])*in[2]+pos[2]])
+			if v > m || math.IsNaN(v) || at < 0 {
+				m = v
+				at = (pos[0]*in[1]+pos[1])*in[2] + pos[2]
+				if colMajor {
+					at = (pos[2]*in[1]+pos[1])*in[0] + pos[0]
 				}
 			}
 		}
-	}
+		y[i], idx[i] = float32(m), int64(z*vol+at)
+	})
 	return nil
 }
 
@@ -409,39 +406,30 @@ func Pool3DRef(x, y []float32, p Pool3DParams, avg bool) error {
 		return fmt.Errorf("kernels: Pool3DRef: a slice is shorter than %+v needs", p)
 	}
 	kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
-	i := 0
-	for z := 0; z < planes; z++ {
-		for od := 0; od < o[0]; od++ {
-			for oh := 0; oh < o[1]; oh++ {
-				for ow := 0; ow < o[2]; ow++ {
-					out := [3]int{od, oh, ow}
-					sum, m, cnt := 0.0, math.Inf(-1), 0
-					for t := 0; t < kvol; t++ {
-						pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
-						padded := true
-						for a := range pos {
-							padded = padded && pos[a] < in[a]+p.PadEnd[a]
-						}
-						if inside || p.CountIncludePad && padded {
-							cnt++
-						}
-						if !inside {
-							continue
-						}
-						v := float64(x[((z*in[0]+pos[0])*in[1]+pos[1])*in[2]+pos[2]])
-						sum += v
-						if v > m || math.IsNaN(v) {
-							m = v
-						}
-					}
-					if avg {
-						m = sum / float64(cnt)
-					}
-					y[i] = float32(m)
-					i++
-				}
+	eachOutput(planes, o, func(i, z int, out [3]int) {
+		sum, m, cnt := 0.0, math.Inf(-1), 0
+		for t := 0; t < kvol; t++ {
+			pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
+			padded := true
+			for a := range pos {
+				padded = padded && pos[a] < in[a]+p.PadEnd[a]
+			}
+			if inside || p.CountIncludePad && padded {
+				cnt++
+			}
+			if !inside {
+				continue
+			}
+			v := float64(x[((z*in[0]+pos[0])*in[1]+pos[1])*in[2]+pos[2]])
+			sum += v
+			if v > m || math.IsNaN(v) {
+				m = v
 			}
 		}
-	}
+		if avg {
+			m = sum / float64(cnt)
+		}
+		y[i] = float32(m)
+	})
 	return nil
 }
