@@ -27,6 +27,15 @@ type ConvParams struct {
 	Weight Storage
 }
 
+// checkGroups says whether c input and outC output channels split into
+// groups groups, as a grouped convolution needs.
+func checkGroups(c, outC, groups int) error {
+	if c%groups != 0 || outC%groups != 0 {
+		return fmt.Errorf("channels in %d and out %d must both divide into %d groups", c, outC, groups)
+	}
+	return nil
+}
+
 func oneIfZero(v int) int {
 	if v == 0 {
 		return 1
@@ -47,8 +56,8 @@ func (p ConvParams) norm() (ConvParams, error) {
 	if p.StrideH < 0 || p.StrideW < 0 || p.DilationH < 0 || p.DilationW < 0 || p.Groups < 0 {
 		return p, fmt.Errorf("negative stride, dilation or group count")
 	}
-	if p.C%p.Groups != 0 || p.OutC%p.Groups != 0 {
-		return p, fmt.Errorf("channels in %d and out %d must both divide into %d groups", p.C, p.OutC, p.Groups)
+	if err := checkGroups(p.C, p.OutC, p.Groups); err != nil {
+		return p, err
 	}
 	if p.KH == 0 || p.KW == 0 {
 		return p, fmt.Errorf("empty kernel %dx%d", p.KH, p.KW)

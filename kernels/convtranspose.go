@@ -86,8 +86,8 @@ func (p ConvTransposeParams) norm() (ConvTransposeParams, error) {
 			return p, fmt.Errorf("negative size, stride, dilation, group count or output padding in %+v", p)
 		}
 	}
-	if p.C%p.Groups != 0 || p.OutC%p.Groups != 0 {
-		return p, fmt.Errorf("channels in %d and out %d must both divide into %d groups", p.C, p.OutC, p.Groups)
+	if err := checkGroups(p.C, p.OutC, p.Groups); err != nil {
+		return p, err
 	}
 	if p.KH <= 0 || p.KW <= 0 {
 		return p, fmt.Errorf("empty kernel %dx%d", p.KH, p.KW)

@@ -41,8 +41,8 @@ func (p Conv3DParams) norm() (Conv3DParams, error) {
 	if p.N < 0 || p.C < 0 || p.D < 0 || p.H < 0 || p.W < 0 || p.OutC < 0 || p.Groups < 0 {
 		return p, fmt.Errorf("negative size or group count in %+v", p)
 	}
-	if p.C%p.Groups != 0 || p.OutC%p.Groups != 0 {
-		return p, fmt.Errorf("channels in %d and out %d must both divide into %d groups", p.C, p.OutC, p.Groups)
+	if err := checkGroups(p.C, p.OutC, p.Groups); err != nil {
+		return p, err
 	}
 	if o := p.OutSize(); o[0] < 0 || o[1] < 0 || o[2] < 0 {
 		return p, fmt.Errorf("kernel %v (dilation %v) larger than the padded input", p.Kernel, p.Dilation)
