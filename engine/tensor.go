@@ -124,30 +124,6 @@ func sliceLen(data any) (int, error) {
 	return 0, fmt.Errorf("engine: tensor data of type %T is not supported (want a slice such as []float32 or []int64)", data)
 }
 
-func index0(data any) any {
-	switch v := data.(type) {
-	case []float32:
-		return v[0]
-	case []float64:
-		return v[0]
-	case []int64:
-		return v[0]
-	case []int32:
-		return v[0]
-	case []int16:
-		return v[0]
-	case []int8:
-		return v[0]
-	case []uint8:
-		return v[0]
-	case []uint16:
-		return v[0]
-	case []uint32:
-		return v[0]
-	case []uint64:
-		return v[0]
-	case []bool:
-		return v[0]
-	}
-	return nil
-}
+// index0 is the first element of data, a slice sliceLen accepted with at
+// least one element.
+func index0(data any) any { return reflect.ValueOf(data).Index(0).Interface() }

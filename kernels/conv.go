@@ -3,6 +3,8 @@ package kernels
 import (
 	_ "embed"
 	"fmt"
+
+	"github.com/tlite/tlite/opencl"
 )
 
 //go:embed conv.cl
@@ -25,6 +27,15 @@ type ConvParams struct {
 	Weight Storage
 }
 
+// checkGroups says whether c input and outC output channels split into
+// groups groups, as a grouped convolution needs.
+func checkGroups(c, outC, groups int) error {
+	if c%groups != 0 || outC%groups != 0 {
+		return fmt.Errorf("channels in %d and out %d must both divide into %d groups", c, outC, groups)
+	}
+	return nil
+}
+
 func oneIfZero(v int) int {
 	if v == 0 {
 		return 1
@@ -45,8 +56,8 @@ func (p ConvParams) norm() (ConvParams, error) {
 	if p.StrideH < 0 || p.StrideW < 0 || p.DilationH < 0 || p.DilationW < 0 || p.Groups < 0 {
 		return p, fmt.Errorf("negative stride, dilation or group count")
 	}
-	if p.C%p.Groups != 0 || p.OutC%p.Groups != 0 {
-		return p, fmt.Errorf("channels in %d and out %d must both divide into %d groups", p.C, p.OutC, p.Groups)
+	if err := checkGroups(p.C, p.OutC, p.Groups); err != nil {
+		return p, err
 	}
 	if p.KH == 0 || p.KW == 0 {
 		return p, fmt.Errorf("empty kernel %dx%d", p.KH, p.KW)
@@ -124,7 +135,7 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 	if p.N == 0 || p.OutC == 0 || oh == 0 || ow == 0 {
 		return nil
 	}
-	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
+	cg := p.C / p.Groups
 	kc, np := cg*p.KH*p.KW, oh*ow
 	ops := []bufUse{
 		{"input", x, s, p.N * p.C * p.H * p.W},
@@ -153,49 +164,63 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 	if route == "direct" || route == "im2col" && imgs == 0 || p.C == 0 {
 		return l.convDirect(s, x, w, y, p, oh, ow)
 	}
-	// The product, per (image, group): C[oc, pix] = W[oc, kc] * B[kc, pix],
-	// with the weight as the A operand and B the input itself (1x1) or its
-	// gathered fields.
-	g := gemm{a: w, at: p.Weight, c: y, ct: s, bias: p.Bias, biasT: p.Weight, hasBias: hasBias,
-		am: kc, ak: 1, cm: np, cn: 1, brm: 1, brn: 0,
-		m: ocg, n: np, k: kc, nb1: p.Groups, alpha: 1,
-		sA: [2]int{0, ocg * kc}, sC: [2]int{p.OutC * np, ocg * np}, sD: [2]int{0, ocg}}
-	if hasBias {
-		g.beta = 1
-	}
+	g := convProduct(s, w, y, p.Weight, p.Bias, p.OutC, p.Groups, kc, np)
 	if route == "gemm1x1" {
 		g.b, g.bt, g.bk, g.bn = x, s, np, 1
 		g.sB = [2]int{p.C * np, cg * np}
 		g.nb0 = p.N
 		return l.gemm(g)
 	}
-	// im2col: pixel-major columns suit the CPU's dot kernel (K contiguous in
-	// both operands); on GPUs, K-major keeps the gather's writes and the
-	// tiled kernel's reads of B coalesced along pixels.
-	cp, ck := kc, 1
-	if l.info().Type == "GPU" || convKMajor {
-		cp, ck = 1, np
-	}
 	gather, err := l.kernel("conv", convSrc, s.define()+" "+weightDefine(p.Weight), "conv_im2col")
 	if err != nil {
 		return err
 	}
 	i32 := func(v int) int32 { return int32(v) }
-	for n0 := 0; n0 < p.N; n0 += imgs {
-		cnt := min(imgs, p.N-n0)
-		global, local := l.cpuGroups([]int{np, kc, cnt * p.Groups})
-		if err := l.dev.Launch(gather, global, local,
-			x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off), i32(n0), i32(p.C), i32(p.H), i32(p.W),
+	return l.im2colRun(g, s, scratch, p.N, p.OutC, p.Groups, kc, np, imgs, gather, func(n0, cp, ck int) []any {
+		return []any{x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off), i32(n0), i32(p.C), i32(p.H), i32(p.W),
 			i32(oh), i32(ow), i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW),
 			i32(p.PadTop), i32(p.PadLeft), i32(p.DilationH), i32(p.DilationW), i32(p.Groups),
-			i32(cp), i32(ck)); err != nil {
+			i32(cp), i32(ck)}
+	})
+}
+
+// convProduct is a convolution's product, per (image, group) C[oc, pix] =
+// W[oc, kc] * B[kc, pix], with the weight as the A operand; the caller sets
+// B, the input itself (1x1) or its gathered fields.
+func convProduct(s Storage, w, y Buf, weight Storage, bias Buf, outC, groups, kc, np int) gemm {
+	ocg := outC / groups
+	g := gemm{a: w, at: weight, c: y, ct: s, bias: bias, biasT: weight, hasBias: bias.Mem != nil,
+		am: kc, ak: 1, cm: np, cn: 1, brm: 1, brn: 0,
+		m: ocg, n: np, k: kc, nb1: groups, alpha: 1,
+		sA: [2]int{0, ocg * kc}, sC: [2]int{outC * np, ocg * np}, sD: [2]int{0, ocg}}
+	if g.hasBias {
+		g.beta = 1
+	}
+	return g
+}
+
+// im2colRun is a convolution's im2col route, imgs images at a time: the
+// gather kernel (args gives its arguments for a first image and the
+// columns' pixel and K strides) fills scratch, and g multiplies it.
+func (l *Lib) im2colRun(g gemm, s Storage, scratch Buf, n, outC, groups, kc, np, imgs int, gather *opencl.Kernel, args func(n0, cp, ck int) []any) error {
+	// Pixel-major columns suit the CPU's dot kernel (K contiguous in both
+	// operands); on GPUs, K-major keeps the gather's writes and the tiled
+	// kernel's reads of B coalesced along pixels.
+	cp, ck := kc, 1
+	if l.info().Type == "GPU" || convKMajor {
+		cp, ck = 1, np
+	}
+	for n0 := 0; n0 < n; n0 += imgs {
+		cnt := min(imgs, n-n0)
+		global, local := l.cpuGroups([]int{np, kc, cnt * groups})
+		if err := l.dev.Launch(gather, global, local, args(n0, cp, ck)...); err != nil {
 			return err
 		}
 		gi := g
 		gi.b, gi.bt, gi.bk, gi.bn = scratch, s, ck, cp
-		gi.sB = [2]int{p.Groups * kc * np, kc * np}
+		gi.sB = [2]int{groups * kc * np, kc * np}
 		gi.nb0 = cnt
-		gi.c.Off += n0 * p.OutC * np
+		gi.c.Off += n0 * outC * np
 		if err := l.gemm(gi); err != nil {
 			return err
 		}

@@ -86,8 +86,8 @@ func (p ConvTransposeParams) norm() (ConvTransposeParams, error) {
 			return p, fmt.Errorf("negative size, stride, dilation, group count or output padding in %+v", p)
 		}
 	}
-	if p.C%p.Groups != 0 || p.OutC%p.Groups != 0 {
-		return p, fmt.Errorf("channels in %d and out %d must both divide into %d groups", p.C, p.OutC, p.Groups)
+	if err := checkGroups(p.C, p.OutC, p.Groups); err != nil {
+		return p, err
 	}
 	if p.KH <= 0 || p.KW <= 0 {
 		return p, fmt.Errorf("empty kernel %dx%d", p.KH, p.KW)
@@ -149,78 +149,106 @@ func (l *Lib) convTranspose2D(s Storage, x, w, y, scratch Buf, p ConvTransposePa
 		return err
 	}
 	oh, ow := p.OutSize()
-	if p.N == 0 || p.OutC == 0 || oh == 0 || ow == 0 {
+	i32 := func(v int) int32 { return int32(v) }
+	return l.convTransposeRun(convtJob{
+		s: s, x: x, w: w, y: y, scratch: scratch, weight: p.Weight, bias: p.Bias,
+		n: p.N, c: p.C, outC: p.OutC, groups: p.Groups,
+		kvol: p.KH * p.KW, inVol: p.H * p.W, outVol: oh * ow,
+		grid: [3]int{ow, oh, p.OutC}, gemm: p.useGEMM(),
+		direct: "convt_direct", col2im: "convt_col2im",
+		geo: []any{i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
+			i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
+			i32(p.DilationH), i32(p.DilationW), i32(p.Groups)},
+	})
+}
+
+// convtJob is one transposed convolution after its parameters are checked,
+// in the terms its 2-D and 3-D forms share: volumes of the spatial axes,
+// the kernels to run and the geometry arguments both kernels take last.
+type convtJob struct {
+	s                   Storage
+	x, w, y, scratch    Buf
+	weight              Storage
+	bias                Buf
+	n, c, outC, groups  int
+	kvol, inVol, outVol int
+	// grid is one image's work-items; its last entry is multiplied by the
+	// images a launch covers.
+	grid           [3]int
+	gemm           bool
+	direct, col2im string
+	geo            []any
+}
+
+// convTransposeRun checks the buffers and runs j: as a GEMM, W^T X per
+// image and group into scratch, and a gather of each output's taps, for as
+// many images at a time as scratch holds; else the direct kernel.
+func (l *Lib) convTransposeRun(j convtJob) error {
+	ny := j.n * j.outC * j.outVol
+	if ny == 0 {
 		return nil
 	}
-	ops := []bufUse{
-		{"output", y, s, p.N * p.OutC * oh * ow},
-		{"input", x, s, p.N * p.C * p.H * p.W},
-		{"weight", w, p.Weight, p.C * p.OutC / p.Groups * p.KH * p.KW},
+	x, w := j.x, j.w
+	ops := []bufUse{{"output", j.y, j.s, ny}}
+	if j.c > 0 && j.inVol > 0 {
+		ops = append(ops, bufUse{"input", x, j.s, j.n * j.c * j.inVol}, bufUse{"weight", w, j.weight, j.c * j.outC / j.groups * j.kvol})
+	} else {
+		x, w = j.y, j.y // nothing is read from an empty input or its weight
 	}
-	hasBias := p.Bias.Mem != nil
+	hasBias := j.bias.Mem != nil
 	if hasBias {
-		ops = append(ops, bufUse{"bias", p.Bias, p.Weight, p.OutC})
-	}
-	if p.C == 0 || p.H == 0 || p.W == 0 {
-		ops = ops[:1] // nothing is read from an empty input or its weight
-		if hasBias {
-			ops = append(ops, bufUse{"bias", p.Bias, p.Weight, p.OutC})
-		}
-		x, w = y, y
+		ops = append(ops, bufUse{"bias", j.bias, j.weight, j.outC})
 	}
 	if err := checkBufUses(ops); err != nil {
 		return err
 	}
-	opts := s.define() + " " + weightDefine(p.Weight)
-	bias, hb := p.Bias, int32(1)
+	opts := j.s.define() + " " + weightDefine(j.weight)
+	bias, hb := j.bias, int32(1)
 	if !hasBias {
 		bias, hb = w, 0 // placeholder, never read
 	}
 	i32 := func(v int) int32 { return int32(v) }
-	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
-	mk, hw := ocg*p.KH*p.KW, p.H*p.W
+	grid := func(imgs int) []int { return []int{j.grid[0], j.grid[1], imgs * j.grid[2]} }
+	cg, ocg := j.c/j.groups, j.outC/j.groups
+	mk, vol := ocg*j.kvol, j.inVol
+	scratch := j.scratch
 	imgs := 0
-	if p.useGEMM() && scratch.Mem != nil && hw > 0 {
+	if j.gemm && scratch.Mem != nil && vol > 0 {
 		if scratch.Off < 0 {
 			return fmt.Errorf("scratch: negative offset")
 		}
-		imgs = min(p.N, (scratch.Mem.Size()/F32.Size()-scratch.Off)/(p.Groups*mk*hw))
+		imgs = min(j.n, (scratch.Mem.Size()/F32.Size()-scratch.Off)/(j.groups*mk*vol))
 	}
 	if imgs == 0 {
-		k, err := l.kernel("convtranspose", convTransposeSrc, opts, "convt_direct")
+		k, err := l.kernel("convtranspose", convTransposeSrc, opts, j.direct)
 		if err != nil {
 			return err
 		}
-		global, local := l.cpuGroups([]int{ow, oh, p.N * p.OutC})
-		return l.dev.Launch(k, global, local,
-			x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hb,
-			y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
-			i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
-			i32(p.DilationH), i32(p.DilationW), i32(p.Groups))
+		global, local := l.cpuGroups(grid(j.n))
+		args := append([]any{x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hb, j.y.Mem, i32(j.y.Off), i32(j.c)}, j.geo...)
+		return l.dev.Launch(k, global, local, args...)
 	}
 	// Per (image, group): Col[m, pix] = sum over k of W[k, m] X[k, pix],
-	// m = (ocg, kh, kw), k an input channel of the group.
-	g := gemm{a: w, at: p.Weight, b: x, bt: s, c: scratch, ct: F32,
-		am: 1, ak: mk, bk: hw, bn: 1, cm: hw, cn: 1,
-		m: mk, n: hw, k: cg, nb1: p.Groups, alpha: 1,
-		sA: [2]int{0, cg * mk}, sB: [2]int{p.C * hw, cg * hw}, sC: [2]int{p.Groups * mk * hw, mk * hw}}
-	gather, err := l.kernel("convtranspose", convTransposeSrc, opts, "convt_col2im")
+	// m = (ocg, kernel tap), k an input channel of the group.
+	g := gemm{a: w, at: j.weight, b: x, bt: j.s, c: scratch, ct: F32,
+		am: 1, ak: mk, bk: vol, bn: 1, cm: vol, cn: 1,
+		m: mk, n: vol, k: cg, nb1: j.groups, alpha: 1,
+		sA: [2]int{0, cg * mk}, sB: [2]int{j.c * vol, cg * vol}, sC: [2]int{j.groups * mk * vol, mk * vol}}
+	gather, err := l.kernel("convtranspose", convTransposeSrc, opts, j.col2im)
 	if err != nil {
 		return err
 	}
-	for n0 := 0; n0 < p.N; n0 += imgs {
-		cnt := min(imgs, p.N-n0)
+	for n0 := 0; n0 < j.n; n0 += imgs {
+		cnt := min(imgs, j.n-n0)
 		gi := g
 		gi.nb0 = cnt
-		gi.b.Off += n0 * p.C * hw
+		gi.b.Off += n0 * j.c * vol
 		if err := l.gemm(gi); err != nil {
 			return err
 		}
-		global, local := l.cpuGroups([]int{ow, oh, cnt * p.OutC})
-		if err := l.dev.Launch(gather, global, local, scratch.Mem, i32(scratch.Off), bias.Mem, i32(bias.Off), hb,
-			y.Mem, i32(y.Off), i32(n0), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
-			i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
-			i32(p.DilationH), i32(p.DilationW), i32(p.Groups)); err != nil {
+		global, local := l.cpuGroups(grid(cnt))
+		args := append([]any{scratch.Mem, i32(scratch.Off), bias.Mem, i32(bias.Off), hb, j.y.Mem, i32(j.y.Off), i32(n0)}, j.geo...)
+		if err := l.dev.Launch(gather, global, local, args...); err != nil {
 			return err
 		}
 	}

@@ -36,8 +36,8 @@ func (p ConvTranspose3DParams) norm() (ConvTranspose3DParams, error) {
 	if p.N < 0 || p.C < 0 || p.D < 0 || p.H < 0 || p.W < 0 || p.OutC < 0 || p.Groups < 0 {
 		return p, fmt.Errorf("negative size or group count in %+v", p)
 	}
-	if p.C%p.Groups != 0 || p.OutC%p.Groups != 0 {
-		return p, fmt.Errorf("channels in %d and out %d must both divide into %d groups", p.C, p.OutC, p.Groups)
+	if err := checkGroups(p.C, p.OutC, p.Groups); err != nil {
+		return p, err
 	}
 	if o := p.OutSize(); o[0] < 0 || o[1] < 0 || o[2] < 0 {
 		return p, fmt.Errorf("pads %v..%v leave a negative output %v", p.PadBegin, p.PadEnd, o)
@@ -87,76 +87,18 @@ func (l *Lib) convTranspose3D(s Storage, x, w, y, scratch Buf, p ConvTranspose3D
 		return err
 	}
 	o := p.OutSize()
-	ny := p.N * p.OutC * o[0] * o[1] * o[2]
-	if ny == 0 {
-		return nil
-	}
-	kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
-	dhw := p.D * p.H * p.W
-	ops := []bufUse{{"output", y, s, ny}}
-	if p.C > 0 && dhw > 0 {
-		ops = append(ops, bufUse{"input", x, s, p.N * p.C * dhw}, bufUse{"weight", w, p.Weight, p.C * p.OutC / p.Groups * kvol})
-	} else {
-		x, w = y, y // nothing is read from an empty input
-	}
-	hasBias := p.Bias.Mem != nil
-	if hasBias {
-		ops = append(ops, bufUse{"bias", p.Bias, p.Weight, p.OutC})
-	}
-	if err := checkBufUses(ops); err != nil {
-		return err
-	}
-	opts := s.define() + " " + weightDefine(p.Weight)
-	bias, hb := p.Bias, int32(1)
-	if !hasBias {
-		bias, hb = w, 0 // placeholder, never read
-	}
 	i32 := func(v int) int32 { return int32(v) }
-	geo := []any{i32(p.D), i32(p.H), i32(p.W), i32(p.OutC), i32(o[0]), i32(o[1]), i32(o[2]),
-		i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]), i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]),
-		i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
-		i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups)}
-	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
-	mk := ocg * kvol
-	imgs := 0
-	if p.useGEMM() && scratch.Mem != nil && dhw > 0 {
-		if scratch.Off < 0 {
-			return fmt.Errorf("scratch: negative offset")
-		}
-		imgs = min(p.N, (scratch.Mem.Size()/F32.Size()-scratch.Off)/(p.Groups*mk*dhw))
-	}
-	if imgs == 0 {
-		k, err := l.kernel("convtranspose", convTransposeSrc, opts, "convt3d_direct")
-		if err != nil {
-			return err
-		}
-		global, local := l.cpuGroups([]int{o[2], o[1], p.N * p.OutC * o[0]})
-		args := append([]any{x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hb, y.Mem, i32(y.Off), i32(p.C)}, geo...)
-		return l.dev.Launch(k, global, local, args...)
-	}
-	g := gemm{a: w, at: p.Weight, b: x, bt: s, c: scratch, ct: F32,
-		am: 1, ak: mk, bk: dhw, bn: 1, cm: dhw, cn: 1,
-		m: mk, n: dhw, k: cg, nb1: p.Groups, alpha: 1,
-		sA: [2]int{0, cg * mk}, sB: [2]int{p.C * dhw, cg * dhw}, sC: [2]int{p.Groups * mk * dhw, mk * dhw}}
-	gather, err := l.kernel("convtranspose", convTransposeSrc, opts, "convt3d_col2im")
-	if err != nil {
-		return err
-	}
-	for n0 := 0; n0 < p.N; n0 += imgs {
-		cnt := min(imgs, p.N-n0)
-		gi := g
-		gi.nb0 = cnt
-		gi.b.Off += n0 * p.C * dhw
-		if err := l.gemm(gi); err != nil {
-			return err
-		}
-		global, local := l.cpuGroups([]int{o[2], o[1], cnt * p.OutC * o[0]})
-		args := append([]any{scratch.Mem, i32(scratch.Off), bias.Mem, i32(bias.Off), hb, y.Mem, i32(y.Off), i32(n0)}, geo...)
-		if err := l.dev.Launch(gather, global, local, args...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return l.convTransposeRun(convtJob{
+		s: s, x: x, w: w, y: y, scratch: scratch, weight: p.Weight, bias: p.Bias,
+		n: p.N, c: p.C, outC: p.OutC, groups: p.Groups,
+		kvol: p.Kernel[0] * p.Kernel[1] * p.Kernel[2], inVol: p.D * p.H * p.W, outVol: o[0] * o[1] * o[2],
+		grid: [3]int{o[2], o[1], p.OutC * o[0]}, gemm: p.useGEMM(),
+		direct: "convt3d_direct", col2im: "convt3d_col2im",
+		geo: []any{i32(p.D), i32(p.H), i32(p.W), i32(p.OutC), i32(o[0]), i32(o[1]), i32(o[2]),
+			i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]), i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]),
+			i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
+			i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups)},
+	})
 }
 
 // ConvTranspose3DRef is the pure-Go reference for ConvTranspose3D on host
@@ -185,13 +127,7 @@ func ConvTranspose3DRef(x, w, bias, y []float32, p ConvTranspose3DParams) error 
 				for j := 0; j < ocg; j++ {
 					oc := g*ocg + j
 					for t := 0; t < kvol; t++ {
-						tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
-						var q [3]int
-						ok := true
-						for a := 0; a < 3; a++ {
-							q[a] = pos[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
-							ok = ok && q[a] >= 0 && q[a] < o[a]
-						}
+						q, ok := windowPos(t, p.Kernel, pos, p.Stride, p.PadBegin, p.Dilation, o)
 						if ok {
 							acc[(n*p.OutC+oc)*vout+(q[0]*o[1]+q[1])*o[2]+q[2]] += xv * float64(w[(c*ocg+j)*kvol+t])
 						}

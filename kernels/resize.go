@@ -437,12 +437,6 @@ func (l *Lib) resize(s Storage, x, y, scratch Buf, p ResizeParams) error {
 	if err != nil {
 		return err
 	}
-	b2i := func(b bool) int32 {
-		if b {
-			return 1
-		}
-		return 0
-	}
 	i32 := func(v int) int32 { return int32(v) }
 	src := x
 	for i, ps := range passes {
@@ -461,6 +455,14 @@ func (l *Lib) resize(s Storage, x, y, scratch Buf, p ResizeParams) error {
 		src = dst
 	}
 	return nil
+}
+
+// b2i is a kernel's int flag for b.
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // resizeExactDiv remembers, per device, whether the resize program builds
@@ -499,12 +501,6 @@ func (l *Lib) resizeHW(s Storage, x, y Buf, p ResizeParams) error {
 	k, err := l.resizeKernel(s, "resize_hw")
 	if err != nil {
 		return err
-	}
-	b2i := func(b bool) int32 {
-		if b {
-			return 1
-		}
-		return 0
 	}
 	i32 := func(v int) int32 { return int32(v) }
 	planes := prod(p.Out[:r-2])

@@ -41,8 +41,8 @@ func (p Conv3DParams) norm() (Conv3DParams, error) {
 	if p.N < 0 || p.C < 0 || p.D < 0 || p.H < 0 || p.W < 0 || p.OutC < 0 || p.Groups < 0 {
 		return p, fmt.Errorf("negative size or group count in %+v", p)
 	}
-	if p.C%p.Groups != 0 || p.OutC%p.Groups != 0 {
-		return p, fmt.Errorf("channels in %d and out %d must both divide into %d groups", p.C, p.OutC, p.Groups)
+	if err := checkGroups(p.C, p.OutC, p.Groups); err != nil {
+		return p, err
 	}
 	if o := p.OutSize(); o[0] < 0 || o[1] < 0 || o[2] < 0 {
 		return p, fmt.Errorf("kernel %v (dilation %v) larger than the padded input", p.Kernel, p.Dilation)
@@ -124,7 +124,7 @@ func (l *Lib) conv3D(s Storage, x, w, y, scratch Buf, p Conv3DParams) error {
 	}
 	opts := s.define() + " " + weightDefine(p.Weight)
 	i32 := func(v int) int32 { return int32(v) }
-	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
+	cg := p.C / p.Groups
 	kc, np := cg*kvol, o[0]*o[1]*o[2]
 	imgs := 0
 	if p.conv3DGEMM() && scratch.Mem != nil && p.C > 0 {
@@ -150,43 +150,18 @@ func (l *Lib) conv3D(s Storage, x, w, y, scratch Buf, p Conv3DParams) error {
 			i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
 			i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups))
 	}
-	// As Conv2D's im2col route: per (image, group) C[oc, pix] = W[oc, kc] *
-	// Col[kc, pix], the weight as the A operand.
-	g := gemm{a: w, at: p.Weight, c: y, ct: s, bias: p.Bias, biasT: p.Weight, hasBias: hasBias,
-		am: kc, ak: 1, cm: np, cn: 1, brm: 1, brn: 0,
-		m: ocg, n: np, k: kc, nb1: p.Groups, alpha: 1,
-		sA: [2]int{0, ocg * kc}, sC: [2]int{p.OutC * np, ocg * np}, sD: [2]int{0, ocg}}
-	if hasBias {
-		g.beta = 1
-	}
-	cp, ck := kc, 1
-	if l.info().Type == "GPU" || convKMajor {
-		cp, ck = 1, np
-	}
+	// As Conv2D's im2col route.
+	g := convProduct(s, w, y, p.Weight, p.Bias, p.OutC, p.Groups, kc, np)
 	gather, err := l.kernel("volume", volumeSrc, opts, "conv3d_im2col")
 	if err != nil {
 		return err
 	}
-	for n0 := 0; n0 < p.N; n0 += imgs {
-		cnt := min(imgs, p.N-n0)
-		global, local := l.cpuGroups([]int{np, kc, cnt * p.Groups})
-		if err := l.dev.Launch(gather, global, local,
-			x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off), i32(n0), i32(p.C), i32(p.D), i32(p.H), i32(p.W),
+	return l.im2colRun(g, s, scratch, p.N, p.OutC, p.Groups, kc, np, imgs, gather, func(n0, cp, ck int) []any {
+		return []any{x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off), i32(n0), i32(p.C), i32(p.D), i32(p.H), i32(p.W),
 			i32(o[0]), i32(o[1]), i32(o[2]), i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]),
 			i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]), i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
-			i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups), i32(cp), i32(ck)); err != nil {
-			return err
-		}
-		gi := g
-		gi.b, gi.bt, gi.bk, gi.bn = scratch, s, ck, cp
-		gi.sB = [2]int{p.Groups * kc * np, kc * np}
-		gi.nb0 = cnt
-		gi.c.Off += n0 * p.OutC * np
-		if err := l.gemm(gi); err != nil {
-			return err
-		}
-	}
-	return nil
+			i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), i32(p.Groups), i32(cp), i32(ck)}
+	})
 }
 
 // Conv3DRef is the pure-Go reference for Conv3D on host tensors (bias nil for
@@ -204,42 +179,56 @@ func Conv3DRef(x, w, bias, y []float32, p Conv3DParams) error {
 		bias != nil && len(bias) < p.OutC {
 		return fmt.Errorf("kernels: Conv3DRef: a slice is shorter than %+v needs", p)
 	}
+	eachOutput(p.N*p.OutC, o, func(i, z int, out [3]int) {
+		n, oc := z/p.OutC, z%p.OutC
+		g := oc / ocg
+		var acc float64
+		for ic := 0; ic < cg; ic++ {
+			for t := 0; t < kvol; t++ {
+				pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
+				if !inside {
+					continue
+				}
+				xv := x[(((n*p.C+g*cg+ic)*in[0]+pos[0])*in[1]+pos[1])*in[2]+pos[2]]
+				acc += float64(xv) * float64(w[(oc*cg+ic)*kvol+t])
+			}
+		}
+		if bias != nil {
+			acc += float64(bias[oc])
+		}
+		y[i] = float32(acc)
+	})
+	return nil
+}
+
+// eachOutput calls f for each output position out of planes planes of
+// spatial size o, in row-major order, with its flat index i and plane z.
+func eachOutput(planes int, o [3]int, f func(i, z int, out [3]int)) {
 	i := 0
-	for n := 0; n < p.N; n++ {
-		for oc := 0; oc < p.OutC; oc++ {
-			g := oc / ocg
-			for od := 0; od < o[0]; od++ {
-				for oh := 0; oh < o[1]; oh++ {
-					for ow := 0; ow < o[2]; ow++ {
-						var acc float64
-						out := [3]int{od, oh, ow}
-						for ic := 0; ic < cg; ic++ {
-							for t := 0; t < kvol; t++ {
-								tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
-								var pos [3]int
-								inside := true
-								for a := 0; a < 3; a++ {
-									pos[a] = out[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
-									inside = inside && pos[a] >= 0 && pos[a] < in[a]
-								}
-								if !inside {
-									continue
-								}
-								xv := x[(((n*p.C+g*cg+ic)*in[0]+pos[0])*in[1]+pos[1])*in[2]+pos[2]]
-								acc += float64(xv) * float64(w[(oc*cg+ic)*kvol+t])
-							}
-						}
-						if bias != nil {
-							acc += float64(bias[oc])
-						}
-						y[i] = float32(acc)
-						i++
-					}
+	for z := 0; z < planes; z++ {
+		for od := 0; od < o[0]; od++ {
+			for oh := 0; oh < o[1]; oh++ {
+				for ow := 0; ow < o[2]; ow++ {
+					f(i, z, [3]int{od, oh, ow})
+					i++
 				}
 			}
 		}
 	}
-	return nil
+}
+
+// windowPos is where tap t of kernel k (taps row-major) in the window at
+// output position out reads: out*stride - padBegin + tap*dilation on each
+// axis, and whether that lies inside an input of size in. A transposed
+// convolution's scatter is the same map from input to output positions.
+func windowPos(t int, k, out, stride, padBegin, dil, in [3]int) (pos [3]int, inside bool) {
+	tap := [3]int{t / (k[1] * k[2]), t / k[2] % k[1], t % k[2]}
+	inside = true
+	for a := range pos {
+		pos[a] = out[a]*stride[a] - padBegin[a] + tap[a]*dil[a]
+		inside = inside && pos[a] >= 0 && pos[a] < in[a]
+	}
+	return pos, inside
 }
 
 // Pool3DParams describes ONNX MaxPool / AveragePool over an NCDHW input
@@ -318,12 +307,6 @@ func (l *Lib) pool3D(s Storage, x, y Buf, p Pool3DParams, avg bool) error {
 		return err
 	}
 	i32 := func(v int) int32 { return int32(v) }
-	b2i := func(b bool) int32 {
-		if b {
-			return 1
-		}
-		return 0
-	}
 	global, local := l.cpuGroups([]int{o[2], o[1], planes * o[0]})
 	return l.dev.Launch(k, global, local, x.Mem, i32(x.Off), y.Mem, i32(y.Off),
 		i32(p.D), i32(p.H), i32(p.W), i32(o[0]), i32(o[1]), i32(o[2]),
@@ -365,16 +348,12 @@ func (l *Lib) maxPoolIdx(s Storage, x, y, idx Buf, colMajor bool, p Pool3DParams
 		return err
 	}
 	i32 := func(v int) int32 { return int32(v) }
-	cm := int32(0)
-	if colMajor {
-		cm = 1
-	}
 	global, local := l.cpuGroups([]int{o[2], o[1], planes * o[0]})
 	return l.dev.Launch(k, global, local, x.Mem, i32(x.Off), y.Mem, i32(y.Off), idx.Mem, i32(idx.Off),
 		i32(p.D), i32(p.H), i32(p.W), i32(o[0]), i32(o[1]), i32(o[2]),
 		i32(p.Kernel[0]), i32(p.Kernel[1]), i32(p.Kernel[2]), i32(p.Stride[0]), i32(p.Stride[1]), i32(p.Stride[2]),
 		i32(p.PadBegin[0]), i32(p.PadBegin[1]), i32(p.PadBegin[2]),
-		i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), cm)
+		i32(p.Dilation[0]), i32(p.Dilation[1]), i32(p.Dilation[2]), b2i(colMajor))
 }
 
 // MaxPoolIndicesRef is the pure-Go reference for MaxPoolWithIndices' values
@@ -392,39 +371,24 @@ func MaxPoolIndicesRef(x, y []float32, idx []int64, colMajor bool, p Pool3DParam
 		return fmt.Errorf("kernels: MaxPoolIndicesRef: a slice is shorter than %+v needs", p)
 	}
 	kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
-	i := 0
-	for z := 0; z < planes; z++ {
-		for od := 0; od < o[0]; od++ {
-			for oh := 0; oh < o[1]; oh++ {
-				for ow := 0; ow < o[2]; ow++ {
-					out := [3]int{od, oh, ow}
-					m, at := math.Inf(-1), -1
-					for t := 0; t < kvol; t++ {
-						tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
-						var pos [3]int
-						inside := true
-						for a := 0; a < 3; a++ {
-							pos[a] = out[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
-							inside = inside && pos[a] >= 0 && pos[a] < in[a]
-						}
-						if !inside {
-							continue
-						}
-						v := float64(x[z*vol+(pos[0]*in[1]+pos[1])*in[2]+pos[2]])
-						if v > m || math.IsNaN(v) || at < 0 {
-							m = v
-							at = (pos[0]*in[1]+pos[1])*in[2] + pos[2]
-							if colMajor {
-								at = (pos[2]*in[1]+pos[1])*in[0] + pos[0]
-							}
-						}
-					}
-					y[i], idx[i] = float32(m), int64(z*vol+at)
-					i++
+	eachOutput(planes, o, func(i, z int, out [3]int) {
+		m, at := math.Inf(-1), -1
+		for t := 0; t < kvol; t++ {
+			pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
+			if !inside {
+				continue
+			}
+			v := float64(x[z*vol+(pos[0]*in[1]+pos[1])*in[2]+pos[2]])
+			if v > m || math.IsNaN(v) || at < 0 {
+				m = v
+				at = (pos[0]*in[1]+pos[1])*in[2] + pos[2]
+				if colMajor {
+					at = (pos[2]*in[1]+pos[1])*in[0] + pos[0]
 				}
 			}
 		}
-	}
+		y[i], idx[i] = float32(m), int64(z*vol+at)
+	})
 	return nil
 }
 
@@ -442,42 +406,30 @@ func Pool3DRef(x, y []float32, p Pool3DParams, avg bool) error {
 		return fmt.Errorf("kernels: Pool3DRef: a slice is shorter than %+v needs", p)
 	}
 	kvol := p.Kernel[0] * p.Kernel[1] * p.Kernel[2]
-	i := 0
-	for z := 0; z < planes; z++ {
-		for od := 0; od < o[0]; od++ {
-			for oh := 0; oh < o[1]; oh++ {
-				for ow := 0; ow < o[2]; ow++ {
-					out := [3]int{od, oh, ow}
-					sum, m, cnt := 0.0, math.Inf(-1), 0
-					for t := 0; t < kvol; t++ {
-						tap := [3]int{t / (p.Kernel[1] * p.Kernel[2]), t / p.Kernel[2] % p.Kernel[1], t % p.Kernel[2]}
-						inside, padded := true, true
-						var pos [3]int
-						for a := 0; a < 3; a++ {
-							pos[a] = out[a]*p.Stride[a] - p.PadBegin[a] + tap[a]*p.Dilation[a]
-							inside = inside && pos[a] >= 0 && pos[a] < in[a]
-							padded = padded && pos[a] < in[a]+p.PadEnd[a]
-						}
-						if inside || p.CountIncludePad && padded {
-							cnt++
-						}
-						if !inside {
-							continue
-						}
-						v := float64(x[((z*in[0]+pos[0])*in[1]+pos[1])*in[2]+pos[2]])
-						sum += v
-						if v > m || math.IsNaN(v) {
-							m = v
-						}
-					}
-					if avg {
-						m = sum / float64(cnt)
-					}
-					y[i] = float32(m)
-					i++
-				}
+	eachOutput(planes, o, func(i, z int, out [3]int) {
+		sum, m, cnt := 0.0, math.Inf(-1), 0
+		for t := 0; t < kvol; t++ {
+			pos, inside := windowPos(t, p.Kernel, out, p.Stride, p.PadBegin, p.Dilation, in)
+			padded := true
+			for a := range pos {
+				padded = padded && pos[a] < in[a]+p.PadEnd[a]
+			}
+			if inside || p.CountIncludePad && padded {
+				cnt++
+			}
+			if !inside {
+				continue
+			}
+			v := float64(x[((z*in[0]+pos[0])*in[1]+pos[1])*in[2]+pos[2]])
+			sum += v
+			if v > m || math.IsNaN(v) {
+				m = v
 			}
 		}
-	}
+		if avg {
+			m = sum / float64(cnt)
+		}
+		y[i] = float32(m)
+	})
 	return nil
 }

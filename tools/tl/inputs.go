@@ -92,10 +92,7 @@ func (jt jsonTensor) dense() (*tensor.Dense, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(jt.Dims) == 0 {
-		return tensor.New(tensor.FromScalar(firstOf(backing))), nil
-	}
-	return tensor.New(tensor.WithShape(jt.Dims...), tensor.WithBacking(backing)), nil
+	return engine.Tensor{Shape: jt.Dims, Data: backing}.Dense()
 }
 
 // decodeData reads a flat or nested JSON array of n numbers.
@@ -135,26 +132,6 @@ func decodeData[T float32 | float64 | int64 | int32 | int8 | uint8 | bool](raw j
 		return nil, fmt.Errorf("dims hold %d elements, data has %d", n, len(flat))
 	}
 	return flat, nil
-}
-
-func firstOf(backing any) any {
-	switch v := backing.(type) {
-	case []float32:
-		return v[0]
-	case []float64:
-		return v[0]
-	case []int64:
-		return v[0]
-	case []int32:
-		return v[0]
-	case []int8:
-		return v[0]
-	case []uint8:
-		return v[0]
-	case []bool:
-		return v[0]
-	}
-	return nil
 }
 
 // readInputsDir reads <name>.npy (or input.<name>.npy, the testdata
