@@ -44,6 +44,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 
 import numpy as np
@@ -60,6 +61,16 @@ GEN_TOKENS = 64
 LONG_TOKENS = 2000
 LONG_ROWS = 8
 
+
+
+# Files in the repository name no package-registry host, and the Python and
+# Debian documentation in the corpus link to some; the committed text gets
+# every URL's host replaced (the training streams keep the original text).
+URL_HOST = re.compile(r"(https?://)[A-Za-z0-9.-]+")
+
+
+def scrub_hosts(text):
+    return URL_HOST.sub(r"\1example.invalid", text)
 
 def load_model(work):
     model = td.build_model()
@@ -209,7 +220,7 @@ def export(work, out):
     # The corpus's held-out split as one '%'-separated file.
     docs = [d for src in td.TEXT_SOURCES for d in held[src] if "\n%\n" not in d]
     with open(os.path.join(out, "heldout_split.txt"), "w", encoding="utf-8") as f:
-        f.write("\n%\n".join(docs))
+        f.write(scrub_hosts("\n%\n".join(docs)))
     old_path = os.path.join(out, "heldout.txt")
     if not os.path.exists(old_path):
         # Exporting beside the default model: judge on the same fortunes.
@@ -235,7 +246,10 @@ def export(work, out):
         f.write("\n")
     os.makedirs(os.path.join(out, "evals"), exist_ok=True)
     for p in sorted(glob.glob(os.path.join(work, "evals", "*.jsonl"))):
-        shutil.copy(p, os.path.join(out, "evals", os.path.basename(p)))
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
+        with open(os.path.join(out, "evals", os.path.basename(p)), "w", encoding="utf-8") as f:
+            f.write(scrub_hosts(text))
 
     samples = []
     for seed in range(4):
