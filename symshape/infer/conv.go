@@ -98,14 +98,29 @@ func convRule(c *ctx, n *graph.Node) error {
 	if err != nil {
 		return err
 	}
+	out, err := convShape(c, n, x, w)
+	if err != nil {
+		return err
+	}
+	t := typeOf(n, 0)
+	if n.OpType == "ConvInteger" {
+		t = dtype.Int32
+	}
+	c.setOut(n, 0, out, t)
+	return nil
+}
+
+// convShape is the output shape of a convolution of input x by weight w
+// ([M, C/group, k...]): the rule Conv, ConvInteger and QLinearConv share.
+func convShape(c *ctx, n *graph.Node, x, w []symshape.Expr) ([]symshape.Expr, error) {
 	if len(x) < 3 || len(w) != len(x) {
-		return fmt.Errorf("input %s and weight %s must both be [N, C, spatial...] of one rank", symshape.FormatShape(x), symshape.FormatShape(w))
+		return nil, fmt.Errorf("input %s and weight %s must both be [N, C, spatial...] of one rank", symshape.FormatShape(x), symshape.FormatShape(w))
 	}
 	group := n.AttrInt("group", 1)
 	if _, err := c.unify(x[1], symshape.Mul(w[1], symshape.Const(group)), func() string {
 		return fmt.Sprintf("input %s channels against weight %s with group %d", symshape.FormatShape(x), symshape.FormatShape(w), group)
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	r := len(x) - 2
 	kd, ok := constDims(w[2:])
@@ -114,23 +129,18 @@ func convRule(c *ctx, n *graph.Node) error {
 	}
 	win, err := readWindow(n, r, kd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	win.ceil = false
 	out := []symshape.Expr{x[0], w[0]}
 	for i := 0; i < r; i++ {
 		d, err := win.outDim(c, i, x[2+i])
 		if err != nil {
-			return err
+			return nil, err
 		}
 		out = append(out, d)
 	}
-	t := typeOf(n, 0)
-	if n.OpType == "ConvInteger" {
-		t = dtype.Int32
-	}
-	c.setOut(n, 0, out, t)
-	return nil
+	return out, nil
 }
 
 // convTransposeRule: [N, W[1]*group, out spatial...].

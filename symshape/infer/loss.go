@@ -128,26 +128,9 @@ func qlinearConvRule(c *ctx, n *graph.Node) error {
 	if err != nil {
 		return err
 	}
-	if len(x) < 3 || len(w) != len(x) {
-		return fmt.Errorf("input %s and weight %s must both be [N, C, spatial...] of one rank", symshape.FormatShape(x), symshape.FormatShape(w))
-	}
-	r := len(x) - 2
-	kd, ok := constDims(w[2:])
-	if !ok {
-		kd = nil
-	}
-	win, err := readWindow(n, r, kd)
+	out, err := convShape(c, n, x, w)
 	if err != nil {
 		return err
-	}
-	win.ceil = false
-	out := []symshape.Expr{x[0], w[0]}
-	for i := 0; i < r; i++ {
-		d, err := win.outDim(c, i, x[2+i])
-		if err != nil {
-			return err
-		}
-		out = append(out, d)
 	}
 	c.setOut(n, 0, out, typeOf(n, 7))
 	return nil
