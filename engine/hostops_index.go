@@ -209,19 +209,7 @@ func hostScatterElements(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) 
 	if len(ix.shape) != r || !equalInts(ix.shape, upd.shape) {
 		return nil, fmt.Errorf("indices %v and updates %v must have data %v's rank and one shape", ix.shape, upd.shape, data.shape)
 	}
-	iv, err := ix.ints()
-	if err != nil {
-		return nil, err
-	}
-	uv, err := upd.floats()
-	if err != nil {
-		return nil, err
-	}
-	dv, err := data.floats()
-	if err != nil {
-		return nil, err
-	}
-	red, err := reducer(data.dt, hc.n.AttrString("reduction", "none"))
+	iv, uv, dv, red, err := scatterOperands(hc, data, ix, upd)
 	if err != nil {
 		return nil, err
 	}
@@ -285,19 +273,7 @@ func hostScatterND(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 	if k > len(data.shape) {
 		return nil, fmt.Errorf("index tuples of %d for data of rank %d", k, len(data.shape))
 	}
-	iv, err := ix.ints()
-	if err != nil {
-		return nil, err
-	}
-	uv, err := upd.floats()
-	if err != nil {
-		return nil, err
-	}
-	dv, err := data.floats()
-	if err != nil {
-		return nil, err
-	}
-	red, err := reducer(data.dt, hc.n.AttrString("reduction", "none"))
+	iv, uv, dv, red, err := scatterOperands(hc, data, ix, upd)
 	if err != nil {
 		return nil, err
 	}
@@ -704,4 +680,20 @@ func hostCumSum(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
 		}
 	}
 	return []*hostTensor{out}, nil
+}
+
+// scatterOperands decodes what ScatterElements and ScatterND share: the
+// indices, the updates and data as float64, and the reduction attribute.
+func scatterOperands(hc *hostCtx, data, ix, upd *hostTensor) (iv []int64, uv, dv []float64, red func(dst []byte, i int, old, upd float64), err error) {
+	if iv, err = ix.ints(); err != nil {
+		return
+	}
+	if uv, err = upd.floats(); err != nil {
+		return
+	}
+	if dv, err = data.floats(); err != nil {
+		return
+	}
+	red, err = reducer(data.dt, hc.n.AttrString("reduction", "none"))
+	return
 }

@@ -69,79 +69,74 @@ func optFloats(ins []*hostTensor, i int) ([]float64, error) {
 	return ins[i].floats()
 }
 
-func hostQuantize(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+// linearQuant is what QuantizeLinear and DequantizeLinear share: x's
+// values and the per-element scale and zero point (0 when absent), broadcast
+// along the quantization axis.
+type linearQuant struct {
+	x         *hostTensor
+	xv        []float64
+	scale, zp func(int) float64
+}
+
+func readLinearQuant(hc *hostCtx, ins []*hostTensor) (linearQuant, error) {
+	var q linearQuant
 	if err := needIns(ins, 2); err != nil {
-		return nil, err
+		return q, err
 	}
-	x := ins[0]
-	xv, err := x.floats()
-	if err != nil {
-		return nil, err
+	q.x = ins[0]
+	var err error
+	if q.xv, err = q.x.floats(); err != nil {
+		return q, err
 	}
 	sv, err := ins[1].floats()
 	if err != nil {
-		return nil, err
+		return q, err
 	}
-	axis, err := quantAxis(hc, x.shape, len(sv))
+	axis, err := quantAxis(hc, q.x.shape, len(sv))
 	if err != nil {
-		return nil, err
+		return q, err
 	}
-	scale, err := perAxis(sv, x.shape, axis)
+	if q.scale, err = perAxis(sv, q.x.shape, axis); err != nil {
+		return q, err
+	}
+	q.zp = func(int) float64 { return 0 }
+	zv, err := optFloats(ins, 2)
+	if err != nil {
+		return q, err
+	}
+	if zv != nil {
+		if q.zp, err = perAxis(zv, q.x.shape, axis); err != nil {
+			return q, err
+		}
+	}
+	return q, nil
+}
+
+func hostQuantize(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
+	q, err := readLinearQuant(hc, ins)
 	if err != nil {
 		return nil, err
 	}
 	ot := dtype.Uint8
-	zp := func(int) float64 { return 0 }
 	if len(ins) > 2 && ins[2] != nil {
 		ot = ins[2].dt
-		zv, err := ins[2].floats()
-		if err != nil {
-			return nil, err
-		}
-		if zp, err = perAxis(zv, x.shape, axis); err != nil {
-			return nil, err
-		}
 	}
-	y := newHostTensor(ot, x.shape)
-	for i, v := range xv {
-		q := math.RoundToEven(float64(float32(v)/float32(scale(i)))) + zp(i)
-		putInt(ot, y.data, i, int64(saturate(ot, q)))
+	y := newHostTensor(ot, q.x.shape)
+	for i, v := range q.xv {
+		r := math.RoundToEven(float64(float32(v)/float32(q.scale(i)))) + q.zp(i)
+		putInt(ot, y.data, i, int64(saturate(ot, r)))
 	}
 	return []*hostTensor{y}, nil
 }
 
 func hostDequantize(hc *hostCtx, ins []*hostTensor) ([]*hostTensor, error) {
-	if err := needIns(ins, 2); err != nil {
-		return nil, err
-	}
-	x := ins[0]
-	xv, err := x.floats()
+	q, err := readLinearQuant(hc, ins)
 	if err != nil {
 		return nil, err
 	}
-	sv, err := ins[1].floats()
-	if err != nil {
-		return nil, err
-	}
-	axis, err := quantAxis(hc, x.shape, len(sv))
-	if err != nil {
-		return nil, err
-	}
-	scale, err := perAxis(sv, x.shape, axis)
-	if err != nil {
-		return nil, err
-	}
-	zp := func(int) float64 { return 0 }
-	if zv, err := optFloats(ins, 2); err != nil {
-		return nil, err
-	} else if zv != nil {
-		if zp, err = perAxis(zv, x.shape, axis); err != nil {
-			return nil, err
-		}
-	}
-	y := newHostTensor(ins[1].dt, x.shape)
-	for i, v := range xv {
-		putFloat(ins[1].dt, y.data, i, float64(float32(v-zp(i))*float32(scale(i))))
+	y := newHostTensor(ins[1].dt, q.x.shape)
+	for i, v := range q.xv {
+		putFloat(ins[1].dt, y.data, i, float64(float32(v-q.zp(i))*float32(q.scale(i))))
 	}
 	return []*hostTensor{y}, nil
 }
