@@ -164,18 +164,13 @@ func walkOperand(v *graph.Value, scaled bool) operand {
 		p := v.Producer
 		switch {
 		case scaled && is(p, "Mul", "Div"):
-			moved := false
-			for _, x := range p.Inputs {
-				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, v.Shape) {
-					op.scale *= f
-					op.nodes = append(op.nodes, p)
-					v, moved = x, true
-					break
-				}
-			}
+			x, f, moved := scalarStep(p, v)
 			if !moved {
 				return finishOperand(op, v)
 			}
+			op.scale *= f
+			op.nodes = append(op.nodes, p)
+			v = x
 		case is(p, "Transpose") && len(p.Inputs) == 1 && len(p.Inputs[0].Shape) == 4:
 			tp, ok := p.AttrInts("perm")
 			if !ok {
@@ -283,18 +278,13 @@ func walkOperand3(v *graph.Value, scaled bool) (operand, bool) {
 		p := v.Producer
 		switch {
 		case scaled && is(p, "Mul", "Div"):
-			moved := false
-			for _, x := range p.Inputs {
-				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, v.Shape) {
-					op.scale *= f
-					op.nodes = append(op.nodes, p)
-					v, moved = x, true
-					break
-				}
-			}
+			x, f, moved := scalarStep(p, v)
 			if !moved {
 				return op, false
 			}
+			op.scale *= f
+			op.nodes = append(op.nodes, p)
+			v = x
 		case is(p, "Transpose") && len(p.Inputs) == 1 && len(p.Inputs[0].Shape) == 3:
 			tp, ok := p.AttrInts("perm")
 			if !ok {
@@ -766,19 +756,14 @@ func (r *rewriter) attentionFolded(sm *graph.Node) (bool, error) {
 		case merged && r.dev(p, "MatMul"):
 			mm = p
 		case r.dev(p, "Mul", "Div"):
-			moved := false
-			for _, x := range p.Inputs {
-				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, v.Shape) {
-					scale *= f
-					scaled = true
-					nodes = append(nodes, p)
-					consumer, v, moved = p, x, true
-					break
-				}
-			}
+			x, f, moved := scalarStep(p, v)
 			if !moved {
 				return false, nil
 			}
+			scale *= f
+			scaled = true
+			nodes = append(nodes, p)
+			consumer, v = p, x
 		case !merged && r.dev(p, "Reshape") && shapeEqual(p.Inputs[0].Shape, []symshape.Expr{B, rows, T}):
 			merged = true
 			nodes = append(nodes, p)
@@ -825,26 +810,7 @@ func (r *rewriter) attentionFolded(sm *graph.Node) (bool, error) {
 		return false, nil
 	}
 	// Q3 is a Reshape of q (not a merge of batch and heads): walk by hand.
-	qv, qscale := mm.Inputs[0], 1.0
-	var qnodes []*graph.Node
-	for steps := 0; steps < 4; steps++ {
-		p := qv.Producer
-		if is(p, "Mul", "Div") {
-			moved := false
-			for _, x := range p.Inputs {
-				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, qv.Shape) {
-					qscale *= f
-					qnodes = append(qnodes, p)
-					qv, moved = x, true
-					break
-				}
-			}
-			if moved {
-				continue
-			}
-		}
-		break
-	}
+	qv, qscale, qnodes := peelScalars(mm.Inputs[0])
 	qr := qv.Producer
 	if !is(qr, "Reshape") || !shapeEqual(qv.Shape, []symshape.Expr{B, rows, D}) {
 		return false, nil
@@ -856,26 +822,7 @@ func (r *rewriter) attentionFolded(sm *graph.Node) (bool, error) {
 	default:
 		return false, nil
 	}
-	kv, kscale := mm.Inputs[1], 1.0
-	var knodes []*graph.Node
-	for steps := 0; steps < 4; steps++ {
-		p := kv.Producer
-		if is(p, "Mul", "Div") {
-			moved := false
-			for _, x := range p.Inputs {
-				if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, kv.Shape) {
-					kscale *= f
-					knodes = append(knodes, p)
-					kv, moved = x, true
-					break
-				}
-			}
-			if moved {
-				continue
-			}
-		}
-		break
-	}
+	kv, kscale, knodes := peelScalars(mm.Inputs[1])
 	ktn := kv.Producer
 	tp, ok := ktn.AttrInts("perm")
 	if !is(ktn, "Transpose") || !ok || len(tp) != 3 || tp[0] != 0 || tp[1] != 2 || tp[2] != 1 {
@@ -979,4 +926,33 @@ func (r *rewriter) shapeConst(x *graph.Value, shape []symshape.Expr, name string
 	v.Elems = append([]symshape.Expr(nil), shape...)
 	r.g.Initializers = append(r.g.Initializers, v)
 	return v, nil
+}
+
+// scalarStep says whether p (a Mul or Div) scales v's shape-preserving
+// input x by a scalar, returning x and the factor.
+func scalarStep(p *graph.Node, v *graph.Value) (*graph.Value, float64, bool) {
+	for _, x := range p.Inputs {
+		if f, ok := scalarFactor(p, x); ok && shapeEqual(x.Shape, v.Shape) {
+			return x, f, true
+		}
+	}
+	return nil, 0, false
+}
+
+// peelScalars walks back from v through up to four shape-preserving scalar
+// Mul/Div nodes, returning the value under them, the product of their
+// factors and the nodes passed.
+func peelScalars(v *graph.Value) (*graph.Value, float64, []*graph.Node) {
+	scale := 1.0
+	var nodes []*graph.Node
+	for steps := 0; steps < 4 && is(v.Producer, "Mul", "Div"); steps++ {
+		x, f, ok := scalarStep(v.Producer, v)
+		if !ok {
+			break
+		}
+		scale *= f
+		nodes = append(nodes, v.Producer)
+		v = x
+	}
+	return v, scale, nodes
 }
