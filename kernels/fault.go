@@ -54,7 +54,7 @@ func (l *Lib) checkFaults() error {
 	}
 	n := min(l.nfault, faultSlots)
 	l.nfault = 0
-	raw := make([]byte, 8*n)
+	raw := l.faultRaw[:8*n]
 	if err := l.dev.Read(l.fault, 0, raw); err != nil {
 		return fmt.Errorf("kernels: reading the fault buffer: %w", err)
 	}
