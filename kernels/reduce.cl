@@ -9,8 +9,15 @@
 // per output (the common last-axis case) reduce_rows (one item per row,
 // vector loads: CPU) or reduce_grp (one work-group per row: GPU) is used.
 
+// vload_half16 / vstore_half16 need only 2-byte alignment by the spec, but
+// PoCL 3.1 marks them 32-byte aligned and LLVM may emit an aligned vector
+// move that faults at an odd element offset (seen as a segfault on AMD EPYC
+// hosts); four half4 accesses (8 bytes, never faulting on x86) are safe.
+#define HALF16_LD(p) \
+	((float16)(vload_half4(0, (p)), vload_half4(0, (p) + 4), vload_half4(0, (p) + 8), vload_half4(0, (p) + 12)))
+
 #ifdef STORAGE_F16
-#define LD16(p, i) vload_half16(0, (p) + (i))
+#define LD16(p, i) HALF16_LD((p) + (i))
 #else
 #define LD16(p, i) vload16(0, (p) + (i))
 #endif
