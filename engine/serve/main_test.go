@@ -1,0 +1,58 @@
+package serve
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/engine/generate"
+	"github.com/tlite/tlite/engine/kv"
+	"github.com/tlite/tlite/engine/tokenizer"
+)
+
+const defaultModel = "../../testdata/default/model.onnx"
+
+var (
+	modelOnce sync.Once
+	modelSt   *kv.State
+	modelTok  *tokenizer.Tokenizer
+	modelErr  error
+)
+
+// testModel opens the default model once for the package's tests (on the
+// pure-Go device: no OpenCL needed, and deterministic). Tests share it, so
+// each service a test makes must be closed before the next starts.
+func testModel(t *testing.T) (*kv.State, *tokenizer.Tokenizer) {
+	t.Helper()
+	modelOnce.Do(func() {
+		d, err := generate.Open(defaultModel, engine.Options{Device: "go"}, 128, generate.Config{LastOnly: true})
+		if err != nil {
+			modelErr = err
+			return
+		}
+		modelSt = d.Stepper.(*kv.Stepper).State()
+		modelTok, modelErr = tokenizer.Load("../../testdata/default/tokenizer.json")
+	})
+	if modelErr != nil {
+		t.Fatal(modelErr)
+	}
+	return modelSt, modelTok
+}
+
+// newTestService starts a service on the shared model with a fresh state
+// directory (or dir when not empty).
+func newTestService(t *testing.T, dir string, cfg Config) *Service {
+	t.Helper()
+	st, tok := testModel(t)
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	cfg.StateDir = dir
+	cfg.Model = "default"
+	s, err := New(st, tok, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
