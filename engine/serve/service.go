@@ -120,10 +120,8 @@ func New(st *kv.State, tok *tokenizer.Tokenizer, store ContextStore, cfg Config)
 	}
 	s := &Service{st: st, tok: tok, store: store, cfg: cfg, disk: d, start: time.Now(), ctxs: map[string]*record{}, quarantined: bad}
 	for _, r := range recs {
-		if r.windowLen() > st.MaxContext() {
-			// Written by a service with a longer context: move the window.
-			s.slide(r, 0, 1)
-		}
+		// A window longer than this model's context (written by a
+		// service with a longer one) moves at its next call.
 		s.ctxs[r.ID] = r
 	}
 	s.sched = newScheduler()
