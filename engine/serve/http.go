@@ -61,6 +61,15 @@ func (s *Service) Handler(maxBody int64) http.Handler {
 	mux.HandleFunc("GET /v1/contexts/{id}", h.info)
 	mux.HandleFunc("GET /v1/stats", h.stats)
 	mux.HandleFunc("POST /v1/chat/completions", h.chat)
+	// The same paths with another method: 405 with a JSON error (the
+	// mux's own 405 is plain text).
+	for path, allow := range map[string]string{"/v1/contexts": "GET, POST", "/v1/contexts/{id}/call": "POST", "/v1/contexts/{id}": "GET, DELETE",
+		"/v1/stats": "GET", "/v1/chat/completions": "POST"} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, allow))
+		})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s (see GET /v1/stats, POST /v1/contexts)", r.Method, r.URL.Path))
 	})
