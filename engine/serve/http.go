@@ -33,7 +33,7 @@ const ContextHeader = "X-Context-Id"
 //	                                 ("stream": true: server-sent events "token" {"text"}, then "done" with the
 //	                                 reply, or "error" {"error"})                                        [callLLM]
 //	DELETE /v1/contexts/{id}         -> 204                               [delLLMCtx]
-//	GET    /v1/contexts/{id}         token counts, the store's view of the context, last use
+//	GET    /v1/contexts/{id}         token counts, the store's view of the context, last use; ?history=true adds the token ids
 //	GET    /v1/contexts              the ids of the caller's app
 //	GET    /v1/stats                 the service's and the store's figures
 //	POST   /v1/chat/completions      OpenAI-style; stateless unless the X-Context-Id header names a context
@@ -119,10 +119,8 @@ func fail(w http.ResponseWriter, err error) {
 // decodeBody reads r's JSON body into v: at most maxBody bytes, one JSON
 // value, unknown fields refused when strict.
 func (h *handler) decodeBody(w http.ResponseWriter, r *http.Request, v any, strict bool) bool {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: want application/json", ct))
-		return false
-	}
+	// The Content-Type is not checked: the body must be JSON whatever it
+	// says (curl -d says form data).
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
 		var mb *http.MaxBytesError
@@ -203,6 +201,17 @@ func (h *handler) info(w http.ResponseWriter, r *http.Request) {
 	info, err := h.s.Info(id)
 	if err != nil {
 		fail(w, err)
+		return
+	}
+	switch q := r.URL.Query().Get("history"); q {
+	case "", "false", "0":
+	case "true", "1":
+		if info.History, err = h.s.History(id); err != nil {
+			fail(w, err)
+			return
+		}
+	default:
+		fail(w, badRequest("history=%q: want true or false", q))
 		return
 	}
 	writeJSON(w, http.StatusOK, info)

@@ -218,6 +218,13 @@ func (c *Client) Info(ctx context.Context, id string) (api.ContextInfo, error) {
 	return r, err
 }
 
+// History describes context id with its whole token history.
+func (c *Client) History(ctx context.Context, id string) (api.ContextInfo, error) {
+	var r api.ContextInfo
+	err := c.do(ctx, "GET", "/v1/contexts/"+url.PathEscape(id)+"?history=true", nil, &r, nil)
+	return r, err
+}
+
 // List returns the ids of the client's app's contexts.
 func (c *Client) List(ctx context.Context) ([]string, error) {
 	var r struct {
