@@ -87,8 +87,8 @@ func TestSlidingWindow(t *testing.T) {
 	maxCtx := s.MaxContext()
 	var last Reply
 	moves, prevStart := 0, 0
-	for i := 0; i < 12; i++ {
-		last, err = s.Call(ctx, id, " Q: why is the sky blue? A:", CallOptions{MaxTokens: 16, Stop: []string{"never-appears"}})
+	for i := 0; i < 7; i++ {
+		last, err = s.Call(ctx, id, strings.Repeat(" Q: why is the sky blue? A:", 3), CallOptions{MaxTokens: 8, Stop: []string{"never-appears"}})
 		if err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
