@@ -546,12 +546,23 @@ func (s *Service) run(ctx context.Context, id string, r *record, prompt []int, o
 		s.rollback(base)
 		return rep, fmt.Errorf("context %s: the cache holds %d tokens after the call, want %d", id, s.st.Len(), want)
 	}
-	r.History = append(append(r.History, prompt...), res.Tokens...)
-	r.Pending = 1
+	// The context keeps the generated tokens up to the reply's text: after
+	// a stop string, the tokens that spelled it are dropped (a chat turn
+	// ends before "\nUser:", which the next turn writes itself).
+	keep := len(res.Tokens)
+	if res.Reason == generate.StopString {
+		keep = s.tokensFor(res.Tokens, res.Text)
+	}
+	// The cache holds every generated token but the last; the kept ones
+	// it holds are committed, a kept one it does not hold is pending.
+	inKV := min(keep, len(res.Tokens)-1)
+	s.rollback(base + len(in) + inKV)
+	r.History = append(append(r.History, prompt...), res.Tokens[:keep]...)
+	r.Pending = keep - inKV
 	r.Calls++
 	r.LastUse = time.Now().UTC()
 	w := r.window()
-	if err := s.store.Commit(id, w[:len(w)-1]); err != nil {
+	if err := s.store.Commit(id, w[:len(w)-r.Pending]); err != nil {
 		s.rollback(base)
 		return rep, fmt.Errorf("committing context %s: %w", id, err)
 	}
@@ -572,7 +583,7 @@ func (s *Service) run(ctx context.Context, id string, r *record, prompt []int, o
 		}
 	}
 	s.counters.Calls++
-	s.counters.GeneratedTokens += len(res.Tokens)
+	s.counters.GeneratedTokens += keep
 	s.counters.SwitchMs += ms(sw.Total())
 	s.counters.PrefillMs += ms(res.PrefillTime)
 	s.counters.DecodeMs += ms(res.DecodeTime)
@@ -580,10 +591,24 @@ func (s *Service) run(ctx context.Context, id string, r *record, prompt []int, o
 		s.counters.WindowMoves++
 	}
 	s.mu.Unlock()
-	rep.Text, rep.Tokens, rep.FinishReason, rep.Seed = res.Text, len(res.Tokens), string(res.Reason), o.Seed
+	rep.Text, rep.Tokens, rep.FinishReason, rep.Seed = res.Text, keep, string(res.Reason), o.Seed
 	rep.ContextTokens = len(r.History)
 	rep.PromptTokens = len(in)
 	return rep, nil
+}
+
+// tokensFor is the number of leading tokens of ids whose text covers
+// text (the reply cut before a stop string).
+func (s *Service) tokensFor(ids []int, text string) int {
+	dec := s.tok.DecodeStreamWith(tokenizer.DecodeOptions{SkipSpecial: true})
+	n := 0
+	for i, id := range ids {
+		if n >= len(text) {
+			return i
+		}
+		n += len(dec.Add(id))
+	}
+	return len(ids)
 }
 
 // rollback frees every slot beyond the installed n (what an uncommitted

@@ -87,7 +87,7 @@ func TestSlidingWindow(t *testing.T) {
 	maxCtx := s.MaxContext()
 	var last Reply
 	moves, prevStart := 0, 0
-	for i := 0; i < 7; i++ {
+	for i := 0; i < 5; i++ {
 		last, err = s.Call(ctx, id, strings.Repeat(" Q: why is the sky blue? A:", 3), CallOptions{MaxTokens: 8, Stop: []string{"never-appears"}})
 		if err != nil {
 			t.Fatalf("call %d: %v", i, err)
@@ -390,5 +390,51 @@ func TestSchedulerRoundRobin(t *testing.T) {
 	want := []string{"a1", "b1", "c1", "x1", "a2", "b2", "a3"}
 	if !slices.Equal(order, want) {
 		t.Errorf("order %v, want %v", order, want)
+	}
+}
+
+// TestStopStringTrimsHistory: a call that ends at a stop string keeps the
+// tokens of its reply's text only, and the next call continues from
+// exactly that history.
+func TestStopStringTrimsHistory(t *testing.T) {
+	s := newTestService(t, "", Config{})
+	bg := context.Background()
+	a, _ := s.NewContext("a", "Fortune:")
+	b, _ := s.NewContext("a", "Fortune:")
+	ra, err := s.Call(bg, a, " The", CallOptions{MaxTokens: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ra.Text) < 12 {
+		t.Fatalf("the reference reply %q is too short to cut", ra.Text)
+	}
+	stop := ra.Text[len(ra.Text)/2 : len(ra.Text)/2+3]
+	cut := strings.Index(ra.Text, stop)
+	before, _ := s.History(b)
+	rb, err := s.Call(bg, b, " The", CallOptions{MaxTokens: 24, Stop: []string{stop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rb.Text != ra.Text[:cut] || rb.FinishReason != string(generate.StopString) {
+		t.Fatalf("with stop %q: %q (%s), want %q", stop, rb.Text, rb.FinishReason, ra.Text[:cut])
+	}
+	h, _ := s.History(b)
+	_, tok := testModel(t)
+	p, _ := s.encodePrompt(" The")
+	kept := h[len(before)+len(p):]
+	if len(kept) != rb.Tokens {
+		t.Errorf("reply counts %d tokens, the history kept %d", rb.Tokens, len(kept))
+	}
+	if got := tok.Decode(kept); !strings.HasPrefix(got, rb.Text) || strings.Contains(got, stop) {
+		t.Errorf("kept tokens spell %q: want the reply %q and not the stop string %q", got, rb.Text, stop)
+	}
+	if _, err := s.Call(bg, b, " more", CallOptions{MaxTokens: 6}); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := s.History(b)
+	p2, _ := s.encodePrompt(" more")
+	ref := oneShot(t, append(slices.Clone(h), p2...), 6)
+	if got := after[len(h)+len(p2):]; !slices.Equal(got, ref.Tokens) {
+		t.Errorf("after the trimmed call: %v, generation over the history gives %v", got, ref.Tokens)
 	}
 }

@@ -61,7 +61,8 @@ type Timings struct {
 type Reply struct {
 	// Text is the generated text, cut before a stop string.
 	Text string `json:"text"`
-	// Tokens is the number of tokens generated.
+	// Tokens is the number of tokens generated and kept in the context:
+	// after a stop string, the tokens that spelled it are not kept.
 	Tokens int `json:"tokens"`
 	// FinishReason says why generation ended: "stop token", "stop
 	// string", "length" or "context full".
