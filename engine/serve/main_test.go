@@ -22,7 +22,7 @@ var (
 // testModel opens the default model once for the package's tests (on the
 // pure-Go device: no OpenCL needed, and deterministic). Tests share it, so
 // each service a test makes must be closed before the next starts.
-func testModel(t *testing.T) (*kv.State, *tokenizer.Tokenizer) {
+func testModel(t testing.TB) (*kv.State, *tokenizer.Tokenizer) {
 	t.Helper()
 	modelOnce.Do(func() {
 		d, err := generate.Open(defaultModel, engine.Options{Device: "go"}, 128, generate.Config{LastOnly: true})
