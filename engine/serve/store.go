@@ -26,21 +26,27 @@ func (t SwitchTimings) Total() time.Duration { return t.Reclaim + t.IO + t.Recom
 // The contract, for a context id:
 //   - Install(id, tokens): afterwards the kv.State's slots 0..n-1 hold the
 //     keys and values of tokens[i] at position i (n = len(tokens)), and
-//     no other slot is filled. tokens is exactly what the last Commit of
-//     id gave, unless the service's sliding window moved (then it shares
-//     only a prefix with it, the sink tokens) or id is new (then it is
-//     empty).
+//     no other slot is filled. tokens is normally exactly what the last
+//     Commit of id gave, but the store must compare rather than assume:
+//     when the service's sliding window moved, tokens shares only a
+//     prefix (the sink tokens) with it; when a call was committed to the
+//     store but its file could not be written (so it was not
+//     acknowledged), tokens is a prefix of it; for a new context it is
+//     empty.
 //   - Commit(id, tokens): a call extended the context in the kv.State:
 //     slots 0..len(tokens)-1 now hold tokens at their positions. The
 //     store may swap the new KV out now (the paper's ahead-of-time
 //     swap-out).
-//   - A call that is not committed (an error, a client gone) leaves slots
-//     beyond the installed tokens filled; the service frees them before
-//     anything else happens, and the next Install of any context must not
-//     assume that the state holds what it held before the failed call
-//     beyond the installed tokens.
-//   - Drop(id): the context is deleted; forget everything about it.
+//   - A call that is not committed (an error, a client gone) may have
+//     filled slots beyond the installed tokens; the service frees them
+//     (kv.State.Free) before anything else happens, so the installed
+//     tokens stay installed.
+//   - Drop(id): the context is deleted (or was a stateless chat's);
+//     forget everything about it.
 //   - Stats: JSON-able figures for GET /v1/stats.
+//
+// The service calls Install, Commit and Drop from one goroutine, never
+// two at once.
 type ContextStore interface {
 	Install(id string, tokens []int) (SwitchTimings, error)
 	Commit(id string, tokens []int) error

@@ -152,7 +152,7 @@ func runServe(args []string) error {
 		svc.Close()
 		return err
 	}
-	srv := &http.Server{Handler: svc.Handler(*maxBody), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: svc.Handler(*maxBody), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
