@@ -22,6 +22,10 @@ const DefaultMaxBody = 1 << 20
 // Without it the app is "default".
 const AppHeader = "X-App-Id"
 
+// StreamStall is how long one server-sent event may take to write before
+// the streaming call is cancelled.
+var StreamStall = 10 * time.Second
+
 // ContextHeader binds a chat completion to a context.
 const ContextHeader = "X-Context-Id"
 
@@ -100,7 +104,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrLimit):
 		return http.StatusConflict
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrBusy):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, ErrCancelled):
 		return 499 // the client closed the request; nobody reads it
@@ -286,6 +290,10 @@ func (e *sse) send(event string, v any) error {
 			return err
 		}
 	}
+	// A client that stops reading must not hold the model: a write that
+	// stalls this long fails, which cancels the call (nothing committed).
+	rc := http.NewResponseController(e.w)
+	rc.SetWriteDeadline(time.Now().Add(StreamStall))
 	var buf bytes.Buffer
 	if event != "" {
 		fmt.Fprintf(&buf, "event: %s\n", event)
@@ -294,7 +302,7 @@ func (e *sse) send(event string, v any) error {
 	if _, err := e.w.Write(buf.Bytes()); err != nil {
 		return err
 	}
-	return http.NewResponseController(e.w).Flush()
+	return rc.Flush()
 }
 
 func (h *handler) call(w http.ResponseWriter, r *http.Request) {

@@ -60,6 +60,9 @@ type Config struct {
 	DefaultMaxTokens int
 	// BudgetBytes is the KV budget given to the store, reported in stats.
 	BudgetBytes int64
+	// MaxQueue is the most calls that may wait for the model (default
+	// 256); more are refused with ErrBusy.
+	MaxQueue int
 }
 
 // Service is the LLM service: one model, many contexts.
@@ -103,6 +106,9 @@ func New(st *kv.State, tok *tokenizer.Tokenizer, store ContextStore, cfg Config)
 	}
 	if cfg.DefaultMaxTokens <= 0 {
 		cfg.DefaultMaxTokens = 64
+	}
+	if cfg.MaxQueue <= 0 {
+		cfg.MaxQueue = 256
 	}
 	if cfg.Sinks >= st.MaxContext()/2 {
 		return nil, fmt.Errorf("serve: %d sink tokens in a context of %d: want fewer than half", cfg.Sinks, st.MaxContext())
@@ -154,6 +160,8 @@ var (
 	ErrCancelled = errors.New("call cancelled")
 	// ErrClosed: the service is shutting down.
 	ErrClosed = errors.New("service closed")
+	// ErrBusy: Config.MaxQueue calls are waiting already.
+	ErrBusy = errors.New("too many calls waiting")
 )
 
 func badRequest(format string, a ...any) error {
@@ -349,6 +357,9 @@ type Reply struct {
 
 // validate checks the options that do not depend on the context.
 func (s *Service) validate(o *CallOptions) error {
+	if n := s.sched.depth(); n >= s.cfg.MaxQueue {
+		return fmt.Errorf("%w: %d calls are queued (the limit); try again later", ErrBusy, n)
+	}
 	if o.MaxTokens < 0 {
 		return badRequest("max_tokens %d: want at least 1", o.MaxTokens)
 	}

@@ -438,3 +438,28 @@ func TestStopStringTrimsHistory(t *testing.T) {
 		t.Errorf("after the trimmed call: %v, generation over the history gives %v", got, ref.Tokens)
 	}
 }
+
+// TestBusy: past MaxQueue waiting calls, a call is refused at once.
+func TestBusy(t *testing.T) {
+	s := newTestService(t, "", Config{MaxQueue: 2})
+	id, _ := s.NewContext("a", "x")
+	release := make(chan struct{})
+	started := make(chan struct{})
+	s.sched.submit("hold", func() { close(started); <-release })
+	<-started
+	var jobs []*job
+	for range 2 {
+		jobs = append(jobs, s.sched.submit("other", func() {}))
+	}
+	_, err := s.Call(context.Background(), id, " hi", CallOptions{MaxTokens: 1})
+	close(release)
+	for _, j := range jobs {
+		<-j.done
+	}
+	if !errors.Is(err, ErrBusy) {
+		t.Errorf("a call behind a full queue: %v, want ErrBusy", err)
+	}
+	if _, err := s.Call(context.Background(), id, " hi", CallOptions{MaxTokens: 1}); err != nil {
+		t.Errorf("once the queue drained: %v", err)
+	}
+}

@@ -314,3 +314,30 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRefusals: tl serve's command-line mistakes are named before
+// anything is loaded.
+func TestServeRefusals(t *testing.T) {
+	model := filepath.Join(defaultModelDir, "model.onnx")
+	dir := t.TempDir()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{model}, "--state-dir"},
+		{[]string{model, "--state-dir", dir, "--addr", "127.0.0.1:0", "--socket", filepath.Join(dir, "s")}, "not both"},
+		{[]string{model, "--state-dir", dir, "--kv-budget", "lots"}, "--kv-budget"},
+		{[]string{model, "--state-dir", dir, "--sinks", "0"}, "sink"},
+		{[]string{model, "--state-dir", dir, "--store", "llms"}, "--store"},
+		{[]string{model, "--state-dir", dir, "--kv", "explicit"}, "in-place"},
+	}
+	for _, c := range cases {
+		_, _, err := capture(t, runServe, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("tl serve %q: %v, want an error naming %q", c.args, err, c.want)
+		}
+	}
+	if _, _, err := capture(t, runChat, "--server", "ftp://x"); err == nil {
+		t.Error("tl chat --server ftp://x accepted")
+	}
+}
