@@ -75,6 +75,10 @@ type Service struct {
 	sched *scheduler
 	start time.Time
 
+	// storeHas is, per context, the tokens this process last committed
+	// to the store (only the worker touches it).
+	storeHas map[string][]int
+
 	mu          sync.Mutex
 	ctxs        map[string]*record
 	quarantined []Quarantined
@@ -124,7 +128,7 @@ func New(st *kv.State, tok *tokenizer.Tokenizer, store ContextStore, cfg Config)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{st: st, tok: tok, store: store, cfg: cfg, disk: d, start: time.Now(), ctxs: map[string]*record{}, quarantined: bad}
+	s := &Service{st: st, tok: tok, store: store, cfg: cfg, disk: d, start: time.Now(), ctxs: map[string]*record{}, quarantined: bad, storeHas: map[string][]int{}}
 	for _, r := range recs {
 		// A window longer than this model's context (written by a
 		// service with a longer one) moves at its next call.
@@ -295,6 +299,7 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 		s.mu.Lock()
 		delete(s.ctxs, id)
 		s.mu.Unlock()
+		delete(s.storeHas, id)
 		if derr := s.store.Drop(id); derr != nil {
 			// The context is gone from disk and from the service; the
 			// store keeps garbage, which it reports in its stats.
@@ -454,6 +459,7 @@ func (s *Service) CallEphemeral(ctx context.Context, system, prompt string, o Ca
 	j := s.sched.submit(r.ID, func() {
 		rep, err = s.run(ctx, r.ID, r, ids, o)
 		s.store.Drop(r.ID)
+		delete(s.storeHas, r.ID)
 	})
 	if j != nil {
 		defer func() { rep.Queue = j.start.Sub(j.queued) }()
@@ -522,7 +528,7 @@ func (s *Service) run(ctx context.Context, id string, r *record, prompt []int, o
 	base := len(window) - r.Pending
 	in := append(slices.Clone(window[base:]), prompt...)
 
-	sw, err := s.store.Install(id, window[:base])
+	sw, err := s.install(id, window[:base])
 	rep.Switch = sw
 	if err != nil {
 		s.rollback(base)
@@ -575,8 +581,10 @@ func (s *Service) run(ctx context.Context, id string, r *record, prompt []int, o
 	w := r.window()
 	if err := s.store.Commit(id, w[:len(w)-r.Pending]); err != nil {
 		s.rollback(base)
+		delete(s.storeHas, id)
 		return rep, fmt.Errorf("committing context %s: %w", id, err)
 	}
+	s.storeHas[id] = slices.Clone(w[:len(w)-r.Pending])
 	if !ephemeral {
 		t0 := time.Now()
 		if err := s.disk.save(r); err != nil {
@@ -606,6 +614,35 @@ func (s *Service) run(ctx context.Context, id string, r *record, prompt []int, o
 	rep.ContextTokens = len(r.History)
 	rep.PromptTokens = len(in)
 	return rep, nil
+}
+
+// install installs id's tokens through the store. When the store's copy
+// of the context is known to disagree with tokens (the window moved, or a
+// call was committed to the store but not acknowledged), or the store
+// refuses them (a copy from before a crash that holds an unacknowledged
+// call), the store drops its copy and rebuilds the context from the token
+// ids: the history here is the truth.
+func (s *Service) install(id string, tokens []int) (SwitchTimings, error) {
+	if has, ok := s.storeHas[id]; ok && !slices.Equal(has, tokens) {
+		s.store.Drop(id) // an error: the store did not know id either
+		delete(s.storeHas, id)
+	}
+	sw, err := s.store.Install(id, tokens)
+	if err == nil {
+		return sw, nil
+	}
+	s.store.Drop(id)
+	delete(s.storeHas, id)
+	s.rollback(0)
+	sw2, err2 := s.store.Install(id, tokens)
+	sw.Reclaim += sw2.Reclaim
+	sw.IO += sw2.IO
+	sw.Recompute += sw2.Recompute
+	sw.Upload += sw2.Upload
+	if err2 != nil {
+		return sw, fmt.Errorf("%v; after dropping the store's copy: %w", err, err2)
+	}
+	return sw, nil
 }
 
 // tokensFor is the number of leading tokens of ids whose text covers

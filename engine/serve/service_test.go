@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -461,5 +462,73 @@ func TestBusy(t *testing.T) {
 	}
 	if _, err := s.Call(context.Background(), id, " hi", CallOptions{MaxTokens: 1}); err != nil {
 		t.Errorf("once the queue drained: %v", err)
+	}
+}
+
+// strictStore wraps LMK with the rule a chunk store keeps (engine/llms):
+// Install's tokens must extend what was committed for id, and Drop of an
+// unknown id is an error.
+type strictStore struct {
+	*LMK
+	has map[string][]int
+}
+
+func (s *strictStore) Install(id string, tokens []int) (SwitchTimings, error) {
+	if h, ok := s.has[id]; ok && (len(tokens) < len(h) || !slices.Equal(tokens[:len(h)], h)) {
+		return SwitchTimings{}, fmt.Errorf("strict: Install %s: tokens do not extend the %d committed", id, len(h))
+	}
+	return s.LMK.Install(id, tokens)
+}
+
+func (s *strictStore) Commit(id string, tokens []int) error {
+	s.has[id] = slices.Clone(tokens)
+	return s.LMK.Commit(id, tokens)
+}
+
+func (s *strictStore) Drop(id string) error {
+	if _, ok := s.has[id]; !ok {
+		return fmt.Errorf("strict: unknown context %s", id)
+	}
+	delete(s.has, id)
+	return s.LMK.Drop(id)
+}
+
+// TestStoreDisagreement: with a store that refuses tokens that do not
+// extend its copy, calls still work when the window moves and when the
+// store's copy (from before a restart) holds a call that was never
+// acknowledged: the service drops the store's copy and rebuilds it.
+func TestStoreDisagreement(t *testing.T) {
+	st, tok := testModel(t)
+	dir := t.TempDir()
+	store := &strictStore{LMK: NewLMK(st, 0), has: map[string][]int{}}
+	s, err := New(st, tok, store, Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg := context.Background()
+	id, _ := s.NewContext("a", "Fortune:")
+	prompt := strings.Repeat(" Q: why is the sky blue? A:", 5)
+	for i := 0; i < 3; i++ {
+		if _, err := s.Call(bg, id, prompt, CallOptions{MaxTokens: 8, Stop: []string{"never-appears"}}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if s.Stats().Counters.WindowMoves == 0 {
+		t.Fatal("the window never moved: the test needs it to")
+	}
+	s.Close()
+	// A restart whose store holds one more call than the service knows.
+	h, _ := s.History(id)
+	store.has[id] = append(slices.Clone(store.has[id]), 5, 6, 7)
+	s2, err := New(st, tok, store, Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := s2.Call(bg, id, " more", CallOptions{MaxTokens: 3}); err != nil {
+		t.Fatalf("call after the store diverged: %v", err)
+	}
+	if got, _ := s2.History(id); !slices.Equal(got[:len(h)], h) {
+		t.Error("the history changed")
 	}
 }
