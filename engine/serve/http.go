@@ -42,6 +42,11 @@ const ContextHeader = "X-Context-Id"
 //	GET    /v1/stats                 the service's and the store's figures
 //	POST   /v1/chat/completions      OpenAI-style; stateless unless the X-Context-Id header names a context
 //
+// GET /v1/contexts/{id} and /v1/stats ask the store on the model's one
+// worker, so they answer after the call running now. Any app may name any
+// context by its id (64 random bits); X-App-Id only counts contexts
+// against K.
+//
 // Errors are 4xx (or 5xx for the server's own failures) with {"error":
 // "..."}, and a refused request changes nothing. Bodies over maxBody
 // bytes (0: DefaultMaxBody) get 413.

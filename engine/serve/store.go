@@ -159,7 +159,17 @@ func (s *LMK) Stats() any {
 	return st
 }
 
-// ContextStats says whether id is the context in the cache.
+// LMKContext is what the LMK store knows of one context: whether its KV
+// is the one in the device cache (nothing is kept anywhere else).
+type LMKContext struct {
+	OnDevice     bool `json:"on_device"`
+	DeviceTokens int  `json:"device_tokens"`
+}
+
+// ContextStats says whether id is the context in the cache (LMKContext).
 func (s *LMK) ContextStats(id string) any {
-	return map[string]any{"on_device": id == s.installed && id != "", "device_tokens": map[bool]int{true: len(s.tokens)}[id == s.installed]}
+	if id == "" || id != s.installed {
+		return LMKContext{}
+	}
+	return LMKContext{OnDevice: true, DeviceTokens: len(s.tokens)}
 }
