@@ -13,12 +13,21 @@
 // TCP or a unix socket (the paper's service is a process reached by
 // socket IPC; this is that).
 //
-// Consistency: a call is committed entirely or not at all. If it fails or
-// its client goes away before the reply is written, generation stops, the
+// Consistency: a call is committed entirely or not at all. If it fails, or
+// its client goes away while it waits or generates, generation stops, the
 // KV slots it filled are freed, and the context's history and file are as
-// before the call. A call whose reply was acknowledged is on disk (written
-// atomically: temporary file, fsync, rename, directory fsync; checksummed)
-// before the reply leaves, so kill -9 loses at most the calls in flight.
+// before the call. Once generation has ended the call is committed (store,
+// file) before the reply is written, so a client that leaves after that
+// finds the call in the context, and a reply that was acknowledged is on
+// disk (written atomically: temporary file, fsync, rename, directory
+// fsync; checksummed): kill -9 loses at most the calls in flight. A call
+// that ends at a stop string keeps only the tokens of its reply's text.
+//
+// Scheduling: one worker runs the model. Calls on one context run in
+// arrival order, one at a time; contexts with waiting calls take turns
+// (round robin), so a long backlog on one context does not starve the
+// others. Each app (X-App-Id) may hold Config.AppContexts contexts (the
+// paper's K).
 //
 // Sliding window: beyond the maximum context the model sees the first
 // Config.Sinks tokens (attention sinks, as StreamingLLM keeps) followed
