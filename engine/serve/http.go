@@ -41,6 +41,7 @@ const ContextHeader = "X-Context-Id"
 //	GET    /v1/contexts              the ids of the caller's app
 //	GET    /v1/stats                 the service's and the store's figures
 //	POST   /v1/chat/completions      OpenAI-style; stateless unless the X-Context-Id header names a context
+//	GET    /v1/models                OpenAI-style list of the one model
 //
 // GET /v1/contexts/{id} and /v1/stats ask the store on the model's one
 // worker, so they answer after the call running now. Any app may name any
@@ -70,10 +71,11 @@ func (s *Service) Handler(maxBody int64) http.Handler {
 	mux.HandleFunc("GET /v1/contexts/{id}", h.info)
 	mux.HandleFunc("GET /v1/stats", h.stats)
 	mux.HandleFunc("POST /v1/chat/completions", h.chat)
+	mux.HandleFunc("GET /v1/models", h.models)
 	// The same paths with another method: 405 with a JSON error (the
 	// mux's own 405 is plain text).
 	for path, allow := range map[string]string{"/v1/contexts": "GET, POST", "/v1/contexts/{id}/call": "POST", "/v1/contexts/{id}": "GET, DELETE",
-		"/v1/stats": "GET", "/v1/chat/completions": "POST"} {
+		"/v1/stats": "GET", "/v1/chat/completions": "POST", "/v1/models": "GET"} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, allow))
@@ -238,6 +240,11 @@ func (h *handler) del(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+func (h *handler) models(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{
+		{"id": h.s.cfg.Model, "object": "model", "created": h.s.start.Unix(), "owned_by": "tlite"}}})
+}
+
 func (h *handler) stats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, h.s.Stats())
 }
@@ -381,6 +388,13 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 	if len(req.Messages) == 0 {
 		fail(w, badRequest("no messages"))
 		return
+	}
+	if req.N != nil && *req.N != 1 {
+		fail(w, badRequest("n %d: only one choice is served", *req.N))
+		return
+	}
+	if req.MaxTokens == nil {
+		req.MaxTokens = req.MaxCompletionTokens
 	}
 	var system []string
 	for i, m := range req.Messages {

@@ -4,7 +4,30 @@
 // none of the engine.
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// StopList is a list of stop strings; in JSON it may also be one string,
+// as OpenAI's API allows.
+type StopList []string
+
+// UnmarshalJSON reads a string or an array of strings.
+func (s *StopList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*s = StopList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("stop: want a string or an array of strings")
+	}
+	*s = many
+	return nil
+}
 
 // NewContext is the body of POST /v1/contexts.
 type NewContext struct {
@@ -35,7 +58,7 @@ type Call struct {
 	Seed *int64 `json:"seed,omitempty"`
 	// Stop ends generation at the first of these strings (the text is cut
 	// before it).
-	Stop []string `json:"stop,omitempty"`
+	Stop StopList `json:"stop,omitempty"`
 	// Stream sends the text as server-sent events: "token" events with
 	// {"text": piece} and a final "done" event with the Reply (or an
 	// "error" event with an Error).
@@ -121,14 +144,18 @@ type ChatMessage struct {
 // ChatRequest is the body of POST /v1/chat/completions (the fields this
 // server reads; others are ignored, as OpenAI-style servers do).
 type ChatRequest struct {
-	Model       string        `json:"model,omitempty"`
-	Messages    []ChatMessage `json:"messages"`
-	MaxTokens   *int          `json:"max_tokens,omitempty"`
-	Temperature *float64      `json:"temperature,omitempty"`
-	TopP        *float64      `json:"top_p,omitempty"`
-	Seed        *int64        `json:"seed,omitempty"`
-	Stop        []string      `json:"stop,omitempty"`
-	Stream      bool          `json:"stream,omitempty"`
+	Model     string        `json:"model,omitempty"`
+	Messages  []ChatMessage `json:"messages"`
+	MaxTokens *int          `json:"max_tokens,omitempty"`
+	// MaxCompletionTokens is newer clients' name for MaxTokens.
+	MaxCompletionTokens *int     `json:"max_completion_tokens,omitempty"`
+	Temperature         *float64 `json:"temperature,omitempty"`
+	TopP                *float64 `json:"top_p,omitempty"`
+	Seed                *int64   `json:"seed,omitempty"`
+	Stop                StopList `json:"stop,omitempty"`
+	Stream              bool     `json:"stream,omitempty"`
+	// N is the number of choices; only 1 is served.
+	N *int `json:"n,omitempty"`
 }
 
 // ChatChoice is one choice of a chat completion.
