@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tlite/tlite/engine/serve/api"
+	"github.com/tlite/tlite/engine/tokenizer"
 )
 
 // DefaultMaxBody caps a request body (1 MiB): a larger one gets 413.
@@ -221,6 +222,7 @@ func (h *handler) info(w http.ResponseWriter, r *http.Request) {
 			fail(w, err)
 			return
 		}
+		info.Text = h.s.tok.DecodeWith(info.History, tokenizer.DecodeOptions{SkipSpecial: true})
 	default:
 		fail(w, badRequest("history=%q: want true or false", q))
 		return

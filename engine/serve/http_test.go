@@ -73,7 +73,7 @@ func TestAPI(t *testing.T) {
 		{"call", "POST", ctxURL + "/call", `{"prompt": " The cat", "max_tokens": 4}`, nil, 200, []string{"text", "tokens", "timings", "finish_reason"}, ""},
 		{"call sampled", "POST", ctxURL + "/call", `{"prompt": " A", "max_tokens": 3, "temperature": 0.8, "top_p": 0.9, "seed": 7, "stop": ["zz"]}`, nil, 200, []string{"text", "seed"}, ""},
 		{"info", "GET", ctxURL, "", nil, 200, []string{"tokens", "window_tokens", "last_use", "store", "calls"}, ""},
-		{"info with history", "GET", ctxURL + "?history=true", "", nil, 200, []string{"tokens", "history"}, ""},
+		{"info with history", "GET", ctxURL + "?history=true", "", nil, 200, []string{"tokens", "history", "text"}, ""},
 		{"info, bad history", "GET", ctxURL + "?history=yes", "", nil, 400, nil, "history"},
 		{"stats", "GET", base + "/v1/stats", "", nil, 200, []string{"store", "contexts", "kv_budget_bytes", "counters"}, ""},
 		{"list", "GET", base + "/v1/contexts", "", nil, 200, []string{"ids"}, ""},

@@ -130,9 +130,10 @@ type ContextInfo struct {
 	// Store is what the context store reports about this context (chunks
 	// by level and residency), when it reports anything.
 	Store any `json:"store,omitempty"`
-	// History is every token id of the context, when asked for with
-	// ?history=true.
-	History []int `json:"history,omitempty"`
+	// History is every token id of the context and Text their text
+	// (special tokens left out), when asked for with ?history=true.
+	History []int  `json:"history,omitempty"`
+	Text    string `json:"text,omitempty"`
 }
 
 // ChatMessage is one message of an OpenAI-style chat.
