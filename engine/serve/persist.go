@@ -195,6 +195,22 @@ type Quarantined struct {
 	Reason  string `json:"reason"`
 }
 
+// quarantine moves the file at p into the quarantine directory.
+func (d disk) quarantine(p, reason string) Quarantined {
+	q := Quarantined{File: p, Reason: reason}
+	if err := os.MkdirAll(d.quarantineDir(), 0o755); err != nil {
+		q.Reason += "; not moved: " + err.Error()
+		return q
+	}
+	dst := filepath.Join(d.quarantineDir(), fmt.Sprintf("%s.%d", filepath.Base(p), time.Now().UnixNano()))
+	if err := os.Rename(p, dst); err != nil {
+		q.Reason += "; not moved: " + err.Error()
+		return q
+	}
+	q.MovedTo = dst
+	return q
+}
+
 // load reads every context file. A file that does not read back is moved
 // to the quarantine directory and reported, not fatal; temporary files a
 // crash left are removed.
@@ -222,16 +238,7 @@ func (d disk) load() ([]*record, []Quarantined, error) {
 			}
 		}
 		if err != nil {
-			q := Quarantined{File: p, Reason: err.Error()}
-			if merr := os.MkdirAll(d.quarantineDir(), 0o755); merr == nil {
-				dst := filepath.Join(d.quarantineDir(), fmt.Sprintf("%s.%d", name, time.Now().UnixNano()))
-				if rerr := os.Rename(p, dst); rerr == nil {
-					q.MovedTo = dst
-				} else {
-					q.Reason += "; not moved: " + rerr.Error()
-				}
-			}
-			bad = append(bad, q)
+			bad = append(bad, d.quarantine(p, err.Error()))
 			continue
 		}
 		recs = append(recs, r)

@@ -139,6 +139,11 @@ func New(st *kv.State, tok *tokenizer.Tokenizer, store ContextStore, cfg Config)
 	}
 	s := &Service{st: st, tok: tok, store: store, cfg: cfg, disk: d, start: time.Now(), ctxs: map[string]*record{}, quarantined: bad, storeHas: map[string][]int{}}
 	for _, r := range recs {
+		if i := slices.IndexFunc(r.History, func(t int) bool { return t >= st.Vocab() }); i >= 0 {
+			s.quarantined = append(s.quarantined, d.quarantine(d.path(r.ID),
+				fmt.Sprintf("token %d is %d, outside this model's vocabulary of %d (written for another model?)", i, r.History[i], st.Vocab())))
+			continue
+		}
 		// A window longer than this model's context (written by a
 		// service with a longer one) moves at its next call.
 		s.ctxs[r.ID] = r

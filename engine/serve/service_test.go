@@ -199,6 +199,11 @@ func TestQuarantine(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
+	// A sound file whose tokens this model cannot read.
+	alien := &record{ID: "00000000000000aa", History: []int{1, 99999}, Sinks: 4, Pending: 2}
+	if err := (disk{dir}).save(alien); err != nil {
+		t.Fatal(err)
+	}
 	d := disk{dir}
 	b, err := os.ReadFile(d.path(flipped))
 	if err != nil {
@@ -218,8 +223,8 @@ func TestQuarantine(t *testing.T) {
 
 	s2 := newTestService(t, dir, Config{})
 	q := s2.Quarantined()
-	if len(q) != 2 {
-		t.Fatalf("quarantined %+v, want the flipped and the truncated file", q)
+	if len(q) != 3 {
+		t.Fatalf("quarantined %+v, want the flipped, the truncated and the foreign file", q)
 	}
 	for _, x := range q {
 		if _, err := os.Stat(x.MovedTo); err != nil {
