@@ -446,11 +446,11 @@ func (s *Service) Call(ctx context.Context, id, prompt string, o CallOptions) (R
 	j := s.sched.submit(id, func() {
 		rep, err = s.run(ctx, id, nil, ids, o)
 	})
-	if j != nil {
-		defer func() { rep.Queue = j.start.Sub(j.queued) }()
+	if err := s.wait(ctx, j, &err); err != nil {
+		return rep, err
 	}
-	err2 := s.wait(ctx, j, &err)
-	return rep, err2
+	rep.Queue = j.start.Sub(j.queued)
+	return rep, nil
 }
 
 // CallEphemeral runs prompt on a context that exists for this call only
@@ -475,11 +475,11 @@ func (s *Service) CallEphemeral(ctx context.Context, system, prompt string, o Ca
 		s.store.Drop(r.ID)
 		delete(s.storeHas, r.ID)
 	})
-	if j != nil {
-		defer func() { rep.Queue = j.start.Sub(j.queued) }()
+	if err := s.wait(ctx, j, &err); err != nil {
+		return rep, err
 	}
-	err2 := s.wait(ctx, j, &err)
-	return rep, err2
+	rep.Queue = j.start.Sub(j.queued)
+	return rep, nil
 }
 
 // slide moves r's window so that room more tokens fit after it with the

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tlite/tlite/engine/generate"
 )
@@ -445,7 +446,8 @@ func TestStopStringTrimsHistory(t *testing.T) {
 	}
 }
 
-// TestBusy: past MaxQueue waiting calls, a call is refused at once.
+// TestBusy: past MaxQueue waiting calls, a call is refused at once; a
+// call that waited reports its wait.
 func TestBusy(t *testing.T) {
 	s := newTestService(t, "", Config{MaxQueue: 2})
 	id, _ := s.NewContext("a", "x")
@@ -457,16 +459,26 @@ func TestBusy(t *testing.T) {
 	for range 2 {
 		jobs = append(jobs, s.sched.submit("other", func() {}))
 	}
-	_, err := s.Call(context.Background(), id, " hi", CallOptions{MaxTokens: 1})
-	close(release)
-	for _, j := range jobs {
-		<-j.done
-	}
-	if !errors.Is(err, ErrBusy) {
+	if _, err := s.Call(context.Background(), id, " hi", CallOptions{MaxTokens: 1}); !errors.Is(err, ErrBusy) {
 		t.Errorf("a call behind a full queue: %v, want ErrBusy", err)
 	}
-	if _, err := s.Call(context.Background(), id, " hi", CallOptions{MaxTokens: 1}); err != nil {
-		t.Errorf("once the queue drained: %v", err)
+	s.sched.withdraw(jobs[1])
+	done := make(chan Reply)
+	go func() {
+		r, err := s.Call(context.Background(), id, " hi", CallOptions{MaxTokens: 1})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	for s.sched.depth() < 2 { // the call is queued
+		time.Sleep(time.Millisecond)
+	}
+	const hold = 50 * time.Millisecond
+	time.Sleep(hold)
+	close(release)
+	if r := <-done; r.Queue < hold {
+		t.Errorf("the call waited at least %v behind the held job; it reports %v", hold, r.Queue)
 	}
 }
 
