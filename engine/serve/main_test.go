@@ -26,6 +26,15 @@ var (
 // closed before the next starts.
 func testModel(t testing.TB) (*kv.State, *tokenizer.Tokenizer) {
 	t.Helper()
+	st, tok, err := openModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, tok
+}
+
+// openModel is testModel for code without a testing.TB.
+func openModel() (*kv.State, *tokenizer.Tokenizer, error) {
 	modelOnce.Do(func() {
 		d, err := generate.Open(defaultModel, engine.Options{}, 128, generate.Config{LastOnly: true})
 		if engine.IsNoDevice(err) {
@@ -38,10 +47,7 @@ func testModel(t testing.TB) (*kv.State, *tokenizer.Tokenizer) {
 		modelSt = d.Stepper.(*kv.Stepper).State()
 		modelTok, modelErr = tokenizer.Load("../../testdata/default/tokenizer.json")
 	})
-	if modelErr != nil {
-		t.Fatal(modelErr)
-	}
-	return modelSt, modelTok
+	return modelSt, modelTok, modelErr
 }
 
 // newTestService starts a service on the shared model with a fresh state

@@ -106,6 +106,11 @@ func (d disk) path(id string) string   { return filepath.Join(d.ctxDir(), id+".j
 func (d disk) quarantineDir() string   { return filepath.Join(d.dir, "quarantine") }
 func newDisk(dir string) (disk, error) { d := disk{dir}; return d, os.MkdirAll(d.ctxDir(), 0o755) }
 
+// saveHook is called at the stages of a save ("written": the temporary
+// file is complete and synced; "renamed": it replaced the old file). The
+// crash tests kill the process there; it does nothing otherwise.
+var saveHook = func(stage string) {}
+
 // save writes r atomically: a temporary file in the same directory,
 // written and synced, renamed over the old one, and the directory
 // synced, so that a crash leaves either the old file or the new one.
@@ -133,12 +138,14 @@ func (d disk) save(r *record) error {
 		err = cerr
 	}
 	if err == nil {
+		saveHook("written")
 		err = os.Rename(tmp, final)
 	}
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("serve: saving context %s: %w", r.ID, err)
 	}
+	saveHook("renamed")
 	return syncDir(d.ctxDir())
 }
 
