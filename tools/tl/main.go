@@ -9,6 +9,8 @@
 //	tl perplexity --model llm.onnx --text heldout.txt
 //	tl quantize in.onnx out.onnx --format e0m4|int4|fp16
 //	tl embed --model-dir DIR --image a.jpg --text "a photo of a dog" [--similarity]
+//	tl serve --model llm.onnx --state-dir DIR [--addr 127.0.0.1:8080 | --socket PATH]
+//	tl chat [--server URL] [--ctx ID]
 //	tl conformance
 //	tl devices
 //	tl version

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tlite/tlite/engine/generate"
+	"github.com/tlite/tlite/engine/kv"
+	"github.com/tlite/tlite/engine/serve"
+	"github.com/tlite/tlite/engine/serve/api"
+	"github.com/tlite/tlite/engine/serve/client"
+)
+
+// stdin is what tl chat reads; tests replace it.
+var stdin io.Reader = os.Stdin
+
+func init() {
+	register(command{"serve", "run a decoder as a service: persistent contexts over HTTP/JSON", runServe})
+	register(command{"chat", "talk to a tl serve daemon, one line per call", runChat})
+}
+
+// parseSize reads a byte size: 1048576, 512K, 64MiB, 1G, 2GB (K, M, G
+// and T are powers of 1024, with or without "iB" or "B").
+func parseSize(s string) (int64, error) {
+	u := strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+units:
+	for _, unit := range []struct {
+		s string
+		m int64
+	}{{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}} {
+		for _, form := range []string{unit.s + "IB", unit.s + "B", unit.s} {
+			if strings.HasSuffix(u, form) {
+				u, mult = strings.TrimSuffix(u, form), unit.m
+				break units
+			}
+		}
+	}
+	if mult == 1 {
+		u = strings.TrimSuffix(u, "B")
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(u), 64)
+	if err != nil || v < 0 || v*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("size %q: want a number of bytes with an optional K, M, G or T (powers of 1024), e.g. 512MiB", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+func runServe(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	lf := addLLMFlags(fs)
+	addr := fs.String("addr", "127.0.0.1:8080", "TCP address to listen on (port 0: any free port, printed at start)")
+	socket := fs.String("socket", "", "listen on this unix socket instead of --addr")
+	stateDir := fs.String("state-dir", "", "directory where the contexts live (created if missing; survives restarts)")
+	budget := fs.String("kv-budget", "256MiB", "memory budget for contexts' KV outside the model (the LMK store keeps none and only reports it)")
+	appCtx := fs.Int("app-contexts", 64, "K: the most contexts one app (X-App-Id header) may hold (0: no limit)")
+	sinks := fs.Int("sinks", 4, "tokens at the start of a context the sliding window always keeps (attention sinks)")
+	maxBody := fs.Int64("max-body", serve.DefaultMaxBody, "largest request body in bytes (larger: 413)")
+	store := fs.String("store", "lmk", `context store: "lmk" (keeps no KV between contexts; recomputes a context on a switch)`)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: tl serve --model m.onnx [--addr 127.0.0.1:8080 | --socket PATH] --state-dir DIR [--kv-budget 256MiB] [--ctx N] [--app-contexts K] [--sinks 4] [--device d]`)
+		fmt.Fprintln(fs.Output(), "Serves the API of package engine/serve (go doc ./engine/serve Service.Handler) until SIGINT or SIGTERM.")
+		fs.PrintDefaults()
+	}
+	flags, pos := splitArgs(args, llmValued("addr", "socket", "state-dir", "kv-budget", "app-contexts", "sinks", "max-body", "store"))
+	if err := fs.Parse(flags); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	model, err := lf.modelPath(pos)
+	if err != nil {
+		fs.Usage()
+		return err
+	}
+	if *stateDir == "" {
+		return fmt.Errorf("give the directory the contexts live in with --state-dir")
+	}
+	if set["addr"] && *socket != "" {
+		return fmt.Errorf("give --addr or --socket, not both")
+	}
+	bytes, err := parseSize(*budget)
+	if err != nil {
+		return fmt.Errorf("--kv-budget: %w", err)
+	}
+	if *appCtx < 0 || *sinks < 1 || *maxBody < 1 {
+		return fmt.Errorf("--app-contexts %d, --sinks %d, --max-body %d: want K >= 0, at least one sink and a positive body limit", *appCtx, *sinks, *maxBody)
+	}
+	if *store != "lmk" {
+		return fmt.Errorf("--store %q: only lmk is built so far", *store)
+	}
+	if *lf.kv != "inplace" {
+		return fmt.Errorf("--kv %s: tl serve needs the in-place KV cache", *lf.kv)
+	}
+	t0 := time.Now()
+	st, tok, err := lf.open(model, generate.Config{LastOnly: true})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	d, ok := st.(*generate.Decoder)
+	var state *kv.State
+	if ok {
+		if p, ok := d.Stepper.(*kv.Stepper); ok {
+			state = p.State()
+		}
+	}
+	if state == nil {
+		return fmt.Errorf("%s runs without the in-place KV cache, which tl serve needs", model)
+	}
+	if err := warmUp(st); err != nil {
+		return err
+	}
+	svc, err := serve.New(state, tok, nil, serve.Config{StateDir: *stateDir, Model: model, Sinks: *sinks, AppContexts: *appCtx, BudgetBytes: bytes})
+	if err != nil {
+		return err
+	}
+	for _, q := range svc.Quarantined() {
+		fmt.Fprintf(statsOut, "tl serve: quarantined %s (%s): moved to %s\n", q.File, q.Reason, q.MovedTo)
+	}
+	var l net.Listener
+	where := ""
+	if *socket != "" {
+		if fi, err := os.Stat(*socket); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			if c, err := net.Dial("unix", *socket); err == nil {
+				c.Close()
+				return fmt.Errorf("--socket %s: another server is listening on it", *socket)
+			}
+			os.Remove(*socket) // left by a server that died
+		}
+		l, err = net.Listen("unix", *socket)
+		where = "unix://" + *socket
+	} else {
+		l, err = net.Listen("tcp", *addr)
+		if err == nil {
+			where = "http://" + l.Addr().String()
+		}
+	}
+	if err != nil {
+		svc.Close()
+		return err
+	}
+	srv := &http.Server{Handler: svc.Handler(*maxBody), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	fmt.Fprintf(statsOut, "tl serve: listening on %s (model %s, context %d tokens from %s, %d contexts in %s, store lmk, loaded in %.0f ms)\n",
+		where, model, state.MaxContext(), lf.ctxFrom, len(svc.IDs()), *stateDir, ms(time.Since(t0)))
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		fmt.Fprintln(statsOut, "tl serve: shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = srv.Shutdown(sctx)
+		cancel()
+	}
+	svc.Close()
+	if *socket != "" {
+		os.Remove(*socket)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func runChat(args []string) error {
+	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
+	server := fs.String("server", "http://127.0.0.1:8080", "the tl serve daemon: http://host:port or unix:///path")
+	id := fs.String("ctx", "", "continue this context (default: create one and print its id)")
+	system := fs.String("system", "", "system prompt of a new context")
+	app := fs.String("app", "", "app the context belongs to (X-App-Id)")
+	n := fs.Int("n", 64, "tokens to generate at most per line")
+	temp := fs.Float64("temperature", 0, "sampling temperature (0: greedy)")
+	topP := fs.Float64("top-p", 0, "nucleus sampling threshold (0 or 1: off)")
+	template := fs.Bool("template", true, `send each line as "User: <line>\nAssistant:" (the chat template of tl serve's chat completions), stopping at "\nUser:"; false sends lines as they are`)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: tl chat [--server URL] [--ctx ID | --system TEXT] [-n 64] [--temperature 0] [--template=false]")
+		fmt.Fprintln(fs.Output(), "Reads lines from stdin; each is one call on the context, its reply streamed to stdout. /stats and /info print the server's figures; /quit or end of input leaves.")
+		fs.PrintDefaults()
+	}
+	flags, pos := splitArgs(args, map[string]bool{"server": true, "ctx": true, "system": true, "app": true, "n": true, "temperature": true, "top-p": true})
+	if err := fs.Parse(flags); err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		fs.Usage()
+		return fmt.Errorf("unexpected arguments %q", pos)
+	}
+	if *n < 1 {
+		return fmt.Errorf("-n %d: want at least 1", *n)
+	}
+	c, err := client.New(*server)
+	if err != nil {
+		return err
+	}
+	c.App = *app
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if *id == "" {
+		if *id, err = c.NewContext(ctx, *system); err != nil {
+			return err
+		}
+		fmt.Fprintf(statsOut, "context %s (continue it with --ctx %s)\n", *id, *id)
+	} else if _, err := c.Info(ctx, *id); err != nil {
+		return err
+	}
+	in := bufio.NewScanner(stdin)
+	in.Buffer(make([]byte, 64<<10), 1<<20)
+	for {
+		fmt.Fprint(statsOut, "> ")
+		if !in.Scan() {
+			fmt.Fprintln(statsOut)
+			return in.Err()
+		}
+		line := in.Text()
+		switch strings.TrimSpace(line) {
+		case "":
+			continue
+		case "/quit", "/exit":
+			return nil
+		case "/stats", "/info":
+			var v any
+			if strings.TrimSpace(line) == "/stats" {
+				v, err = c.Stats(ctx)
+			} else {
+				v, err = c.Info(ctx, *id)
+			}
+			if err != nil {
+				return err
+			}
+			writeJSON(stdout, v)
+			continue
+		}
+		req := api.Call{Prompt: line, MaxTokens: n}
+		if *template {
+			req.Prompt = "User: " + line + "\nAssistant:"
+			req.Stop = []string{"\nUser:"}
+		}
+		if *temp > 0 {
+			req.Temperature, req.TopP = temp, topP
+		}
+		rep, err := c.Stream(ctx, *id, req, func(s string) error {
+			_, err := io.WriteString(stdout, s)
+			return err
+		})
+		fmt.Fprintln(stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(statsOut, "[%d tokens, %s; switch %.1f ms, prefill %.1f ms, decode %.1f ms; context %d tokens]\n",
+			rep.Tokens, rep.FinishReason, rep.Timings.SwitchMs, rep.Timings.PrefillMs, rep.Timings.DecodeMs, rep.ContextTokens)
+	}
+}

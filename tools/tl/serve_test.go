@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tlite/tlite/engine/serve/api"
+	"github.com/tlite/tlite/engine/serve/client"
+)
+
+// TestMain lets the test binary act as tl (TL_TEST_AS_TL=1), so that a test
+// can run tl serve as a separate process and kill it.
+func TestMain(m *testing.M) {
+	if os.Getenv("TL_TEST_AS_TL") == "1" {
+		os.Exit(dispatch(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// daemon is a tl serve process started by a test.
+type daemon struct {
+	cmd  *exec.Cmd
+	addr string
+	log  *strings.Builder
+}
+
+// startDaemon runs tl serve on a free loopback port with the default model
+// on the pure-Go device and waits until it listens.
+// listen, when given, replaces --addr 127.0.0.1:0 (e.g. --socket PATH).
+func startDaemon(t *testing.T, stateDir string, listen ...string) *daemon {
+	t.Helper()
+	if len(listen) == 0 {
+		listen = []string{"--addr", "127.0.0.1:0"}
+	}
+	args := append([]string{"serve", "--model", filepath.Join(defaultModelDir, "model.onnx"), "--device", "go",
+		"--state-dir", stateDir, "--app-contexts", "0"}, listen...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "TL_TEST_AS_TL=1")
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{cmd: cmd, log: &strings.Builder{}}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			line := sc.Text()
+			d.log.WriteString(line + "\n")
+			if _, rest, ok := strings.Cut(line, "listening on "); ok {
+				found <- strings.Fields(rest)[0]
+			}
+		}
+		close(found)
+	}()
+	select {
+	case a, ok := <-found:
+		if !ok {
+			cmd.Wait()
+			t.Fatalf("tl serve exited without listening")
+		}
+		d.addr = a
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("tl serve did not listen within 20 s")
+	}
+	return d
+}
+
+func (d *daemon) kill() {
+	d.cmd.Process.Kill() // SIGKILL
+	d.cmd.Wait()
+}
+
+// TestServeSurvivesKill9: a scripted workload of contexts and calls runs
+// against tl serve, which is killed with SIGKILL at random moments and
+// restarted. After every restart each acknowledged context is there with
+// its whole acknowledged token history (plus, at most, the one call that
+// was in flight on it), no file was quarantined, and its next call works.
+func TestServeSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts tl serve several times")
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	dir := t.TempDir()
+	// acked: the histories the daemon acknowledged. inflight: the
+	// contexts with an operation whose reply never came (a call: the
+	// history may have grown by it; a delete: the context may be gone).
+	acked := map[string][]int{}
+	inflight := map[string]string{}
+	unknownCreate := 0
+	minLen := map[string]int{}
+	ctx := context.Background()
+	kills := 0
+	const rounds = 4
+	for round := 0; round <= rounds; round++ {
+		d := startDaemon(t, dir)
+		c, err := client.New(d.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Check everything acknowledged so far.
+		st, err := c.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q, _ := st["quarantined"].([]any); len(q) != 0 {
+			t.Fatalf("round %d: quarantined after kill -9: %v\n%s", round, q, d.log)
+		}
+		ids, err := c.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		extra := 0
+		for _, id := range ids {
+			if _, ok := acked[id]; !ok {
+				extra++
+			}
+		}
+		if extra > unknownCreate {
+			t.Errorf("round %d: %d contexts nobody was told about; %d creations were in flight", round, extra, unknownCreate)
+		}
+		for id, h := range acked {
+			info, err := c.History(ctx, id)
+			if client.IsNotFound(err) && inflight[id] == "delete" {
+				delete(acked, id)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("round %d: acknowledged context %s: %v", round, id, err)
+			}
+			got := info.History
+			if len(got) < minLen[id] {
+				t.Fatalf("round %d: context %s has %d tokens; a call acknowledged %d", round, id, len(got), minLen[id])
+			}
+			switch {
+			case slices.Equal(got, h):
+			case inflight[id] == "call" && len(got) > len(h) && slices.Equal(got[:len(h)], h):
+				acked[id] = got // the call in flight was committed before the kill
+			default:
+				t.Fatalf("round %d: context %s has %d tokens, acknowledged %d (in flight: %q)", round, id, len(got), len(h), inflight[id])
+			}
+			// Its next call works.
+			rep, err := c.Call(ctx, id, api.Call{Prompt: " again", MaxTokens: ptr(2)})
+			if err != nil {
+				t.Fatalf("round %d: call on %s after restart: %v", round, id, err)
+			}
+			if info, err = c.History(ctx, id); err != nil || len(info.History) != rep.ContextTokens || !slices.Equal(info.History[:len(acked[id])], acked[id]) {
+				t.Fatalf("round %d: context %s after a call: %d tokens (%v), reply says %d", round, id, len(info.History), err, rep.ContextTokens)
+			}
+			acked[id] = info.History
+		}
+		inflight, unknownCreate, minLen = map[string]string{}, 0, map[string]int{}
+		if round == rounds {
+			if kills < 3 {
+				t.Errorf("only %d kills landed during the workload", kills)
+			}
+			d.cmd.Process.Signal(os.Interrupt)
+			if err := d.cmd.Wait(); err != nil {
+				t.Errorf("tl serve on SIGINT: %v\n%s", err, d.log)
+			}
+			break
+		}
+		// The workload, with a kill at a random moment.
+		killAt := time.Duration(100+rng.Intn(600)) * time.Millisecond
+		killed := make(chan struct{})
+		go func() {
+			time.Sleep(killAt)
+			d.kill()
+			close(killed)
+		}()
+		for op := 0; ; op++ {
+			var id string
+			var kind string
+			ids := make([]string, 0, len(acked))
+			for k := range acked {
+				ids = append(ids, k)
+			}
+			slices.Sort(ids)
+			switch r := rng.Intn(10); {
+			case len(ids) < 3 || r < 2:
+				kind = "create"
+				nid, err := c.NewContext(ctx, fmt.Sprintf("Context %d.", op))
+				if err == nil {
+					acked[nid] = nil
+					info, err := c.History(ctx, nid)
+					if err == nil {
+						acked[nid] = info.History
+						continue
+					}
+					id, kind = nid, "history"
+				}
+			case r < 3 && len(ids) > 3:
+				id, kind = ids[rng.Intn(len(ids))], "delete"
+				if err := c.Delete(ctx, id); err == nil {
+					delete(acked, id)
+					continue
+				}
+			default:
+				id, kind = ids[rng.Intn(len(ids))], "call"
+				rep, err := c.Call(ctx, id, api.Call{Prompt: " tell me more", MaxTokens: ptr(1 + rng.Intn(6))})
+				if err == nil {
+					info, err := c.History(ctx, id)
+					if err == nil && len(info.History) == rep.ContextTokens {
+						acked[id] = info.History
+						continue
+					}
+					// The call was acknowledged; its history could not be
+					// read back before the kill: it must have at least
+					// the reply's length.
+					kind, minLen[id] = "call", rep.ContextTokens
+				}
+			}
+			// The operation failed: the daemon died under it.
+			select {
+			case <-killed:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: %s on %s failed with the daemon alive\n%s", round, kind, id, d.log)
+			}
+			switch kind {
+			case "create":
+				unknownCreate++
+			case "history":
+				inflight[id] = "call" // created, history not read: any history will do
+			default:
+				inflight[id] = kind
+			}
+			kills++
+			break
+		}
+	}
+	if len(acked) == 0 {
+		t.Error("the workload acknowledged no context")
+	}
+	// Nothing half-written is left behind.
+	ents, _ := os.ReadDir(filepath.Join(dir, "contexts"))
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("a temporary file is left: %s", e.Name())
+		}
+	}
+	t.Logf("%d kills, %d contexts at the end", kills, len(acked))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestChatOverSocket: tl chat talks to tl serve on a unix socket: it
+// creates a context, streams a reply per line, prints /info, and a second
+// session continues the context with --ctx.
+func TestChatOverSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "tl.sock")
+	d := startDaemon(t, filepath.Join(dir, "state"), "--socket", sock)
+	defer d.kill()
+	if d.addr != "unix://"+sock {
+		t.Fatalf("listening on %q, want unix://%s", d.addr, sock)
+	}
+	oldIn := stdin
+	defer func() { stdin = oldIn }()
+	stdin = strings.NewReader("Hello there\n/info\n/quit\nnot read\n")
+	out, stats, err := capture(t, runChat, "--server", d.addr, "--system", "Be brief.", "-n", "4")
+	if err != nil {
+		t.Fatalf("tl chat: %v\n%s", err, stats)
+	}
+	_, rest, ok := strings.Cut(stats, "context ")
+	if !ok {
+		t.Fatalf("tl chat did not print the new context's id: %q", stats)
+	}
+	id := strings.Fields(rest)[0]
+	if !strings.Contains(out, `"calls": 1`) || !strings.Contains(out, `"id": "`+id+`"`) {
+		t.Errorf("/info printed %q: want the context with one call", out)
+	}
+	if !strings.Contains(stats, "switch") || !strings.Contains(stats, "tokens") {
+		t.Errorf("no timings after the reply: %q", stats)
+	}
+	stdin = strings.NewReader("Again\n")
+	if _, stats, err := capture(t, runChat, "--server", d.addr, "--ctx", id, "-n", "2"); err != nil {
+		t.Fatalf("tl chat --ctx: %v\n%s", err, stats)
+	}
+	c, _ := client.New(d.addr)
+	if info, err := c.Info(context.Background(), id); err != nil || info.Calls != 2 {
+		t.Errorf("after two sessions: %+v, %v", info, err)
+	}
+	stdin = strings.NewReader("x\n")
+	if _, _, err := capture(t, runChat, "--server", d.addr, "--ctx", "0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "unknown context") {
+		t.Errorf("tl chat --ctx of an unknown context: %v", err)
+	}
+}
+
+// TestParseSize: the --kv-budget forms.
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"1024": 1024, "512K": 512 << 10, "64MiB": 64 << 20, "1G": 1 << 30, "2GB": 2 << 30, "1.5m": 3 << 19, "10B": 10} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1M", "1Q", "1e30G"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) accepted", bad)
+		}
+	}
+}
+
+// TestServeRefusals: tl serve's command-line mistakes are named before
+// anything is loaded.
+func TestServeRefusals(t *testing.T) {
+	model := filepath.Join(defaultModelDir, "model.onnx")
+	dir := t.TempDir()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{model}, "--state-dir"},
+		{[]string{model, "--state-dir", dir, "--addr", "127.0.0.1:0", "--socket", filepath.Join(dir, "s")}, "not both"},
+		{[]string{model, "--state-dir", dir, "--kv-budget", "lots"}, "--kv-budget"},
+		{[]string{model, "--state-dir", dir, "--sinks", "0"}, "sink"},
+		{[]string{model, "--state-dir", dir, "--store", "llms"}, "--store"},
+		{[]string{model, "--state-dir", dir, "--kv", "explicit"}, "in-place"},
+	}
+	for _, c := range cases {
+		_, _, err := capture(t, runServe, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("tl serve %q: %v, want an error naming %q", c.args, err, c.want)
+		}
+	}
+	if _, _, err := capture(t, runChat, "--server", "ftp://x"); err == nil {
+		t.Error("tl chat --server ftp://x accepted")
+	}
+}
