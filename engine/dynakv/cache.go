@@ -179,7 +179,7 @@ func (l *lruCache) put(c *cluster, kv [][]float32, step int) {
 // noCache caches nothing.
 type noCache struct{}
 
-func (noCache) get(*cluster, int) [][]float32   { return nil }
+func (noCache) get(*cluster, int) [][]float32  { return nil }
 func (noCache) put(*cluster, [][]float32, int) {}
-func (noCache) drop(*cluster)                   {}
-func (noCache) bytes() int64                    { return 0 }
+func (noCache) drop(*cluster)                  {}
+func (noCache) bytes() int64                   { return 0 }

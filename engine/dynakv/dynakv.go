@@ -142,14 +142,14 @@ type headState struct {
 }
 
 type layerState struct {
-	idx          int
-	heads, kvh   int
-	dim          int
-	store        *store
-	hs           []*headState
-	free         []poolSide // pool sides without a cluster
-	prefilled    bool
-	hot          map[*cluster]bool
+	idx        int
+	heads, kvh int
+	dim        int
+	store      *store
+	hs         []*headState
+	free       []poolSide // pool sides without a cluster
+	prefilled  bool
+	hot        map[*cluster]bool
 }
 
 type poolSide struct {
@@ -940,4 +940,3 @@ func (s *System) split(l *layerState, hs *headState, c *cluster, members [][]flo
 	}
 	return nil
 }
-
