@@ -1,0 +1,137 @@
+package dynakv
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/tlite/tlite/engine/kv"
+)
+
+// Eval compares teacher-forced decoding under DynaKV with full attention.
+type Eval struct {
+	Prefill int `json:"prefill_tokens"`
+	// Predicted counts the decode-step predictions scored (the token after
+	// each decoded one).
+	Predicted int `json:"predicted_tokens"`
+	// Loss and Perplexity are DynaKV's; FullLoss and FullPerplexity full
+	// attention's over the same predictions (0 without a full state).
+	Loss           float64 `json:"loss"`
+	Perplexity     float64 `json:"perplexity"`
+	FullLoss       float64 `json:"full_loss"`
+	FullPerplexity float64 `json:"full_perplexity"`
+	// KL is the mean KL(full ‖ DynaKV) of the next-token distributions;
+	// Top1 the share of steps whose argmax agree; MaxLogitDiff the largest
+	// logit difference seen.
+	KL           float64 `json:"logit_kl"`
+	Top1         float64 `json:"top1_agreement"`
+	MaxLogitDiff float64 `json:"max_logit_diff"`
+	// StepMs is the mean wall time of a DynaKV decode step (model and
+	// hook), FullStepMs of a full-attention one.
+	StepMs     float64 `json:"step_ms"`
+	FullStepMs float64 `json:"full_step_ms"`
+}
+
+// Evaluate runs doc through dyn (whose session has sys's hook installed:
+// the first prefill tokens as one prompt, then one token per step) and,
+// when full is not nil, through full (a plain in-place cache) in
+// lockstep, scoring every decode step's prediction of the next token.
+// progress, when set, is called after each step.
+func Evaluate(dyn, full *kv.State, doc []int, prefill int, progress func(step int)) (Eval, error) {
+	var ev Eval
+	if prefill < 2 || prefill >= len(doc)-1 {
+		return ev, fmt.Errorf("dynakv: a prefill of %d tokens for a document of %d: want 2 ≤ prefill < %d", prefill, len(doc), len(doc)-1)
+	}
+	if len(doc) > dyn.MaxContext() {
+		return ev, fmt.Errorf("dynakv: a document of %d tokens beyond the %d-slot cache", len(doc), dyn.MaxContext())
+	}
+	ev.Prefill = prefill
+	pos := make([]int, prefill)
+	for i := range pos {
+		pos[i] = i
+	}
+	if _, err := dyn.Forward(doc[:prefill], pos, pos); err != nil {
+		return ev, err
+	}
+	if full != nil {
+		if _, err := full.Forward(doc[:prefill], pos, pos); err != nil {
+			return ev, err
+		}
+	}
+	V := dyn.Vocab()
+	var nll, fnll, kl float64
+	var agree int
+	var tDyn, tFull time.Duration
+	for i := prefill; i < len(doc)-1; i++ {
+		t0 := time.Now()
+		l, err := dyn.Forward(doc[i:i+1], []int{i}, []int{i})
+		if err != nil {
+			return ev, fmt.Errorf("step at position %d: %w", i, err)
+		}
+		tDyn += time.Since(t0)
+		row := l[len(l)-V:]
+		lp := logSoftmax(row)
+		nll -= lp[doc[i+1]]
+		if full != nil {
+			t1 := time.Now()
+			fl, err := full.Forward(doc[i:i+1], []int{i}, []int{i})
+			if err != nil {
+				return ev, fmt.Errorf("full attention at position %d: %w", i, err)
+			}
+			tFull += time.Since(t1)
+			frow := fl[len(fl)-V:]
+			flp := logSoftmax(frow)
+			fnll -= flp[doc[i+1]]
+			for j := range flp {
+				kl += math.Exp(flp[j]) * (flp[j] - lp[j])
+				ev.MaxLogitDiff = math.Max(ev.MaxLogitDiff, math.Abs(float64(frow[j]-row[j])))
+			}
+			if argmax(row) == argmax(frow) {
+				agree++
+			}
+		}
+		ev.Predicted++
+		if progress != nil {
+			progress(ev.Predicted)
+		}
+	}
+	n := float64(ev.Predicted)
+	ev.Loss = nll / n
+	ev.Perplexity = math.Exp(ev.Loss)
+	ev.StepMs = float64(tDyn) / 1e6 / n
+	if full != nil {
+		ev.FullLoss = fnll / n
+		ev.FullPerplexity = math.Exp(ev.FullLoss)
+		ev.KL = kl / n
+		ev.Top1 = float64(agree) / n
+		ev.FullStepMs = float64(tFull) / 1e6 / n
+	}
+	return ev, nil
+}
+
+func logSoftmax(x []float32) []float64 {
+	mx := math.Inf(-1)
+	for _, v := range x {
+		mx = math.Max(mx, float64(v))
+	}
+	var s float64
+	for _, v := range x {
+		s += math.Exp(float64(v) - mx)
+	}
+	lse := mx + math.Log(s)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v) - lse
+	}
+	return out
+}
+
+func argmax(x []float32) int {
+	b := 0
+	for i, v := range x {
+		if v > x[b] {
+			b = i
+		}
+	}
+	return b
+}
