@@ -66,7 +66,7 @@ func newFor(t *testing.T, st *kv.State, cfg Config) *System {
 func TestEngineFullBudgetIsExact(t *testing.T) {
 	dyn, full, doc := openPair(t, 256, 200)
 	sys := newFor(t, dyn, Config{Budget: 1, Debug: true})
-	ev, err := Evaluate(dyn, full, doc, 128, func(int) {
+	ev, err := Evaluate(dyn, full, doc, 128, 0, func(int) {
 		if err := sys.CheckInvariant(); err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestEngineFullBudgetIsExact(t *testing.T) {
 func TestEngineSmallBudgetDiffers(t *testing.T) {
 	dyn, full, doc := openPair(t, 256, 200)
 	sys := newFor(t, dyn, Config{Budget: 0.05, Shadow: true, Debug: true})
-	ev, err := Evaluate(dyn, full, doc, 128, func(int) {
+	ev, err := Evaluate(dyn, full, doc, 128, 0, func(int) {
 		if err := sys.CheckInvariant(); err != nil {
 			t.Fatal(err)
 		}

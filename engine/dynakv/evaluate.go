@@ -30,16 +30,29 @@ type Eval struct {
 	// hook), FullStepMs of a full-attention one.
 	StepMs     float64 `json:"step_ms"`
 	FullStepMs float64 `json:"full_step_ms"`
+	// Tokens is the document, with the generated tokens when generating.
+	Tokens []int `json:"-"`
 }
 
 // Evaluate runs doc through dyn (whose session has sys's hook installed:
 // the first prefill tokens as one prompt, then one token per step) and,
 // when full is not nil, through full (a plain in-place cache) in
 // lockstep, scoring every decode step's prediction of the next token.
+// With generate > 0, doc is the prompt alone (prefill = len(doc)) and
+// generate tokens are decoded greedily by dyn instead (full attention is
+// fed the same tokens, so KL and top-1 compare like with like); the loss
+// is then the negative log-likelihood of dyn's own choices.
 // progress, when set, is called after each step.
-func Evaluate(dyn, full *kv.State, doc []int, prefill int, progress func(step int)) (Eval, error) {
+func Evaluate(dyn, full *kv.State, doc []int, prefill, generate int, progress func(step int)) (Eval, error) {
 	var ev Eval
-	if prefill < 2 || prefill >= len(doc)-1 {
+	if generate > 0 {
+		if prefill != len(doc) || prefill < 1 {
+			return ev, fmt.Errorf("dynakv: generating after a prompt of %d tokens with prefill %d", len(doc), prefill)
+		}
+		if len(doc)+generate > dyn.MaxContext() {
+			return ev, fmt.Errorf("dynakv: %d prompt and %d generated tokens beyond the %d-slot cache", len(doc), generate, dyn.MaxContext())
+		}
+	} else if prefill < 2 || prefill >= len(doc)-1 {
 		return ev, fmt.Errorf("dynakv: a prefill of %d tokens for a document of %d: want 2 ≤ prefill < %d", prefill, len(doc), len(doc)-1)
 	}
 	if len(doc) > dyn.MaxContext() {
@@ -50,8 +63,13 @@ func Evaluate(dyn, full *kv.State, doc []int, prefill int, progress func(step in
 	for i := range pos {
 		pos[i] = i
 	}
-	if _, err := dyn.Forward(doc[:prefill], pos, pos); err != nil {
+	pl, err := dyn.Forward(doc[:prefill], pos, pos)
+	if err != nil {
 		return ev, err
+	}
+	doc = append([]int(nil), doc...)
+	if generate > 0 {
+		doc = append(doc, argmax(pl[len(pl)-dyn.Vocab():]))
 	}
 	if full != nil {
 		if _, err := full.Forward(doc[:prefill], pos, pos); err != nil {
@@ -62,7 +80,11 @@ func Evaluate(dyn, full *kv.State, doc []int, prefill int, progress func(step in
 	var nll, fnll, kl float64
 	var agree int
 	var tDyn, tFull time.Duration
-	for i := prefill; i < len(doc)-1; i++ {
+	last := len(doc) - 1
+	if generate > 0 {
+		last = prefill + generate - 1
+	}
+	for i := prefill; i < last; i++ {
 		t0 := time.Now()
 		l, err := dyn.Forward(doc[i:i+1], []int{i}, []int{i})
 		if err != nil {
@@ -71,6 +93,9 @@ func Evaluate(dyn, full *kv.State, doc []int, prefill int, progress func(step in
 		tDyn += time.Since(t0)
 		row := l[len(l)-V:]
 		lp := logSoftmax(row)
+		if generate > 0 {
+			doc = append(doc, argmax(row))
+		}
 		nll -= lp[doc[i+1]]
 		if full != nil {
 			t1 := time.Now()
@@ -95,7 +120,8 @@ func Evaluate(dyn, full *kv.State, doc []int, prefill int, progress func(step in
 			progress(ev.Predicted)
 		}
 	}
-	n := float64(ev.Predicted)
+	ev.Tokens = doc
+	n := float64(max(ev.Predicted, 1))
 	ev.Loss = nll / n
 	ev.Perplexity = math.Exp(ev.Loss)
 	ev.StepMs = float64(tDyn) / 1e6 / n
