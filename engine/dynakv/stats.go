@@ -85,6 +85,8 @@ type Report struct {
 	// Drift is the mean L2 distance of new keys to their nearest P₀
 	// centroid, per 128 decode steps.
 	Drift []float64 `json:"drift_per_128_steps"`
+	// Mode names the system: dynakv or a baseline.
+	Mode string `json:"mode"`
 	// Host time per decode token, split as §2c asks.
 	ScoreMs, IOMs, AttnMs, UpdateMs float64
 	// Label says what the I/O numbers measure.
@@ -93,19 +95,28 @@ type Report struct {
 
 // Report summarises the run so far.
 func (s *System) Report() Report {
-	st := s.st
-	snap := s.fstats.Snapshot()
-	r := Report{Steps: st.steps, Budget: s.cfg.Budget, CachePolicy: s.cfg.CachePolicy, CacheBytes: s.cfg.CacheBytes,
-		InitialClusters: st.initialClusters, SplitsVariance: st.splitsVariance, SplitsDelayed: st.splitsDelayed,
-		SplitsBMax: st.splitsBMax, SplitsForced: st.splitsForced, Buffered: st.buffered, PrefillWritten: st.prefillWritten,
-		Label: snap.Label}
-	if s.cfg.CacheBytes == 0 {
-		r.CachePolicy = "none"
-	}
+	clusters := 0
+	var written int64
 	for _, l := range s.layers {
 		for _, h := range l.hs {
-			r.FinalClusters += len(h.clusters)
+			clusters += len(h.clusters)
 		}
+		written += l.store.written
+	}
+	entry := 0
+	if len(s.layers) > 0 {
+		entry = s.layers[0].store.entry
+	}
+	return s.st.report(s.fstats.Snapshot(), entry, clusters, written)
+}
+
+func (st *Stats) report(snap flash.Snapshot, entry, clusters int, written int64) Report {
+	r := Report{Steps: st.steps, Budget: st.cfg.Budget, CachePolicy: st.cfg.CachePolicy, CacheBytes: st.cfg.CacheBytes,
+		InitialClusters: st.initialClusters, SplitsVariance: st.splitsVariance, SplitsDelayed: st.splitsDelayed,
+		SplitsBMax: st.splitsBMax, SplitsForced: st.splitsForced, Buffered: st.buffered, PrefillWritten: st.prefillWritten,
+		Label: snap.Label, FinalClusters: clusters, Mode: "dynakv"}
+	if st.cfg.CacheBytes == 0 {
+		r.CachePolicy = "none"
 	}
 	n := float64(max(st.steps, 1))
 	if st.entriesTotal > 0 {
@@ -114,12 +125,10 @@ func (s *System) Report() Report {
 	r.ReadBytesPerToken = float64(snap.Read.Bytes) / n
 	r.UsefulBytesPerTok = float64(st.usefulRead) / n
 	r.ReadOpsPerToken = float64(snap.Read.Ops) / n
-	entry := 2 * 4 * 32.0
-	if len(s.layers) > 0 {
-		entry = float64(s.layers[0].store.entry)
+	if entry > 0 {
+		r.MeanRunEntries = snap.Read.MeanRunBytes / float64(entry)
+		r.MaxRunEntries = float64(snap.Read.MaxRunBytes) / float64(entry)
 	}
-	r.MeanRunEntries = snap.Read.MeanRunBytes / entry
-	r.MaxRunEntries = float64(snap.Read.MaxRunBytes) / entry
 	r.ReadBusyMs = float64(snap.Read.Busy) / 1e6
 	if snap.Read.Busy > 0 {
 		r.EffectiveBandwidth = float64(st.usefulRead) / snap.Read.Busy.Seconds() / 1e6
@@ -129,10 +138,6 @@ func (s *System) Report() Report {
 	}
 	splits := st.splitsVariance + st.splitsDelayed + st.splitsBMax + st.splitsForced
 	r.SplitsPer1K = float64(splits) * 1000 / n
-	var written int64
-	for _, l := range s.layers {
-		written += l.store.written
-	}
 	if st.appended > 0 {
 		r.WriteAmplification = float64(written) / float64(st.appended)
 	}

@@ -60,6 +60,8 @@ func runDynaKV(cmd string, args []string) error {
 	noPair := fs.Bool("kv-no-pairing", false, "lay pools out in cluster order instead of by co-retrieval (ablation)")
 	allBuf := fs.Bool("kv-attend-buffers", false, "attend every delayed-split buffer each step (default: only those of selected clusters)")
 	depth := fs.Int("kv-qd", 4, "reader queue depth")
+	baseline := fs.String("kv-baseline", "", "run a comparison system instead: nocluster (exact token top-k), static (never split, sequence order) or local (recluster new entries every --kv-window)")
+	window := fs.Int("kv-window", 64, "W of --kv-baseline local")
 	prefill := fs.Int("prefill", 256, "perplexity: prompt tokens (the rest is teacher-forced decoding)")
 	maxTok := fs.Int("max-tokens", 0, "perplexity: score at most this many tokens of the text (default: the context)")
 	textPath := fs.String("text", "", "perplexity: the held-out text")
@@ -149,7 +151,13 @@ func runDynaKV(cmd string, args []string) error {
 	cfg := dynakv.Config{Dir: *dir, Budget: *budget, Lambda: *lambda, SMax: *smax, BMax: *bmax, QueueDepth: *depth,
 		CacheBytes: int64(*cacheRatio * float64(total)), CachePolicy: *policy, NoPairing: *noPair,
 		AttendAllBuffers: *allBuf, Shadow: !*noFull, Seed: *seed}
-	sys, err := dynakv.New(cfg, layers, heads, kvh, dim)
+	var sys kvSystem
+	if *baseline != "" {
+		sys, err = dynakv.NewBaseline(dynakv.BaselineConfig{Mode: *baseline, Dir: *dir, Budget: *budget, MaxContext: *ctx, Window: *window,
+			QueueDepth: *depth, Shadow: !*noFull, Seed: *seed}, layers, heads, kvh, dim)
+	} else {
+		sys, err = dynakv.New(cfg, layers, heads, kvh, dim)
+	}
 	if err != nil {
 		return err
 	}
@@ -179,6 +187,14 @@ func runDynaKV(cmd string, args []string) error {
 	return nil
 }
 
+// kvSystem is DynaKV or one of its baselines.
+type kvSystem interface {
+	Hook() engine.AttentionHook
+	Report() dynakv.Report
+	ReadSnapshot() flash.Snapshot
+	Close() error
+}
+
 // queryHeads reads the query heads from config.json or model.json beside
 // the model, else assumes multi-head attention.
 func queryHeads(model string, kvh int) (int, error) {
@@ -203,7 +219,7 @@ func printDynaKV(r dynakvResult) {
 	if r.Generated != "" {
 		fmt.Fprintf(w, "%s\n\n", r.Generated)
 	}
-	fmt.Fprintf(w, "DynaKV on %s: prefill %d, %d decode steps, ρ = %.3f (retrieved %.3f of the entries), λ = %v\n", r.Model, e.Prefill, s.Steps, r.Budget, s.RetrievedShare, r.Lambda)
+	fmt.Fprintf(w, "%s on %s: prefill %d, %d decode steps, ρ = %.3f (retrieved %.3f of the entries), λ = %v\n", s.Mode, r.Model, e.Prefill, s.Steps, r.Budget, s.RetrievedShare, r.Lambda)
 	fmt.Fprintf(w, "  quality: perplexity %.3f (full attention %.3f), logit KL %.4f, top-1 agreement %.3f, attention recall %.3f\n", e.Perplexity, e.FullPerplexity, e.KL, e.Top1, s.Recall)
 	fmt.Fprintf(w, "  flash (%s): %.0f bytes and %.1f read ops per token (%.0f useful), mean contiguous run %.1f entries (max %.0f), effective bandwidth %.1f MB/s; /proc read_bytes %d\n",
 		s.Label, s.ReadBytesPerToken, s.ReadOpsPerToken, s.UsefulBytesPerTok, s.MeanRunEntries, s.MaxRunEntries, s.EffectiveBandwidth, r.ProcRead)
