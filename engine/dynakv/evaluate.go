@@ -161,3 +161,56 @@ func argmax(x []float32) int {
 	}
 	return b
 }
+
+// Continuation returns the log-likelihood of cand after ctx under dyn
+// (ctx as the prompt, then cand teacher-forced one token per step through
+// the installed hook, which must be fresh) and, when full is not nil,
+// under full attention. Both states are reset first.
+func Continuation(dyn, full *kv.State, ctx, cand []int) (dynLL, fullLL float64, err error) {
+	if len(ctx) < 2 || len(cand) == 0 {
+		return 0, 0, fmt.Errorf("dynakv: a context of %d and a continuation of %d tokens", len(ctx), len(cand))
+	}
+	if len(ctx)+len(cand) > dyn.MaxContext() {
+		return 0, 0, fmt.Errorf("dynakv: %d tokens beyond the %d-slot cache", len(ctx)+len(cand), dyn.MaxContext())
+	}
+	V := dyn.Vocab()
+	dyn.Reset()
+	pos := make([]int, len(ctx))
+	for i := range pos {
+		pos[i] = i
+	}
+	l, err := dyn.Forward(ctx, pos, pos)
+	if err != nil {
+		return 0, 0, err
+	}
+	dynLL = logSoftmax(l[len(l)-V:])[cand[0]]
+	for i := 0; i+1 < len(cand); i++ {
+		p := len(ctx) + i
+		l, err := dyn.Forward(cand[i:i+1], []int{p}, []int{p})
+		if err != nil {
+			return 0, 0, err
+		}
+		dynLL += logSoftmax(l[len(l)-V:])[cand[i+1]]
+	}
+	if full == nil {
+		return dynLL, 0, nil
+	}
+	full.Reset()
+	all := append(append([]int(nil), ctx...), cand...)
+	pos = make([]int, len(all))
+	for i := range pos {
+		pos[i] = i
+	}
+	fl, err := full.Forward(all, pos, pos)
+	if err != nil {
+		return 0, 0, err
+	}
+	if full.LastRowOnly() {
+		return 0, 0, fmt.Errorf("dynakv: the full-attention state returns the last row only")
+	}
+	for i := range cand {
+		row := len(ctx) - 1 + i
+		fullLL += logSoftmax(fl[row*V : (row+1)*V])[cand[i]]
+	}
+	return dynLL, fullLL, nil
+}

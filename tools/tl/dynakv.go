@@ -5,6 +5,7 @@ package main
 // at the end (--json too).
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -72,6 +73,8 @@ func runDynaKV(cmd string, args []string) error {
 	noFull := fs.Bool("no-full", false, "skip the full-attention shadow run (no KL, top-1 or recall)")
 	seed := fs.Int64("seed", 1, "k-means seed")
 	asJSON := fs.Bool("json", false, "write the result as JSON")
+	recallPath := fs.String("recall", "", "perplexity: instead of --text, score a key->value recall file (JSON lines with context, candidates, answer): the context is the prompt, each candidate is teacher-forced through DynaKV")
+	recallN := fs.Int("recall-n", 0, "score at most this many recall examples (0: all)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: tl %s --kv dynakv --model m.onnx --kv-dir DIR [--kv-budget 0.1] [--text heldout.txt --prefill 256 | --prompt \"...\" -n 128] [--json]\n", cmd)
 		fs.PrintDefaults()
@@ -100,6 +103,9 @@ func runDynaKV(cmd string, args []string) error {
 	gen := 0
 	switch cmd {
 	case "perplexity":
+		if *recallPath != "" {
+			break
+		}
 		if *textPath == "" {
 			return fmt.Errorf("perplexity --kv dynakv needs --text")
 		}
@@ -162,6 +168,19 @@ func runDynaKV(cmd string, args []string) error {
 		return err
 	}
 	defer sys.Close()
+	if *recallPath != "" {
+		sys.Close()
+		mk := func() (kvSystem, error) {
+			if *baseline != "" {
+				return dynakv.NewBaseline(dynakv.BaselineConfig{Mode: *baseline, Dir: *dir, Budget: *budget, MaxContext: *ctx, Window: *window,
+					QueueDepth: *depth, Seed: *seed}, layers, heads, kvh, dim)
+			}
+			c := cfg
+			c.Shadow = false
+			return dynakv.New(c, layers, heads, kvh, dim)
+		}
+		return runRecall(*recallPath, *recallN, tok, dyn, full, mk, *asJSON, *budget, *baseline)
+	}
 	dyn.Session().SetAttentionHook(sys.Hook(), false)
 	before, perr := flash.ReadProcIO()
 	t0 := time.Now()
@@ -240,4 +259,105 @@ func floats(x []float64) string {
 		fmt.Fprintf(&b, "%.2f", v)
 	}
 	return b.String()
+}
+
+// recallResult is the key->value recall accuracy under DynaKV and full
+// attention.
+type recallResult struct {
+	File         string  `json:"file"`
+	Mode         string  `json:"mode"`
+	Budget       float64 `json:"budget"`
+	Examples     int     `json:"examples"`
+	ContextToks  float64 `json:"mean_context_tokens"`
+	Accuracy     float64 `json:"accuracy"`
+	FullAccuracy float64 `json:"full_accuracy"`
+	Agreement    float64 `json:"choice_agreement"`
+	ReadBytes    int64   `json:"read_bytes"`
+	Seconds      float64 `json:"seconds"`
+}
+
+func runRecall(path string, limit int, tok *tokenizer.Tokenizer, dyn, full *kv.State, mk func() (kvSystem, error), asJSON bool, budget float64, mode string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if mode == "" {
+		mode = "dynakv"
+	}
+	res := recallResult{File: path, Mode: mode, Budget: budget}
+	t0 := time.Now()
+	var right, fullRight, agree, ctxToks int
+	for ln, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		if limit > 0 && res.Examples >= limit {
+			break
+		}
+		var ex struct {
+			Context    string   `json:"context"`
+			Candidates []string `json:"candidates"`
+			Answer     int      `json:"answer"`
+		}
+		if err := json.Unmarshal([]byte(line), &ex); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, ln+1, err)
+		}
+		if ex.Answer < 0 || ex.Answer >= len(ex.Candidates) {
+			return fmt.Errorf("%s:%d: answer %d of %d candidates", path, ln+1, ex.Answer, len(ex.Candidates))
+		}
+		ctx, err := tok.Encode(ex.Context, tokenizer.EncodeOptions{AddBOS: tok.Special().BOS >= 0})
+		if err != nil {
+			return err
+		}
+		ctxToks += len(ctx)
+		best, fbest := -1, -1
+		var bl, fbl float64
+		for i, c := range ex.Candidates {
+			cand, err := tok.Encode(c, tokenizer.EncodeOptions{})
+			if err != nil {
+				return err
+			}
+			sys, err := mk()
+			if err != nil {
+				return err
+			}
+			dyn.Session().SetAttentionHook(sys.Hook(), false)
+			dl, fl, err := dynakv.Continuation(dyn, full, ctx, cand)
+			dyn.Session().SetAttentionHook(nil, false)
+			res.ReadBytes += sys.ReadSnapshot().Read.Bytes
+			sys.Close()
+			if err != nil {
+				return fmt.Errorf("%s:%d candidate %d: %w", path, ln+1, i, err)
+			}
+			if best < 0 || dl > bl {
+				best, bl = i, dl
+			}
+			if fbest < 0 || fl > fbl {
+				fbest, fbl = i, fl
+			}
+		}
+		res.Examples++
+		if best == ex.Answer {
+			right++
+		}
+		if fbest == ex.Answer {
+			fullRight++
+		}
+		if best == fbest {
+			agree++
+		}
+	}
+	if res.Examples == 0 {
+		return fmt.Errorf("%s: no examples", path)
+	}
+	n := float64(res.Examples)
+	res.Accuracy, res.FullAccuracy, res.Agreement = float64(right)/n, float64(fullRight)/n, float64(agree)/n
+	res.ContextToks = float64(ctxToks) / n
+	res.Seconds = time.Since(t0).Seconds()
+	if full == nil {
+		res.FullAccuracy, res.Agreement = 0, 0
+	}
+	if asJSON {
+		return writeJSON(stdout, res)
+	}
+	fmt.Fprintf(stdout, "%s recall on %s (ρ = %.3f): %d examples of %.0f context tokens, accuracy %.3f (full attention %.3f), same choice %.3f; %d bytes read; %.1f s\n",
+		res.Mode, res.File, res.Budget, res.Examples, res.ContextToks, res.Accuracy, res.FullAccuracy, res.Agreement, res.ReadBytes, res.Seconds)
+	return nil
 }
