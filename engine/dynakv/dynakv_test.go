@@ -75,7 +75,7 @@ func TestInvariantUnderDrift(t *testing.T) {
 		pol   string
 	}{{"nocache", 0, ""}, {"gds", 64 << 10, "gds"}, {"lru", 64 << 10, "lru"}} {
 		t.Run(tc.name, func(t *testing.T) {
-			const L, H, KVH, D, L0, steps = 2, 4, 2, 32, 96, 160
+			const L, H, KVH, D, L0, steps = 2, 4, 2, 32, 96, 120
 			sys, err := New(Config{Dir: t.TempDir(), Budget: 0.2, SMax: 32, BMax: 8, InitDiv: 12, Lambda: 0.7,
 				HotSteps: 8, MaxHot: 6, CacheBytes: tc.cache, CachePolicy: tc.pol, Debug: true, Shadow: true}, L, H, KVH, D)
 			if err != nil {

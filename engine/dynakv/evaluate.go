@@ -42,7 +42,8 @@ type Eval struct {
 // generate tokens are decoded greedily by dyn instead (full attention is
 // fed the same tokens, so KL and top-1 compare like with like); the loss
 // is then the negative log-likelihood of dyn's own choices.
-// progress, when set, is called after each step.
+// progress, when set, is called after each step. Both states are reset
+// first.
 func Evaluate(dyn, full *kv.State, doc []int, prefill, generate int, progress func(step int)) (Eval, error) {
 	var ev Eval
 	if generate > 0 {
@@ -59,6 +60,10 @@ func Evaluate(dyn, full *kv.State, doc []int, prefill, generate int, progress fu
 		return ev, fmt.Errorf("dynakv: a document of %d tokens beyond the %d-slot cache", len(doc), dyn.MaxContext())
 	}
 	ev.Prefill = prefill
+	dyn.Reset()
+	if full != nil {
+		full.Reset()
+	}
 	pos := make([]int, prefill)
 	for i := range pos {
 		pos[i] = i
