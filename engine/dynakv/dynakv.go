@@ -52,6 +52,10 @@ type Config struct {
 	// NoPairing lays pools out in cluster order, one cluster per pool side
 	// as it comes, instead of by co-retrieval (the layout ablation).
 	NoPairing bool
+	// NoDelay splits an over-threshold cluster at once, loading it when it
+	// is not resident, instead of buffering the entry (the ablation that
+	// measures delayed splitting's I/O saving).
+	NoDelay bool
 	// AttendAllBuffers attends every delayed-split buffer each step, not
 	// only those of selected clusters [option; default off].
 	AttendAllBuffers bool
@@ -802,13 +806,17 @@ func (s *System) update(l *layerState, hs *headState, pos int, kv []float32, res
 		if err := s.split(l, hs, c, data[c], pos, kv); err != nil {
 			return err
 		}
-	case len(c.members) >= s.cfg.SMax && tent.variance() <= hs.tau:
+	case len(c.members) >= s.cfg.SMax && tent.variance() <= hs.tau, s.cfg.NoDelay:
 		// Full but not resident: load it and split (forced).
 		d, err := s.load(l, []*cluster{c})
 		if err != nil {
 			return err
 		}
-		s.st.splitsForced++
+		if tent.variance() > hs.tau {
+			s.st.splitsVariance++
+		} else {
+			s.st.splitsForced++
+		}
 		if err := s.split(l, hs, c, d[c], pos, kv); err != nil {
 			return err
 		}

@@ -70,14 +70,15 @@ func seqInts(lo, n int) []int {
 // reads back from flash (or its buffer) as written.
 func TestInvariantUnderDrift(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		cache int64
-		pol   string
-	}{{"nocache", 0, ""}, {"gds", 64 << 10, "gds"}, {"lru", 64 << 10, "lru"}} {
+		name    string
+		cache   int64
+		pol     string
+		noDelay bool
+	}{{"nocache", 0, "", false}, {"gds", 64 << 10, "gds", false}, {"lru", 64 << 10, "lru", false}, {"nodelay", 0, "", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			const L, H, KVH, D, L0, steps = 2, 4, 2, 32, 96, 120
 			sys, err := New(Config{Dir: t.TempDir(), Budget: 0.2, SMax: 32, BMax: 8, InitDiv: 12, Lambda: 0.7,
-				HotSteps: 8, MaxHot: 6, CacheBytes: tc.cache, CachePolicy: tc.pol, Debug: true, Shadow: true}, L, H, KVH, D)
+				HotSteps: 8, MaxHot: 6, CacheBytes: tc.cache, CachePolicy: tc.pol, NoDelay: tc.noDelay, Debug: true, Shadow: true}, L, H, KVH, D)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,8 +109,11 @@ func TestInvariantUnderDrift(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := sys.Report()
-			t.Logf("%+v", r)
-			if r.SplitsVariance == 0 || r.SplitsDelayed+r.SplitsBMax == 0 || r.Buffered == 0 {
+			if tc.noDelay {
+				if r.Buffered != 0 || r.SplitsVariance == 0 {
+					t.Fatalf("without delay: %d entries buffered, %d variance splits", r.Buffered, r.SplitsVariance)
+				}
+			} else if r.SplitsVariance == 0 || r.SplitsDelayed+r.SplitsBMax == 0 || r.Buffered == 0 {
 				t.Fatalf("the workload did not exercise splitting: %d variance, %d delayed, %d cap splits, %d buffered", r.SplitsVariance, r.SplitsDelayed, r.SplitsBMax, r.Buffered)
 			}
 			if r.Recall <= 0 || r.Recall >= 1 {
