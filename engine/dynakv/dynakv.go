@@ -667,7 +667,9 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 			return nil, err
 		}
 	}
-	s.coolDown(l)
+	if err := s.coolDown(l); err != nil {
+		return nil, err
+	}
 	t4 := time.Now()
 	s.st.tScore += t1.Sub(t0)
 	s.st.tIO += t2.Sub(t1)
@@ -884,7 +886,7 @@ func (s *System) appendEntry(l *layerState, c *cluster, pos int, kv []float32) e
 }
 
 // coolDown flushes the page buffers of clusters not updated for HotSteps.
-func (s *System) coolDown(l *layerState) {
+func (s *System) coolDown(l *layerState) error {
 	for c := range l.hot {
 		if s.step-c.updated < s.cfg.HotSteps {
 			continue
@@ -892,12 +894,14 @@ func (s *System) coolDown(l *layerState) {
 		delete(l.hot, c)
 		if c.flushed < len(c.members) {
 			base := l.tailBase(c)
-			if err := l.store.writePages(c.pool, c.side, base, c.tail, base, len(c.members)); err == nil {
-				c.flushed = len(c.members)
-				c.pool.used[c.side] = c.flushed
+			if err := l.store.writePages(c.pool, c.side, base, c.tail, base, len(c.members)); err != nil {
+				return err
 			}
+			c.flushed = len(c.members)
+			c.pool.used[c.side] = c.flushed
 		}
 	}
+	return nil
 }
 
 // split divides c ∪ Buf_c (∪ the new entry when kv is not nil) in two
