@@ -71,10 +71,11 @@ func TestBaselines(t *testing.T) {
 }
 
 // TestSystemFullBudgetSynthetic is the same exactness check for DynaKV
-// itself, with splits happening.
+// itself, with splits happening and a recent window that must add nothing
+// twice (at ρ = 1 every recent entry is already retrieved).
 func TestSystemFullBudgetSynthetic(t *testing.T) {
 	const L, H, KVH, D, L0, steps = 1, 4, 2, 32, 64, 120
-	sys, err := New(Config{Dir: t.TempDir(), Budget: 1, SMax: 16, BMax: 4, Lambda: 0.5, InitDiv: 10}, L, H, KVH, D)
+	sys, err := New(Config{Dir: t.TempDir(), Budget: 1, SMax: 16, BMax: 4, Lambda: 0.5, InitDiv: 10, Recent: 8}, L, H, KVH, D)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,44 @@ func TestSystemFullBudgetSynthetic(t *testing.T) {
 			}
 		}
 	}
-	if r := sys.Report(); r.SplitsVariance+r.SplitsForced == 0 {
+	if r := sys.Report(); r.SplitsVariance+r.SplitsForced == 0 || r.RecentPerToken != 0 {
 		t.Fatalf("no split happened: %+v", r)
+	}
+}
+
+// TestRecentWindow checks that a recent window adds the last entries the
+// retrieval missed, each once: with ρ tiny, outputs move toward full
+// attention and recall rises.
+func TestRecentWindow(t *testing.T) {
+	const L, H, KVH, D, L0, steps = 1, 4, 2, 32, 64, 60
+	var recall [2]float64
+	for i, recent := range []int{0, 32} {
+		sys, err := New(Config{Dir: t.TempDir(), Budget: 0.05, Recent: recent, Shadow: true, Debug: true}, L, H, KVH, D)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sy := newSynth(11, L, H, KVH, D)
+		q, k, v := sy.rows(0, 0, L0, 1)
+		if err := sys.Prefill(0, seqInts(0, L0), q, k, v); err != nil {
+			t.Fatal(err)
+		}
+		for st := 0; st < steps; st++ {
+			q, k, v := sy.rows(0, L0+st, 1, 1)
+			if _, err := sys.Step(0, L0+st, q, k, v, 0.2); err != nil {
+				t.Fatal(err)
+			}
+			if err := sys.CheckInvariant(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := sys.Report()
+		if recent > 0 && (r.RecentPerToken <= 0 || r.RecentPerToken > float64(KVH*recent)) {
+			t.Fatalf("recent window of %d added %v entries per token", recent, r.RecentPerToken)
+		}
+		recall[i] = r.Recall
+		sys.Close()
+	}
+	if recall[1] <= recall[0] {
+		t.Fatalf("recall %v with a recent window, %v without", recall[1], recall[0])
 	}
 }

@@ -59,6 +59,11 @@ type Config struct {
 	// AttendAllBuffers attends every delayed-split buffer each step, not
 	// only those of selected clusters [option; default off].
 	AttendAllBuffers bool
+	// Recent always attends the last Recent entries of each head from a
+	// DRAM window (those the selected clusters did not bring), as the
+	// local-update baseline attends its window [option; default 0, the
+	// paper names no such window].
+	Recent int
 	// Shadow keeps every key in DRAM, outside the system, to measure
 	// attention recall against full attention.
 	Shadow bool
@@ -140,6 +145,9 @@ type headState struct {
 	p0       [][]float64
 	total    int
 	shadow   [][]float32 // every key, when Config.Shadow
+	// recent is the last Config.Recent entries ([k|v]) and their positions.
+	recent    [][]float32
+	recentPos []int
 	// Debug: the last step's attended positions and selected clusters'
 	// entries at selection.
 	attended, selected []int
@@ -605,6 +613,31 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 				}
 			}
 		}
+		nRet := len(kv)
+		if len(hs.recent) > 0 {
+			got := map[int]bool{}
+			for _, c := range sel[h] {
+				for _, p := range c.members {
+					got[p] = true
+				}
+				for _, p := range c.buf {
+					got[p] = true
+				}
+			}
+			if s.cfg.AttendAllBuffers {
+				for _, c := range hs.clusters {
+					for _, p := range c.buf {
+						got[p] = true
+					}
+				}
+			}
+			for i, p := range hs.recentPos {
+				if !got[p] {
+					kv = append(kv, hs.recent[i])
+					s.st.recentExtra++
+				}
+			}
+		}
 		newKV := make([]float32, 2*D)
 		copy(newKV, k[h*D:(h+1)*D])
 		copy(newKV[D:], v[h*D:(h+1)*D])
@@ -620,7 +653,7 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 		if err := hostattn.Group(out[lo:hi], q[lo:hi], D, keys, vals, scale, lse); err != nil {
 			return nil, err
 		}
-		s.st.retrieved += int64(len(kv) - 1)
+		s.st.retrieved += int64(nRet)
 		s.st.entriesTotal += int64(hs.total)
 		if s.cfg.Shadow {
 			hs.shadow = append(hs.shadow, newKV[:D])
@@ -665,6 +698,13 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 		copy(newKV[D:], v[h*D:(h+1)*D])
 		if err := s.update(l, hs, pos, newKV, resident, data); err != nil {
 			return nil, err
+		}
+		if s.cfg.Recent > 0 {
+			hs.recent = append(hs.recent, newKV)
+			hs.recentPos = append(hs.recentPos, pos)
+			if k := len(hs.recent) - s.cfg.Recent; k > 0 {
+				hs.recent, hs.recentPos = hs.recent[k:], hs.recentPos[k:]
+			}
 		}
 	}
 	if err := s.coolDown(l); err != nil {

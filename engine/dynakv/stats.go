@@ -22,6 +22,7 @@ type Stats struct {
 	splitsVariance, splitsForced        int
 	splitsDelayed, splitsBMax, buffered int
 	appended, prefillWritten            int64
+	recentExtra                         int64
 	initialClusters                     int
 	tScore, tIO, tAttn, tUpdate         time.Duration
 	driftSum                            []float64
@@ -54,6 +55,9 @@ type Report struct {
 	// Budget is ρ; RetrievedShare the retrieved entries over |K_t|.
 	Budget         float64 `json:"budget"`
 	RetrievedShare float64 `json:"retrieved_share"`
+	// RecentPerToken is the entries per token and head attended from the
+	// recent window beyond the retrieved clusters (Config.Recent).
+	RecentPerToken float64 `json:"recent_extra_per_token"`
 	// Flash reads during decoding (O_DIRECT): per token, across layers.
 	ReadBytesPerToken  float64 `json:"read_bytes_per_token"`
 	UsefulBytesPerTok  float64 `json:"useful_bytes_per_token"`
@@ -123,6 +127,7 @@ func (st *Stats) report(snap flash.Snapshot, entry, clusters int, written int64)
 		r.RetrievedShare = float64(st.retrieved) / float64(st.entriesTotal)
 	}
 	r.ReadBytesPerToken = float64(snap.Read.Bytes) / n
+	r.RecentPerToken = float64(st.recentExtra) / n
 	r.UsefulBytesPerTok = float64(st.usefulRead) / n
 	r.ReadOpsPerToken = float64(snap.Read.Ops) / n
 	if entry > 0 {

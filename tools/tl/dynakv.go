@@ -59,6 +59,7 @@ func runDynaKV(cmd string, args []string) error {
 	cacheRatio := fs.Float64("kv-cache", 0, "cluster cache size as a fraction of the full KV bytes of the run (0: none)")
 	policy := fs.String("kv-cache-policy", "gds", "gds (small clusters first, 25% reserved for recent updates) or lru")
 	noPair := fs.Bool("kv-no-pairing", false, "lay pools out in cluster order instead of by co-retrieval (ablation)")
+	recent := fs.Int("kv-recent", 0, "always attend the last N entries of each head from a DRAM window (option; the paper names none)")
 	noDelay := fs.Bool("kv-no-delay", false, "split a non-resident over-threshold cluster at once (loading it) instead of buffering (ablation)")
 	allBuf := fs.Bool("kv-attend-buffers", false, "attend every delayed-split buffer each step (default: only those of selected clusters)")
 	depth := fs.Int("kv-qd", 4, "reader queue depth")
@@ -156,7 +157,7 @@ func runDynaKV(cmd string, args []string) error {
 	}
 	total := int64(len(doc)+gen) * int64(layers*kvh) * int64(2*dim*4)
 	cfg := dynakv.Config{Dir: *dir, Budget: *budget, Lambda: *lambda, SMax: *smax, BMax: *bmax, QueueDepth: *depth,
-		CacheBytes: int64(*cacheRatio * float64(total)), CachePolicy: *policy, NoPairing: *noPair, NoDelay: *noDelay,
+		CacheBytes: int64(*cacheRatio * float64(total)), CachePolicy: *policy, NoPairing: *noPair, NoDelay: *noDelay, Recent: *recent,
 		AttendAllBuffers: *allBuf, Shadow: !*noFull, Seed: *seed}
 	var sys kvSystem
 	if *baseline != "" {
