@@ -265,6 +265,7 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 			return nil, err
 		}
 	}
+	hook := hookSite(lc, q, k, v, o, perms)
 	return &stepDef{kernel: "attention", run: func(ex *exec) error {
 		qs, ks, vs, os := ex.shape(q), ex.shape(k), ex.shape(v), ex.shape(o)
 		dim := func(d []int, t, l int) int { return d[perms[t][l]] }
@@ -318,6 +319,18 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 			return ex.err
 		}
 		p.Mask = optBuf(mref)
+		if hook != nil && ex.c.s.attnHook != nil {
+			return hook.run(ex, p, func() error {
+				if stats == nil {
+					return ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p)
+				}
+				p.LSE = stats.lse.m
+				if err := ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p); err != nil {
+					return err
+				}
+				return stats.run(ex.dev, s, ex.ref(q).buf(), ex.ref(k).buf(), p)
+			})
+		}
 		if stats == nil {
 			return ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p)
 		}

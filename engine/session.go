@@ -178,6 +178,11 @@ type Session struct {
 	kvCacheSet map[*vinfo]bool
 	kvCap      int
 	attnStats  []*attnStat
+	// attnHook is SetAttentionHook's callback (attnhook.go); attnLayers
+	// counts the attentions it is called at.
+	attnHook   AttentionHook
+	attnShadow bool
+	attnLayers int
 }
 
 // Open loads the ONNX model at path and compiles it.

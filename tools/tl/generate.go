@@ -54,7 +54,7 @@ func addLLMFlags(fs *flag.FlagSet) *llmFlags {
 
 // kvFlag is the choice of KV cache shared by the language-model commands.
 func kvFlag(fs *flag.FlagSet) *string {
-	return fs.String("kv", "inplace", `KV cache: "inplace" (session-owned cache, new K/V written in place, no copies) or "explicit" (past inputs fed from present outputs, as exported)`)
+	return fs.String("kv", "inplace", `KV cache: "inplace" (session-owned cache, new K/V written in place, no copies) or "explicit" (past inputs fed from present outputs, as exported) or "dynakv" (cache on flash, clusters retrieved per query: see tl perplexity --kv dynakv -h)`)
 }
 
 // llmValued lists the flags of addLLMFlags that take a value.
@@ -332,6 +332,9 @@ func samplingWarnings(set map[string]bool, temp float64) []string {
 }
 
 func runGenerate(args []string) error {
+	if wantsDynaKV(args) {
+		return runDynaKV("generate", args)
+	}
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	lf := addLLMFlags(fs)
 	prompt := fs.String("prompt", "", `the prompt ("-": read it from stdin)`)
@@ -588,6 +591,9 @@ func parseEdges(s string) (*generate.Buckets, error) {
 }
 
 func runPerplexity(args []string) error {
+	if wantsDynaKV(args) {
+		return runDynaKV("perplexity", args)
+	}
 	fs := flag.NewFlagSet("perplexity", flag.ContinueOnError)
 	lf := addLLMFlags(fs)
 	textPath := fs.String("text", "", "the text file to score")

@@ -1,0 +1,221 @@
+package dynakv
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/tlite/tlite/engine/kv"
+)
+
+// Eval compares teacher-forced decoding under DynaKV with full attention.
+type Eval struct {
+	Prefill int `json:"prefill_tokens"`
+	// Predicted counts the decode-step predictions scored (the token after
+	// each decoded one).
+	Predicted int `json:"predicted_tokens"`
+	// Loss and Perplexity are DynaKV's; FullLoss and FullPerplexity full
+	// attention's over the same predictions (0 without a full state).
+	Loss           float64 `json:"loss"`
+	Perplexity     float64 `json:"perplexity"`
+	FullLoss       float64 `json:"full_loss"`
+	FullPerplexity float64 `json:"full_perplexity"`
+	// KL is the mean KL(full ‖ DynaKV) of the next-token distributions;
+	// Top1 the share of steps whose argmax agree; MaxLogitDiff the largest
+	// logit difference seen.
+	KL           float64 `json:"logit_kl"`
+	Top1         float64 `json:"top1_agreement"`
+	MaxLogitDiff float64 `json:"max_logit_diff"`
+	// StepMs is the mean wall time of a DynaKV decode step (model and
+	// hook), FullStepMs of a full-attention one.
+	StepMs     float64 `json:"step_ms"`
+	FullStepMs float64 `json:"full_step_ms"`
+	// Tokens is the document, with the generated tokens when generating.
+	Tokens []int `json:"-"`
+}
+
+// Evaluate runs doc through dyn (whose session has sys's hook installed:
+// the first prefill tokens as one prompt, then one token per step) and,
+// when full is not nil, through full (a plain in-place cache) in
+// lockstep, scoring every decode step's prediction of the next token.
+// With generate > 0, doc is the prompt alone (prefill = len(doc)) and
+// generate tokens are decoded greedily by dyn instead (full attention is
+// fed the same tokens, so KL and top-1 compare like with like); the loss
+// is then the negative log-likelihood of dyn's own choices.
+// progress, when set, is called after each step. Both states are reset
+// first.
+func Evaluate(dyn, full *kv.State, doc []int, prefill, generate int, progress func(step int)) (Eval, error) {
+	var ev Eval
+	if generate > 0 {
+		if prefill != len(doc) || prefill < 1 {
+			return ev, fmt.Errorf("dynakv: generating after a prompt of %d tokens with prefill %d", len(doc), prefill)
+		}
+		if len(doc)+generate > dyn.MaxContext() {
+			return ev, fmt.Errorf("dynakv: %d prompt and %d generated tokens beyond the %d-slot cache", len(doc), generate, dyn.MaxContext())
+		}
+	} else if prefill < 2 || prefill >= len(doc)-1 {
+		return ev, fmt.Errorf("dynakv: a prefill of %d tokens for a document of %d: want 2 ≤ prefill < %d", prefill, len(doc), len(doc)-1)
+	}
+	if len(doc) > dyn.MaxContext() {
+		return ev, fmt.Errorf("dynakv: a document of %d tokens beyond the %d-slot cache", len(doc), dyn.MaxContext())
+	}
+	ev.Prefill = prefill
+	dyn.Reset()
+	if full != nil {
+		full.Reset()
+	}
+	pos := make([]int, prefill)
+	for i := range pos {
+		pos[i] = i
+	}
+	pl, err := dyn.Forward(doc[:prefill], pos, pos)
+	if err != nil {
+		return ev, err
+	}
+	doc = append([]int(nil), doc...)
+	if generate > 0 {
+		doc = append(doc, argmax(pl[len(pl)-dyn.Vocab():]))
+	}
+	if full != nil {
+		if _, err := full.Forward(doc[:prefill], pos, pos); err != nil {
+			return ev, err
+		}
+	}
+	V := dyn.Vocab()
+	var nll, fnll, kl float64
+	var agree int
+	var tDyn, tFull time.Duration
+	last := len(doc) - 1
+	if generate > 0 {
+		last = prefill + generate - 1
+	}
+	for i := prefill; i < last; i++ {
+		t0 := time.Now()
+		l, err := dyn.Forward(doc[i:i+1], []int{i}, []int{i})
+		if err != nil {
+			return ev, fmt.Errorf("step at position %d: %w", i, err)
+		}
+		tDyn += time.Since(t0)
+		row := l[len(l)-V:]
+		lp := logSoftmax(row)
+		if generate > 0 {
+			doc = append(doc, argmax(row))
+		}
+		nll -= lp[doc[i+1]]
+		if full != nil {
+			t1 := time.Now()
+			fl, err := full.Forward(doc[i:i+1], []int{i}, []int{i})
+			if err != nil {
+				return ev, fmt.Errorf("full attention at position %d: %w", i, err)
+			}
+			tFull += time.Since(t1)
+			frow := fl[len(fl)-V:]
+			flp := logSoftmax(frow)
+			fnll -= flp[doc[i+1]]
+			for j := range flp {
+				kl += math.Exp(flp[j]) * (flp[j] - lp[j])
+				ev.MaxLogitDiff = math.Max(ev.MaxLogitDiff, math.Abs(float64(frow[j]-row[j])))
+			}
+			if argmax(row) == argmax(frow) {
+				agree++
+			}
+		}
+		ev.Predicted++
+		if progress != nil {
+			progress(ev.Predicted)
+		}
+	}
+	ev.Tokens = doc
+	n := float64(max(ev.Predicted, 1))
+	ev.Loss = nll / n
+	ev.Perplexity = math.Exp(ev.Loss)
+	ev.StepMs = float64(tDyn) / 1e6 / n
+	if full != nil {
+		ev.FullLoss = fnll / n
+		ev.FullPerplexity = math.Exp(ev.FullLoss)
+		ev.KL = kl / n
+		ev.Top1 = float64(agree) / n
+		ev.FullStepMs = float64(tFull) / 1e6 / n
+	}
+	return ev, nil
+}
+
+func logSoftmax(x []float32) []float64 {
+	mx := math.Inf(-1)
+	for _, v := range x {
+		mx = math.Max(mx, float64(v))
+	}
+	var s float64
+	for _, v := range x {
+		s += math.Exp(float64(v) - mx)
+	}
+	lse := mx + math.Log(s)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v) - lse
+	}
+	return out
+}
+
+func argmax(x []float32) int {
+	b := 0
+	for i, v := range x {
+		if v > x[b] {
+			b = i
+		}
+	}
+	return b
+}
+
+// Continuation returns the log-likelihood of cand after ctx under dyn
+// (ctx as the prompt, then cand teacher-forced one token per step through
+// the installed hook, which must be fresh) and, when full is not nil,
+// under full attention. Both states are reset first.
+func Continuation(dyn, full *kv.State, ctx, cand []int) (dynLL, fullLL float64, err error) {
+	if len(ctx) < 2 || len(cand) == 0 {
+		return 0, 0, fmt.Errorf("dynakv: a context of %d and a continuation of %d tokens", len(ctx), len(cand))
+	}
+	if len(ctx)+len(cand) > dyn.MaxContext() {
+		return 0, 0, fmt.Errorf("dynakv: %d tokens beyond the %d-slot cache", len(ctx)+len(cand), dyn.MaxContext())
+	}
+	V := dyn.Vocab()
+	dyn.Reset()
+	pos := make([]int, len(ctx))
+	for i := range pos {
+		pos[i] = i
+	}
+	l, err := dyn.Forward(ctx, pos, pos)
+	if err != nil {
+		return 0, 0, err
+	}
+	dynLL = logSoftmax(l[len(l)-V:])[cand[0]]
+	for i := 0; i+1 < len(cand); i++ {
+		p := len(ctx) + i
+		l, err := dyn.Forward(cand[i:i+1], []int{p}, []int{p})
+		if err != nil {
+			return 0, 0, err
+		}
+		dynLL += logSoftmax(l[len(l)-V:])[cand[i+1]]
+	}
+	if full == nil {
+		return dynLL, 0, nil
+	}
+	full.Reset()
+	all := append(append([]int(nil), ctx...), cand...)
+	pos = make([]int, len(all))
+	for i := range pos {
+		pos[i] = i
+	}
+	fl, err := full.Forward(all, pos, pos)
+	if err != nil {
+		return 0, 0, err
+	}
+	if full.LastRowOnly() {
+		return 0, 0, fmt.Errorf("dynakv: the full-attention state returns the last row only")
+	}
+	for i := range cand {
+		row := len(ctx) - 1 + i
+		fullLL += logSoftmax(fl[row*V : (row+1)*V])[cand[i]]
+	}
+	return dynLL, fullLL, nil
+}

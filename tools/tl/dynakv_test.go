@@ -1,0 +1,43 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// TestDynaKVCommands runs tl perplexity and tl generate with --kv dynakv on
+// the long-context model (short, for speed) and checks that the
+// statistics report flash reads the kernel saw.
+func TestDynaKVCommands(t *testing.T) {
+	model := "../../testdata/longctx/model.onnx"
+	dir := t.TempDir()
+	out, _, err := capture(t, runPerplexity, "--kv", "dynakv", "--model", model, "--text", "../../testdata/longctx/heldout_split.txt",
+		"--kv-dir", dir, "--kv-budget", "0.05", "--prefill", "128", "--max-tokens", "180", "--ctx", "256", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r dynakvResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Stats.Steps != 180-128-1 || r.Eval.Predicted != r.Stats.Steps {
+		t.Fatalf("%d steps, %d predictions; want %d", r.Stats.Steps, r.Eval.Predicted, 180-128-1)
+	}
+	if r.FlashRead.Read.Bytes == 0 || r.ProcRead < r.FlashRead.Read.DeviceBytes {
+		t.Fatalf("flash read %d bytes (%d on the device), /proc read_bytes grew by %d", r.FlashRead.Read.Bytes, r.FlashRead.Read.DeviceBytes, r.ProcRead)
+	}
+	if r.Eval.Perplexity <= 1 || r.Eval.FullPerplexity <= 1 || r.Stats.Recall <= 0 || r.Stats.Recall >= 1 {
+		t.Fatalf("perplexity %v (full %v), recall %v", r.Eval.Perplexity, r.Eval.FullPerplexity, r.Stats.Recall)
+	}
+	out, _, err = capture(t, runGenerate, "--kv", "dynakv", "--model", model, "--prompt", "The code for Maple is 8477. The code for",
+		"-n", "6", "--kv-dir", dir, "--ctx", "128", "--no-full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatal("generate printed nothing")
+	}
+	if _, _, err := capture(t, runPerplexity, "--kv", "dynakv", "--model", model, "--text", "x", "--kv-dir", dir, "--kv-budget", "2"); err == nil {
+		t.Fatal("--kv-budget 2 accepted")
+	}
+}
