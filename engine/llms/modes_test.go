@@ -1,0 +1,65 @@
+package llms
+
+import (
+	"math"
+	"testing"
+)
+
+// TestModes cycles three contexts through a budget of about one and a
+// half under every mode: each restore fills every chunk by the mode's own
+// path (LMK recompute only, the others I/O only once evicted), lossless
+// modes restore exactly, INT8 ones closely.
+func TestModes(t *testing.T) {
+	st := openDefault(t, 128)
+	toks := heldoutTokens(t, 120)
+	hist := map[string][]int{"a": toks[:40], "b": toks[20:60], "c": toks[40:80]}
+	for _, tc := range []struct {
+		mode  Mode
+		exact bool
+	}{
+		{ModeLMK, true}, {ModeVLLMS, true}, {ModeVLLMSQ, false}, {ModeSwap, false}, {ModeLLMS, false},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			m := newManager(t, st, t.TempDir(), Config{Mode: tc.mode, BudgetBytes: 1})
+			want := map[string][]float32{}
+			for _, id := range []string{"a", "b", "c"} {
+				if _, err := m.Install(id, hist[id]); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Commit(id, hist[id]); err != nil {
+					t.Fatal(err)
+				}
+				want[id] = readKV(t, st, 40)
+			}
+			for _, id := range []string{"a", "b", "c"} {
+				clobber(t, st)
+				tm, err := m.Install(id, hist[id])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tm.Resident+tm.Loaded+tm.Recomputed != 3 {
+					t.Fatalf("%s: %+v", id, tm)
+				}
+				switch tc.mode {
+				case ModeLMK:
+					if tm.Recomputed != 3 {
+						t.Errorf("%s: LMK restored by %+v", id, tm)
+					}
+				case ModeLLMS:
+				default:
+					if tm.Recomputed != 0 || tm.Loaded != 3 {
+						t.Errorf("%s: %s restored by %+v", id, tc.mode, tm)
+					}
+				}
+				d := maxAbs(readKV(t, st, 40), want[id])
+				if tc.exact && d > 1e-5 || !tc.exact && (d == 0 && tc.mode != ModeLLMS || math.IsNaN(d) || d > 2) {
+					t.Errorf("%s: restored KV differs by %g", id, d)
+				}
+				if err := m.Commit(id, hist[id]); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s: %+v max diff %.3g", id, tm, d)
+			}
+		})
+	}
+}
