@@ -419,6 +419,24 @@ func (m *Manager) observe() error {
 	})
 }
 
+// Forward runs st.Forward and accumulates the forward's attention
+// statistics into the installed context's density (Observe): the way to
+// drive a call's prefill and decode steps so that density sees every row.
+func (m *Manager) Forward(tokens, positions, slots []int) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	logits, err := m.st.Forward(tokens, positions, slots)
+	if err != nil {
+		return nil, err
+	}
+	if m.ctxs[m.active] != nil {
+		if err := m.observe(); err != nil && m.cfg.Mode == ModeLLMS {
+			return nil, err
+		}
+	}
+	return logits, nil
+}
+
 // Install makes context id the installed one: on return, st's slots
 // 0..len(tokens)-1 hold its keys and values at positions 0..n-1. tokens is
 // the context's full history; it must extend what the manager stored for
@@ -454,10 +472,29 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 			return tm, fmt.Errorf("llms: Install %s: token %d outside the vocabulary", id, t)
 		}
 	}
-	if m.active == id && m.st.Len() >= len(tokens) && m.holds(len(tokens)) {
-		tm.Noop = true
+	if m.active == id && m.holds(stored) {
+		// Already installed: drop whatever a failed call left beyond the
+		// stored history, and compute any new tail.
+		var extra []int
+		for j := stored; j < m.st.MaxContext(); j++ {
+			if _, ok := m.st.Position(j); ok {
+				extra = append(extra, j)
+			}
+		}
+		if err := m.st.Free(extra...); err != nil {
+			return tm, err
+		}
+		tm.Noop = len(tokens) == stored
 		m.observed = false
 		m.queue.Lock(id)
+		if len(tokens) > stored {
+			trc := time.Now()
+			pos := seq(len(tokens))[stored:]
+			if _, err := m.st.Forward(tokens[stored:], pos, pos); err != nil {
+				return tm, fmt.Errorf("llms: Install %s: computing %d new tokens: %w", id, len(pos), err)
+			}
+			tm.Recompute = time.Since(trc)
+		}
 		tm.Total = time.Since(t0)
 		return tm, nil
 	}

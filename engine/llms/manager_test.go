@@ -509,3 +509,57 @@ func TestBudget(t *testing.T) {
 	}
 	t.Logf("budget %d: %+v; restore %+v", budget, s, tm)
 }
+
+// TestCallFlow is the service's flow: Install, prefill and decode through
+// Manager.Forward (every row reaches the density), Commit; a call that
+// fails midway leaves slots that the next Install of the same context
+// frees; a longer history on Install is computed as a tail.
+func TestCallFlow(t *testing.T) {
+	st := openDefault(t, 128)
+	m := newManager(t, st, t.TempDir(), Config{})
+	toks := heldoutTokens(t, 80)
+	if _, err := m.Install("a", toks[:30]); err != nil {
+		t.Fatal(err)
+	}
+	// The tail forward of the install is not observed; the call's are.
+	if _, err := m.Forward(toks[30:40], seq(40)[30:], seq(40)[30:]); err != nil {
+		t.Fatal(err)
+	}
+	for p := 40; p < 44; p++ {
+		if _, err := m.Forward(toks[p:p+1], []int{p}, []int{p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Commit("a", toks[:44]); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	d := m.ctxs["a"].meta.Density
+	m.mu.Unlock()
+	// Token 0 was attended by the 10 prefill rows and 4 decode rows;
+	// token 41 by rows 41, 42, 43.
+	if d.Count[0] != 14 || d.Count[41] != 3 || d.Count[43] != 1 {
+		t.Errorf("row counts: token 0 %g, 41 %g, 43 %g; want 14, 3, 1", d.Count[0], d.Count[41], d.Count[43])
+	}
+	// A failed call: tokens prefilled, no Commit.
+	if _, err := st.Forward(toks[44:50], seq(50)[44:], seq(50)[44:]); err != nil {
+		t.Fatal(err)
+	}
+	tm, err := m.Install("a", toks[:44])
+	if err != nil || !tm.Noop {
+		t.Fatalf("re-install: %+v %v", tm, err)
+	}
+	if st.Len() != 44 {
+		t.Errorf("after re-install the cache holds %d slots; want 44", st.Len())
+	}
+	tm, err = m.Install("a", toks[:48])
+	if err != nil || tm.Noop || st.Len() != 48 {
+		t.Fatalf("install with a longer history: %+v %v, %d slots", tm, err, st.Len())
+	}
+	if err := m.Commit("a", toks[:48]); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Commit("b", toks[:48]); !errors.Is(err, ErrUnknown) {
+		t.Errorf("Commit of an unknown context: %v", err)
+	}
+}
