@@ -529,11 +529,12 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 		p = m.lay.planRestore(miss, forced, m.cost)
 	default:
 		// Baselines restore by I/O alone (LMK has nothing to read).
-		p = m.lay.planRestore(miss, forced, CostModel{ReA: 1e9, ReB: 1e9, IOC: 1e-12, IOE: 1e-12})
+		p = loadOnly(miss, forced)
 		p.Predicted = m.cost.IO(ioBytes(m.lay, p.load, miss))
 		if len(p.recompute) > 0 {
 			p.Predicted += m.cost.Recompute(len(p.recompute))
 		}
+		p.PaperMax = p.Predicted
 	}
 	tm.Predicted, tm.PaperMax = p.Predicted, p.PaperMax
 
@@ -713,6 +714,30 @@ func (m *Manager) key(c *context, i int) ChunkKey {
 		return ChunkKey{c.meta.ID, 0}
 	}
 	return ChunkKey{c.meta.ID, i}
+}
+
+// loadOnly is the baselines' restore: every chunk with a flash copy is
+// read; the rest (LMK: all) recomputed, before any load.
+func loadOnly(miss []missingChunk, forced []int) plan {
+	var p plan
+	p.recompute = append([]int(nil), forced...)
+	sort.Ints(p.recompute)
+	last := -1
+	if n := len(p.recompute); n > 0 {
+		last = p.recompute[n-1]
+	}
+	for _, c := range miss {
+		p.load = append(p.load, c.idx)
+		if c.idx < last {
+			p.pre = append(p.pre, c.idx)
+		} else {
+			p.post = append(p.post, c.idx)
+		}
+	}
+	sort.Ints(p.load)
+	sort.Ints(p.pre)
+	sort.Ints(p.post)
+	return p
 }
 
 func ioBytes(lay *layout, load []int, miss []missingChunk) (int64, int) {

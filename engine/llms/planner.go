@@ -34,7 +34,15 @@ func (c CostModel) IO(bytes int64, reads int) time.Duration {
 	return secs(c.IOC*float64(bytes) + c.IOE*float64(reads))
 }
 
-func secs(s float64) time.Duration { return time.Duration(math.Max(s, 0) * 1e9) }
+// secs converts seconds to a Duration, clamped to [0, ~292 years] so a
+// huge model coefficient cannot overflow into a negative cost.
+func secs(s float64) time.Duration {
+	ns := math.Max(s, 0) * 1e9
+	if ns >= math.MaxInt64/2 {
+		return time.Duration(math.MaxInt64 / 2)
+	}
+	return time.Duration(ns)
+}
 
 // fitLine fits y = a·x + b by least squares.
 func fitLine(x, y []float64) (a, b float64) {
