@@ -19,14 +19,14 @@ func TestExperimentSmoke(t *testing.T) {
 	st := openDefault(t, 128)
 	corpus := heldoutTokens(t, 400)
 	rep, _, err := RunExperiment(st, corpus, t.TempDir(), ExperimentConfig{
-		Modes: []Mode{ModeLLMS, ModeLMK, ModeSwap, ModeVLLMS, ModeVLLMSQ}, Contexts: []int{3}, Calls: 6,
+		Modes: []Mode{ModeLLMS, ModeLMK, ModeSwap, ModeVLLMS, ModeVLLMSQ}, Contexts: []int{3}, Calls: 4,
 		Pattern: trace.Random, BudgetContexts: 0.5, Seed: 1, Cost: fixedCost})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for sys, byN := range rep.Systems {
 		s := byN[3]
-		if s.Calls != 6 {
+		if s.Calls != 4 {
 			t.Errorf("%s: %d calls", sys, s.Calls)
 		}
 		if sys == "lmk" && s.BytesRead != 0 {

@@ -102,7 +102,7 @@ func TestFit(t *testing.T) {
 // TestProfile: profiling on this machine gives a usable model (positive
 // per-chunk recompute and positive I/O cost).
 func TestProfile(t *testing.T) {
-	st := openDefault(t, 128)
+	st := openDefault(t, 64) // profiles forwards of 1, 2 and 4 chunks
 	m, err := NewManager(st, t.TempDir(), Config{})
 	if err != nil {
 		t.Fatal(err)
