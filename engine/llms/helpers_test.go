@@ -52,14 +52,6 @@ func heldoutTokens(t testing.TB, n int) []int {
 	return ids[:n]
 }
 
-func seq(n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = i
-	}
-	return s
-}
-
 // prefill runs tokens at positions/slots 0..n-1 from an empty cache.
 func prefill(t testing.TB, st *kv.State, tokens []int) []float32 {
 	t.Helper()

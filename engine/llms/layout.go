@@ -165,3 +165,12 @@ func (lay *layout) decode(e *encChunk, dst []byte, nslots, at int) error {
 	}
 	return nil
 }
+
+// seq is 0..n-1: the positions (and slots) of a context of n tokens.
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
