@@ -258,7 +258,9 @@ func decode8(dst []float32, in []byte, n, H, D int) {
 }
 
 // DecodeChunk decodes a chunk of n tokens of one cache buffer encoded at
-// level l into raw store bytes (n·H·D·ElemSize), appending to dst.
+// level l into raw store bytes (n·H·D·ElemSize), appending to dst. It
+// writes the store type directly (no intermediate float slice): the
+// switch's upload decodes every resident chunk.
 func DecodeChunk(dst []byte, enc []byte, n int, s Shape, l Level) ([]byte, error) {
 	if !l.valid() {
 		return nil, fmt.Errorf("llms: decode at unknown level %d", int(l))
@@ -266,17 +268,75 @@ func DecodeChunk(dst []byte, enc []byte, n int, s Shape, l Level) ([]byte, error
 	if len(enc) != EncodedSize(l, n, s) {
 		return nil, fmt.Errorf("llms: %s chunk of %d tokens is %d bytes; want %d", l, n, len(enc), EncodedSize(l, n, s))
 	}
+	if s.ElemSize != 4 && s.ElemSize != 2 {
+		return nil, fmt.Errorf("llms: cache element size %d; want 4 (fp32) or 2 (fp16)", s.ElemSize)
+	}
 	if l == LevelFP {
 		return append(dst, enc...), nil
 	}
-	vals, err := decodeValues(enc, n, s, l)
-	if err != nil {
-		return nil, err
-	}
 	start := len(dst)
-	dst = append(dst, make([]byte, len(vals)*s.ElemSize)...)
-	if err := writeRows(vals, s, dst[start:]); err != nil {
-		return nil, err
+	size := n * s.rowElems() * s.ElemSize
+	if cap(dst)-start >= size {
+		dst = dst[:start+size]
+	} else {
+		dst = append(dst, make([]byte, size)...)
+	}
+	out := dst[start:]
+	H, D := s.Heads, s.Dim
+	put := func(i int, v float32) {
+		if s.ElemSize == 4 {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+		} else {
+			binary.LittleEndian.PutUint16(out[2*i:], dtype.Float32ToHalf(v))
+		}
+	}
+	if l == Level8 {
+		for r := 0; r < n*H; r++ {
+			o := enc[r*(D+4) : (r+1)*(D+4)]
+			scale := dtype.HalfToFloat32(binary.LittleEndian.Uint16(o))
+			zero := dtype.HalfToFloat32(binary.LittleEndian.Uint16(o[2:]))
+			codes := o[4:]
+			if s.ElemSize == 4 {
+				row := out[4*r*D : 4*(r+1)*D]
+				for d, q := range codes {
+					binary.LittleEndian.PutUint32(row[4*d:], math.Float32bits(zero+scale*float32(q)))
+				}
+				continue
+			}
+			for d, q := range codes {
+				put(r*D+d, zero+scale*float32(q))
+			}
+		}
+		return dst, nil
+	}
+	bits := int(l)
+	mask := 1<<bits - 1
+	perByte := 8 / bits
+	cb := (n*bits + 7) / 8
+	meta := enc[:4*H*D]
+	codes := enc[4*H*D:]
+	var lut [16]float32
+	for c := 0; c < H*D; c++ {
+		scale := dtype.HalfToFloat32(binary.LittleEndian.Uint16(meta[4*c:]))
+		zero := dtype.HalfToFloat32(binary.LittleEndian.Uint16(meta[4*c+2:]))
+		for q := 0; q <= mask; q++ {
+			lut[q] = zero + scale*float32(q)
+		}
+		ch := codes[c*cb : (c+1)*cb]
+		if s.ElemSize == 4 {
+			stride := 4 * H * D
+			o := 4 * c
+			for t := 0; t < n; t++ {
+				q := int(ch[t/perByte]>>(bits*(t%perByte))) & mask
+				binary.LittleEndian.PutUint32(out[o:], math.Float32bits(lut[q]))
+				o += stride
+			}
+			continue
+		}
+		for t := 0; t < n; t++ {
+			q := int(ch[t/perByte]>>(bits*(t%perByte))) & mask
+			put(t*H*D+c, lut[q])
+		}
 	}
 	return dst, nil
 }
