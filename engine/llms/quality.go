@@ -1,0 +1,199 @@
+package llms
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"sort"
+
+	"github.com/tlite/tlite/engine/kv"
+)
+
+// QualityPolicy is one way of storing a context's chunks for the
+// compression-efficacy experiment (spec §1c substitutes for Fig. 6b/12).
+type QualityPolicy string
+
+// The policies. Random and Reversed use exactly LLMS's multiset of levels
+// (the same bytes), placed at random or densest-to-lowest: the controls
+// that show whether density matters.
+const (
+	PolicyFP       QualityPolicy = "fp32"
+	PolicyINT8     QualityPolicy = "int8"
+	PolicyINT4     QualityPolicy = "int4"
+	PolicyINT2     QualityPolicy = "int2"
+	PolicyLLMS     QualityPolicy = "llms"
+	PolicyRandom   QualityPolicy = "random"
+	PolicyReversed QualityPolicy = "reversed"
+	// PolicyLLMSRatio is LLMS with the "natural" weight ratio_w.
+	PolicyLLMSRatio QualityPolicy = "llms_ratio_weight"
+)
+
+// QualityResult is one policy's outcome over all windows.
+type QualityResult struct {
+	Policy QualityPolicy `json:"policy"`
+	// NLL is the mean negative log-likelihood (nats) of the continuation
+	// tokens given the stored context; PPL is exp(NLL).
+	NLL float64 `json:"nll"`
+	PPL float64 `json:"ppl"`
+	// Bytes is the stored context's bytes (data + metadata), summed over
+	// windows; Bits the effective bits per cached value.
+	Bytes int64   `json:"bytes"`
+	Bits  float64 `json:"effective_bits"`
+	// Levels counts chunks per level over windows.
+	Levels map[string]int `json:"levels"`
+}
+
+// Quality measures, for each policy, the teacher-forced NLL of contLen
+// tokens that follow a context of ctxLen tokens whose KV is stored under
+// the policy, over windows consecutive stretches of tokens. Density comes
+// from the context's prefill (every row of it). st must compute logits for
+// every row (not LastRowOnly).
+func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, policies []QualityPolicy, seed int64) ([]QualityResult, error) {
+	if st.LastRowOnly() {
+		return nil, fmt.Errorf("llms: Quality needs logits for every row (open without LastLogits)")
+	}
+	if ctxLen+contLen > st.MaxContext() || windows < 1 || ctxLen < C || contLen < 2 {
+		return nil, fmt.Errorf("llms: Quality of %d+%d tokens in %d slots, %d windows", ctxLen, contLen, st.MaxContext(), windows)
+	}
+	if len(tokens) < windows*(ctxLen+contLen) {
+		return nil, fmt.Errorf("llms: Quality needs %d tokens; have %d", windows*(ctxLen+contLen), len(tokens))
+	}
+	lay, err := newLayout(st.Info(), C, LevelFP)
+	if err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewSource(seed))
+	res := make([]QualityResult, len(policies))
+	values := 0
+	for i := range res {
+		res[i] = QualityResult{Policy: policies[i], Levels: map[string]int{}}
+	}
+	ntok := 0
+	for w := 0; w < windows; w++ {
+		win := tokens[w*(ctxLen+contLen) : (w+1)*(ctxLen+contLen)]
+		st.Reset()
+		if _, err := st.Forward(win[:ctxLen], seq(ctxLen), seq(ctxLen)); err != nil {
+			return nil, err
+		}
+		stats, err := st.AttentionStats()
+		if err != nil {
+			return nil, err
+		}
+		var d Density
+		if err := d.Add(stats, func(j int) int { return j }); err != nil {
+			return nil, err
+		}
+		dump := make([]byte, ctxLen*lay.slotBytes())
+		if err := st.ReadAllSlots(seq(ctxLen), dump); err != nil {
+			return nil, err
+		}
+		nc := lay.chunks(ctxLen)
+		full := ctxLen / C
+		dens := make([]float64, full)
+		for i := range dens {
+			dens[i] = d.Chunk(i*C, (i+1)*C)
+		}
+		assign := func(wt Weight) ([]Level, error) {
+			a, err := Assign(dens, []Level{Level8, Level4, Level2}, 0.5, wt)
+			return a.Levels, err
+		}
+		llms, err := assign(WeightInverse)
+		if err != nil {
+			return nil, err
+		}
+		for pi, p := range policies {
+			levels := make([]Level, nc)
+			for i := range levels {
+				levels[i] = Level8 // the partial chunk, and the default
+			}
+			switch p {
+			case PolicyFP:
+				for i := range levels {
+					levels[i] = LevelFP
+				}
+			case PolicyINT8:
+			case PolicyINT4, PolicyINT2:
+				l := Level4
+				if p == PolicyINT2 {
+					l = Level2
+				}
+				for i := 0; i < full; i++ {
+					levels[i] = l
+				}
+			case PolicyLLMS:
+				copy(levels, llms)
+			case PolicyLLMSRatio:
+				lv, err := assign(WeightRatio)
+				if err != nil {
+					return nil, err
+				}
+				copy(levels, lv)
+			case PolicyRandom:
+				perm := rng.Perm(full)
+				for i := 0; i < full; i++ {
+					levels[perm[i]] = llms[i]
+				}
+			case PolicyReversed:
+				// The densest chunk gets LLMS's lowest level, and so on.
+				byDens := make([]int, full)
+				for i := range byDens {
+					byDens[i] = i
+				}
+				sort.SliceStable(byDens, func(a, b int) bool { return dens[byDens[a]] > dens[byDens[b]] })
+				ls := append([]Level(nil), llms[:full]...)
+				sort.Slice(ls, func(a, b int) bool { return ls[a] < ls[b] })
+				for k, i := range byDens {
+					levels[i] = ls[k]
+				}
+			default:
+				return nil, fmt.Errorf("llms: unknown quality policy %q", p)
+			}
+			block := make([]byte, len(dump))
+			for i := 0; i < nc; i++ {
+				n := lay.tokens(i, ctxLen)
+				e, err := lay.encode(dump, ctxLen, i*C, n, levels[i])
+				if err != nil {
+					return nil, err
+				}
+				if err := lay.decode(e, block, ctxLen, i*C); err != nil {
+					return nil, err
+				}
+				res[pi].Bytes += int64(e.size())
+				res[pi].Levels[levels[i].String()]++
+			}
+			st.Reset()
+			if err := st.WriteAllSlots(seq(ctxLen), block); err != nil {
+				return nil, err
+			}
+			if err := st.SetPositions(seq(ctxLen), seq(ctxLen)); err != nil {
+				return nil, err
+			}
+			pos := seq(ctxLen + contLen)[ctxLen:]
+			logits, err := st.Forward(win[ctxLen:], pos, pos)
+			if err != nil {
+				return nil, err
+			}
+			V := st.Vocab()
+			for r := 0; r+1 < contLen; r++ {
+				row := logits[r*V : (r+1)*V]
+				mx := row[0]
+				for _, v := range row {
+					mx = max(mx, v)
+				}
+				var z float64
+				for _, v := range row {
+					z += math.Exp(float64(v - mx))
+				}
+				res[pi].NLL += math.Log(z) - float64(row[win[ctxLen+r+1]]-mx)
+			}
+		}
+		ntok += contLen - 1
+		values += ctxLen * lay.slotBytes() / 4
+	}
+	for i := range res {
+		res[i].NLL /= float64(ntok)
+		res[i].PPL = math.Exp(res[i].NLL)
+		res[i].Bits = 8 * float64(res[i].Bytes) / float64(values)
+	}
+	return res, nil
+}
