@@ -359,7 +359,7 @@ func (m *Manager) profile() (CostModel, error) {
 		for rep := 0; rep < 2; rep++ {
 			m.st.Reset()
 			t := time.Now()
-			if _, err := m.st.Forward(toks, seq(n), seq(n)); err != nil {
+			if err := m.forward(toks, seq(n)); err != nil {
 				return cm, fmt.Errorf("llms: profiling recompute: %w", err)
 			}
 			best = min(best, time.Since(t))

@@ -68,6 +68,11 @@
 //   - Baseline modes (lmk, swap, vllm_s, vllm_sq) share the I/O layer and
 //     the install path; they swap out on demand (no AoT) and restore by I/O
 //     alone (LMK by recompute alone).
-//   - No sliding window beyond the maximum context (Install refuses a
-//     longer history).
+//   - No sliding window of its own: Install accepts a history that
+//     diverges from the stored one (keeps the chunks wholly inside the
+//     common prefix, recomputes the rest), which is how a caller's
+//     StreamingLLM window (sink tokens kept, the rest re-positioned) is
+//     restored; a history longer than the cache is refused.
+//   - Forwards are split at Config.MaxStep tokens in position order (exact:
+//     each piece attends what earlier pieces wrote).
 package llms

@@ -56,6 +56,9 @@ type Config struct {
 	Lossless bool
 	// QueueDepth is the reader pool's depth (default 4).
 	QueueDepth int
+	// MaxStep caps the tokens of one forward (the session plan's seq
+	// maximum); 0: no cap.
+	MaxStep int
 	// Cost is the planner's model; nil profiles the machine at NewManager.
 	Cost *CostModel
 	// Flash opens the swap files (Buffered opts out of O_DIRECT, labelled).
@@ -463,10 +466,14 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 		c = &context{meta: ctxMeta{ID: id, Chunk: m.lay.C}, pool: map[int]*encChunk{}, pending: map[int]bool{}}
 		m.ctxs[id] = c
 	}
-	stored := len(c.meta.Tokens)
-	if len(tokens) < stored || !equalInts(tokens[:stored], c.meta.Tokens) {
-		return tm, fmt.Errorf("llms: Install %s: the tokens given do not extend the context's %d stored tokens", id, stored)
+	// The history given may diverge from the stored one (a sliding window
+	// moved: only the sink prefix is shared; a call committed here but not
+	// acknowledged: a prefix of it). Chunks wholly inside the common prefix
+	// stay; the rest are dropped and the tail recomputed.
+	if p := commonPrefix(tokens, c.meta.Tokens); p < len(c.meta.Tokens) {
+		m.truncate(c, p)
 	}
+	stored := len(c.meta.Tokens)
 	for _, t := range tokens {
 		if t < 0 || t >= m.st.Vocab() {
 			return tm, fmt.Errorf("llms: Install %s: token %d outside the vocabulary", id, t)
@@ -489,9 +496,8 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 		m.queue.Lock(id)
 		if len(tokens) > stored {
 			trc := time.Now()
-			pos := seq(len(tokens))[stored:]
-			if _, err := m.st.Forward(tokens[stored:], pos, pos); err != nil {
-				return tm, fmt.Errorf("llms: Install %s: computing %d new tokens: %w", id, len(pos), err)
+			if err := m.forward(tokens[stored:], seq(len(tokens))[stored:]); err != nil {
+				return tm, fmt.Errorf("llms: Install %s: computing %d new tokens: %w", id, len(tokens)-stored, err)
 			}
 			tm.Recompute = time.Since(trc)
 		}
@@ -694,9 +700,8 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 	m.counts.recomputed += int64(len(p.recompute))
 	if len(tokens) > stored {
 		trc := time.Now()
-		pos := seq(len(tokens))[stored:]
-		if _, err := m.st.Forward(tokens[stored:], pos, pos); err != nil {
-			return tm, fmt.Errorf("llms: Install %s: computing %d new tokens: %w", id, len(pos), err)
+		if err := m.forward(tokens[stored:], seq(len(tokens))[stored:]); err != nil {
+			return tm, fmt.Errorf("llms: Install %s: computing %d new tokens: %w", id, len(tokens)-stored, err)
 		}
 		tm.Recompute += time.Since(trc)
 	}
@@ -806,10 +811,53 @@ func (m *Manager) recompute(c *context, idx []int, _ int) error {
 			pos = append(pos, p)
 		}
 	}
-	if _, err := m.st.Forward(toks, pos, pos); err != nil {
+	if err := m.forward(toks, pos); err != nil {
 		return fmt.Errorf("llms: recomputing %d chunks of %s: %w", len(idx), c.meta.ID, err)
 	}
 	return nil
+}
+
+// forward runs tokens at positions (ascending), each into the slot of its
+// position, in forwards of at most Config.MaxStep tokens. Splitting in
+// position order keeps recompute exact: each piece attends the slots the
+// earlier pieces wrote.
+func (m *Manager) forward(toks, pos []int) error {
+	step := m.cfg.MaxStep
+	if step <= 0 {
+		step = len(toks)
+	}
+	for i := 0; i < len(toks); i += step {
+		j := min(i+step, len(toks))
+		if _, err := m.st.Forward(toks[i:j], pos[i:j], pos[i:j]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b []int) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// truncate cuts context c back to the chunks wholly inside its first p
+// tokens (the diverged rest is forgotten; the next Commit persists it).
+func (m *Manager) truncate(c *context, p int) {
+	kept := p / m.lay.C
+	for i := kept; i < len(c.meta.Chunks); i++ {
+		m.poolDrop(c, i)
+		m.queue.Remove(ChunkKey{c.meta.ID, i})
+		delete(c.pending, i)
+	}
+	q := kept * m.lay.C
+	c.meta.Chunks = c.meta.Chunks[:kept]
+	c.meta.Tokens = c.meta.Tokens[:q]
+	c.meta.Positions = c.meta.Positions[:q]
+	c.meta.Density.Truncate(q)
 }
 
 func equalInts(a, b []int) bool {
