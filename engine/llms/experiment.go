@@ -56,7 +56,10 @@ func (s *TraceSystem) Switch(a trace.Arrival) (trace.Parts, error) {
 	if err != nil {
 		return nil, err
 	}
-	return trace.Parts{"reclaim": tm.Reclaim, "io": tm.IO, "io_wait": tm.IOWait, "recompute": tm.Recompute, "upload": tm.Upload, "aot_wait": tm.AoTWait}, nil
+	// "predicted" is the planner's estimate of the restore (not a part of
+	// the measured time): its mean against io_wait+recompute+upload is the
+	// predicted-versus-measured comparison.
+	return trace.Parts{"reclaim": tm.Reclaim, "io": tm.IO, "io_wait": tm.IOWait, "recompute": tm.Recompute, "upload": tm.Upload, "aot_wait": tm.AoTWait, "predicted": tm.Predicted}, nil
 }
 
 // Call prefills the call's tokens at the end of the context and commits.
