@@ -47,23 +47,27 @@ type QualityResult struct {
 // tokens that follow a context of ctxLen tokens whose KV is stored under
 // the policy, over windows consecutive stretches of tokens. Density comes
 // from the context's prefill (every row of it). st must compute logits for
-// every row (not LastRowOnly).
-func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, policies []QualityPolicy, seed int64) ([]QualityResult, error) {
+// every row (not LastRowOnly). byPos is the mean token density d(t) over
+// tenths of the context (spec §1d.4's histogram of D by position: a sink
+// at the start or a late-token bias shows here).
+func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, policies []QualityPolicy, seed int64) (res []QualityResult, byPos []float64, err error) {
 	if st.LastRowOnly() {
-		return nil, fmt.Errorf("llms: Quality needs logits for every row (open without LastLogits)")
+		return nil, nil, fmt.Errorf("llms: Quality needs logits for every row (open without LastLogits)")
 	}
 	if ctxLen+contLen > st.MaxContext() || windows < 1 || ctxLen < C || contLen < 2 {
-		return nil, fmt.Errorf("llms: Quality of %d+%d tokens in %d slots, %d windows", ctxLen, contLen, st.MaxContext(), windows)
+		return nil, nil, fmt.Errorf("llms: Quality of %d+%d tokens in %d slots, %d windows", ctxLen, contLen, st.MaxContext(), windows)
 	}
 	if len(tokens) < windows*(ctxLen+contLen) {
-		return nil, fmt.Errorf("llms: Quality needs %d tokens; have %d", windows*(ctxLen+contLen), len(tokens))
+		return nil, nil, fmt.Errorf("llms: Quality needs %d tokens; have %d", windows*(ctxLen+contLen), len(tokens))
 	}
 	lay, err := newLayout(st.Info(), C, LevelFP)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rng := rand.New(rand.NewSource(seed))
-	res := make([]QualityResult, len(policies))
+	res = make([]QualityResult, len(policies))
+	byPos = make([]float64, 10)
+	posN := make([]float64, 10)
 	values := 0
 	for i := range res {
 		res[i] = QualityResult{Policy: policies[i], Levels: map[string]int{}}
@@ -73,19 +77,23 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 		win := tokens[w*(ctxLen+contLen) : (w+1)*(ctxLen+contLen)]
 		st.Reset()
 		if _, err := st.Forward(win[:ctxLen], seq(ctxLen), seq(ctxLen)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		stats, err := st.AttentionStats()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var d Density
 		if err := d.Add(stats, func(j int) int { return j }); err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		for t := 0; t < ctxLen; t++ {
+			byPos[10*t/ctxLen] += d.Token(t)
+			posN[10*t/ctxLen]++
 		}
 		dump := make([]byte, ctxLen*lay.slotBytes())
 		if err := st.ReadAllSlots(seq(ctxLen), dump); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		nc := lay.chunks(ctxLen)
 		full := ctxLen / C
@@ -99,7 +107,7 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 		}
 		llms, err := assign(WeightInverse)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for pi, p := range policies {
 			levels := make([]Level, nc)
@@ -125,7 +133,7 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 			case PolicyLLMSRatio:
 				lv, err := assign(WeightRatio)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				copy(levels, lv)
 			case PolicyRandom:
@@ -146,32 +154,32 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 					levels[i] = ls[k]
 				}
 			default:
-				return nil, fmt.Errorf("llms: unknown quality policy %q", p)
+				return nil, nil, fmt.Errorf("llms: unknown quality policy %q", p)
 			}
 			block := make([]byte, len(dump))
 			for i := 0; i < nc; i++ {
 				n := lay.tokens(i, ctxLen)
 				e, err := lay.encode(dump, ctxLen, i*C, n, levels[i])
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				if err := lay.decode(e, block, ctxLen, i*C); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				res[pi].Bytes += int64(e.size())
 				res[pi].Levels[levels[i].String()]++
 			}
 			st.Reset()
 			if err := st.WriteAllSlots(seq(ctxLen), block); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if err := st.SetPositions(seq(ctxLen), seq(ctxLen)); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			pos := seq(ctxLen + contLen)[ctxLen:]
 			logits, err := st.Forward(win[ctxLen:], pos, pos)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			V := st.Vocab()
 			for r := 0; r+1 < contLen; r++ {
@@ -195,5 +203,10 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 		res[i].PPL = math.Exp(res[i].NLL)
 		res[i].Bits = 8 * float64(res[i].Bytes) / float64(values)
 	}
-	return res, nil
+	for k := range byPos {
+		if posN[k] > 0 {
+			byPos[k] /= posN[k]
+		}
+	}
+	return res, byPos, nil
 }

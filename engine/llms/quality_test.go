@@ -18,9 +18,13 @@ var allPolicies = []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT4, PolicyINT2, 
 func TestQualityControls(t *testing.T) {
 	st := openDefault(t, 96)
 	toks := heldoutTokens(t, 120)
-	res, err := Quality(st, toks, 64, 16, 1, 16, []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT2, PolicyLLMS, PolicyRandom, PolicyReversed}, 1)
+	res, byPos, err := Quality(st, toks, 64, 16, 1, 16, []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT2, PolicyLLMS, PolicyRandom, PolicyReversed}, 1)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Logf("density by position tenth: %.4f", byPos)
+	if byPos[0] <= 0 {
+		t.Errorf("density of the first tenth %g", byPos[0])
 	}
 	by := map[QualityPolicy]QualityResult{}
 	for _, r := range res {
@@ -77,10 +81,11 @@ func BenchmarkQuality(b *testing.B) {
 	defer st.Session().Close()
 	corpus := longctxCorpus(b)
 	for i := 0; i < b.N; i++ {
-		res, err := Quality(st, corpus, ctx, cont, win, 16, allPolicies, 1)
+		res, byPos, err := Quality(st, corpus, ctx, cont, win, 16, allPolicies, 1)
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Logf("density by position tenth: %.4f", byPos)
 		for _, r := range res {
 			b.Logf("%-18s nll %.4f ppl %.3f bits/value %.2f levels %v", r.Policy, r.NLL, r.PPL, r.Bits, r.Levels)
 			b.ReportMetric(r.PPL, string(r.Policy)+"-ppl")
