@@ -214,6 +214,12 @@ func NewManager(st *kv.State, dir string, cfg Config) (*Manager, error) {
 	if cfg.BudgetBytes < 0 || cfg.RatioGlobal <= 0 || cfg.RatioGlobal > 1 {
 		return nil, fmt.Errorf("llms: budget %d, global ratio %g", cfg.BudgetBytes, cfg.RatioGlobal)
 	}
+	if cfg.Mode == ModeLLMS && !cfg.Lossless {
+		// Density needs the engine's attention statistics (hook H3).
+		if _, err := st.AttentionStats(); err != nil {
+			return nil, fmt.Errorf("llms: mode llms ranks chunks by attention: open the session with kv.Config.AttentionStats (%w)", err)
+		}
+	}
 	lay, err := newLayout(st.Info(), cfg.ChunkTokens, topLevel(cfg))
 	if err != nil {
 		return nil, err
