@@ -76,7 +76,7 @@ func (m *Manager) Commit(id string, tokens []int) error {
 		return fmt.Errorf("llms: Commit %s: the cache does not hold the %d tokens at their positions", id, n)
 	}
 	if !m.observed {
-		if err := m.observe(); err != nil && m.cfg.Mode == ModeLLMS {
+		if err := m.observe(); err != nil && m.ranks() {
 			return fmt.Errorf("llms: Commit %s: %w", id, err)
 		}
 	}

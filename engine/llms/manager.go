@@ -439,7 +439,7 @@ func (m *Manager) Forward(tokens, positions, slots []int) ([]float32, error) {
 		return nil, err
 	}
 	if m.ctxs[m.active] != nil {
-		if err := m.observe(); err != nil && m.cfg.Mode == ModeLLMS {
+		if err := m.observe(); err != nil && m.ranks() {
 			return nil, err
 		}
 	}
@@ -877,3 +877,6 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// ranks reports whether chunks are ranked by density (needs statistics).
+func (m *Manager) ranks() bool { return m.cfg.Mode == ModeLLMS && !m.cfg.Lossless }
