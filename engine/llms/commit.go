@@ -21,7 +21,7 @@ func (m *Manager) targetLevels(c *context, n int) ([]Level, error) {
 	switch {
 	case m.cfg.Lossless || m.cfg.Mode == ModeVLLMS:
 		fixed = LevelFP
-	case m.cfg.Mode == ModeLLMS:
+	case m.ranks():
 		fixed = 0
 	}
 	if fixed != 0 {
@@ -148,8 +148,8 @@ func (m *Manager) Commit(id string, tokens []int) error {
 	for i := range c.pool {
 		m.queue.Touch(m.key(c, i), c.pool[i].level)
 	}
-	switch m.cfg.Mode {
-	case ModeLLMS:
+	switch {
+	case m.aot():
 		if err := m.startAoT(c, changed, enc); err != nil {
 			return err
 		}

@@ -65,6 +65,9 @@
 //   - The literal weight 1/ratio_w is the default, as the spec says; it
 //     rewards compressing (flat densities go to the corner n8 = n/3, one
 //     dominant chunk keeps everything at 4 bits). WeightRatio is the other.
+//   - Ablation modes (llms_nolife: LRU + on-demand swap-out; llms_notol:
+//     all chunks INT8; llms_nopipe: restore by I/O only) are LLMS with one
+//     mechanism removed.
 //   - Baseline modes (lmk, swap, vllm_s, vllm_sq) share the I/O layer and
 //     the install path; they swap out on demand (no AoT) and restore by I/O
 //     alone (LMK by recompute alone).

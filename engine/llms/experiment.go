@@ -79,7 +79,7 @@ func (s *TraceSystem) Call(a trace.Arrival) (trace.Parts, error) {
 	if _, err := s.St.Forward(add, pos, pos); err != nil {
 		return nil, err
 	}
-	if s.M.cfg.Mode == ModeLLMS {
+	if s.M.ranks() {
 		if err := s.M.Observe(); err != nil {
 			return nil, err
 		}

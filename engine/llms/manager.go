@@ -32,7 +32,32 @@ const (
 	ModeVLLMS Mode = "vllm_s"
 	// ModeVLLMSQ: ModeVLLMS at static INT8.
 	ModeVLLMSQ Mode = "vllm_sq"
+
+	// The ablations of the paper's Fig. 13 (spec §1c): LLMS without one
+	// mechanism each.
+	// ModeNoLifecycle: plain LRU and on-demand swap-out (no LCTRU, no AoT).
+	ModeNoLifecycle Mode = "llms_nolife"
+	// ModeNoTolerance: every chunk at base INT8 (no density ranking).
+	ModeNoTolerance Mode = "llms_notol"
+	// ModeNoPipeline: missing chunks restored by I/O only (no planner, no
+	// recompute).
+	ModeNoPipeline Mode = "llms_nopipe"
 )
+
+// isLLMS: LLMS or one of its ablations.
+func (m *Manager) isLLMS() bool {
+	switch m.cfg.Mode {
+	case ModeLLMS, ModeNoLifecycle, ModeNoTolerance, ModeNoPipeline:
+		return true
+	}
+	return false
+}
+
+// aot: modified chunks are written at the end of every call.
+func (m *Manager) aot() bool { return m.isLLMS() && m.cfg.Mode != ModeNoLifecycle }
+
+// plans: the swap–recompute planner chooses the restore.
+func (m *Manager) plans() bool { return m.isLLMS() && m.cfg.Mode != ModeNoPipeline }
 
 // Config configures a Manager.
 type Config struct {
@@ -202,7 +227,7 @@ func NewManager(st *kv.State, dir string, cfg Config) (*Manager, error) {
 		cfg.QueueDepth = 4
 	}
 	switch cfg.Mode {
-	case ModeLLMS, ModeLMK, ModeSwap, ModeVLLMS, ModeVLLMSQ:
+	case ModeLLMS, ModeLMK, ModeSwap, ModeVLLMS, ModeVLLMSQ, ModeNoLifecycle, ModeNoTolerance, ModeNoPipeline:
 	default:
 		return nil, fmt.Errorf("llms: unknown mode %q", cfg.Mode)
 	}
@@ -214,7 +239,7 @@ func NewManager(st *kv.State, dir string, cfg Config) (*Manager, error) {
 	if cfg.BudgetBytes < 0 || cfg.RatioGlobal <= 0 || cfg.RatioGlobal > 1 {
 		return nil, fmt.Errorf("llms: budget %d, global ratio %g", cfg.BudgetBytes, cfg.RatioGlobal)
 	}
-	if cfg.Mode == ModeLLMS && !cfg.Lossless {
+	if (cfg.Mode == ModeLLMS || cfg.Mode == ModeNoLifecycle || cfg.Mode == ModeNoPipeline) && !cfg.Lossless {
 		// Density needs the engine's attention statistics (hook H3).
 		if _, err := st.AttentionStats(); err != nil {
 			return nil, fmt.Errorf("llms: mode llms ranks chunks by attention: open the session with kv.Config.AttentionStats (%w)", err)
@@ -228,7 +253,7 @@ func NewManager(st *kv.State, dir string, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("llms: state directory: %w", err)
 	}
 	m := &Manager{st: st, dir: dir, cfg: cfg, lay: lay, ctxs: map[string]*context{}, corrupt: map[string]string{},
-		queue: NewLCTRU(cfg.Mode != ModeLLMS), stats: flash.NewStats()}
+		queue: NewLCTRU(!(cfg.Mode == ModeLLMS || cfg.Mode == ModeNoTolerance || cfg.Mode == ModeNoPipeline)), stats: flash.NewStats()}
 	m.cfg.Flash.Stats = m.stats
 	metas, bad, err := loadMetas(dir)
 	if err != nil {
@@ -537,7 +562,7 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 	switch {
 	case m.choose != nil:
 		p = m.choose(miss, forced)
-	case m.cfg.Mode == ModeLLMS:
+	case m.plans():
 		p = m.lay.planRestore(miss, forced, m.cost)
 	default:
 		// Baselines restore by I/O alone (LMK has nothing to read).
@@ -879,4 +904,6 @@ func equalInts(a, b []int) bool {
 }
 
 // ranks reports whether chunks are ranked by density (needs statistics).
-func (m *Manager) ranks() bool { return m.cfg.Mode == ModeLLMS && !m.cfg.Lossless }
+func (m *Manager) ranks() bool {
+	return m.isLLMS() && m.cfg.Mode != ModeNoTolerance && !m.cfg.Lossless
+}

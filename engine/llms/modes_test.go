@@ -18,6 +18,7 @@ func TestModes(t *testing.T) {
 		exact bool
 	}{
 		{ModeLMK, true}, {ModeVLLMS, true}, {ModeVLLMSQ, false}, {ModeSwap, false}, {ModeLLMS, false},
+		{ModeNoLifecycle, false}, {ModeNoTolerance, false}, {ModeNoPipeline, false},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			m := newManager(t, st, t.TempDir(), Config{Mode: tc.mode, BudgetBytes: 1})
@@ -45,7 +46,7 @@ func TestModes(t *testing.T) {
 					if tm.Recomputed != 3 {
 						t.Errorf("%s: LMK restored by %+v", id, tm)
 					}
-				case ModeLLMS:
+				case ModeLLMS, ModeNoLifecycle, ModeNoTolerance:
 				default:
 					if tm.Recomputed != 0 || tm.Loaded != 3 {
 						t.Errorf("%s: %s restored by %+v", id, tc.mode, tm)

@@ -61,7 +61,7 @@ func runBenchServe(args []string) error {
 	calls := fs.Int("calls", 40, "calls per trace")
 	maxCtx := fs.Int("ctx", 1024, "maximum context (cache slots)")
 	text := fs.String("text", "", "corpus the calls' tokens come from (default heldout.txt beside the model)")
-	systems := fs.String("systems", "llms,lmk,swap,vllm_s,vllm_sq", "systems to compare")
+	systems := fs.String("systems", "llms,lmk,swap,vllm_s,vllm_sq", "systems to compare (also the ablations llms_nolife, llms_notol, llms_nopipe)")
 	limits := fs.String("limits-ms", "10,25,50,100,250", "latency limits for the contexts-held count")
 	stateDir := fs.String("state-dir", "", "where the swap files go (default a temporary directory on disk; must support O_DIRECT)")
 	seed := fs.Int64("seed", 7, "trace seed")
