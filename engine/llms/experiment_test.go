@@ -89,13 +89,13 @@ func BenchmarkSwitchModes(b *testing.B) {
 	}
 }
 
-// longctxCorpus is the long-context model's held-out text, tokenized.
+// longctxCorpus is the long-context model's held-out split, tokenized.
 func longctxCorpus(b testing.TB) []int {
 	tok, err := tokenizer.Load("../../testdata/longctx/tokenizer.json")
 	if err != nil {
 		b.Fatal(err)
 	}
-	text, err := os.ReadFile("../../testdata/longctx/heldout.txt")
+	text, err := os.ReadFile("../../testdata/longctx/heldout_split.txt")
 	if err != nil {
 		b.Fatal(err)
 	}
