@@ -267,8 +267,8 @@ func NewManager(st *kv.State, dir string, cfg Config) (*Manager, error) {
 			m.corrupt["ctx-"+md.ID+".json"] = fmt.Sprintf("chunks of %d tokens; the manager uses %d", md.Chunk, cfg.ChunkTokens)
 			continue
 		}
-		if len(md.Tokens) > st.MaxContext() || len(md.Chunks) != lay.chunks(len(md.Tokens)) {
-			m.corrupt["ctx-"+md.ID+".json"] = fmt.Sprintf("%d tokens in %d chunks do not fit the cache", len(md.Tokens), len(md.Chunks))
+		if err := checkMeta(md, lay, st.MaxContext(), st.Vocab()); err != nil {
+			m.corrupt["ctx-"+md.ID+".json"] = err.Error()
 			continue
 		}
 		m.ctxs[md.ID] = &context{meta: *md, pool: map[int]*encChunk{}, pending: map[int]bool{}}
@@ -906,4 +906,29 @@ func equalInts(a, b []int) bool {
 // ranks reports whether chunks are ranked by density (needs statistics).
 func (m *Manager) ranks() bool {
 	return m.isLLMS() && m.cfg.Mode != ModeNoTolerance && !m.cfg.Lossless
+}
+
+// checkMeta refuses a reloaded context whose table does not fit the model
+// and the manager (a file from another model or configuration, or one
+// edited by hand): it is reported, never trusted.
+func checkMeta(md *ctxMeta, lay *layout, maxCtx, vocab int) error {
+	n := len(md.Tokens)
+	if n > maxCtx || len(md.Chunks) != lay.chunks(n) {
+		return fmt.Errorf("%d tokens in %d chunks do not fit the cache of %d", n, len(md.Chunks), maxCtx)
+	}
+	for i, t := range md.Tokens {
+		if t < 0 || t >= vocab || md.Positions[i] != i {
+			return fmt.Errorf("token %d is %d at position %d (vocabulary %d)", i, t, md.Positions[i], vocab)
+		}
+	}
+	for i, ch := range md.Chunks {
+		if !ch.Level.valid() || ch.Level.Ratio() > lay.top.Ratio() || (ch.Level == LevelFP) != (lay.top == LevelFP) || ch.Tokens != lay.tokens(i, n) {
+			return fmt.Errorf("chunk %d: %s with %d tokens", i, ch.Level, ch.Tokens)
+		}
+	}
+	d := md.Density
+	if len(d.Sum) != len(d.Count) || len(d.Sum) > n || d.LH < 0 {
+		return fmt.Errorf("density over %d sums and %d counts for %d tokens", len(d.Sum), len(d.Count), n)
+	}
+	return nil
 }

@@ -415,6 +415,18 @@ func TestRestartAndCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(dir+"/ctx-zz.json", []byte(`{"id":"zz"}`+sumPrefix+"00\n"), 0o644)
+	// Checksums right, content wrong: a token outside the vocabulary, and
+	// a density shorter in counts than in sums.
+	for id, md := range map[string]*ctxMeta{
+		"yy": {ID: "yy", Chunk: 16, Tokens: []int{1, 1 << 20}, Positions: []int{0, 1}, Chunks: []chunkMeta{{Level: LevelFP, Tokens: 2}}},
+		"xx": {ID: "xx", Chunk: 16, Tokens: []int{1, 2}, Positions: []int{0, 1}, Chunks: []chunkMeta{{Level: LevelFP, Tokens: 2}}, Density: Density{Sum: []float64{1, 2}, Count: []float64{1}}},
+	} {
+		data, err := encodeMeta(md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(metaPath(dir, id), data, 0o644)
+	}
 	// Tear chunk 2 of b: overwrite its first region's slot.
 	f, err := flash.OpenRW(swapPath(dir, "b"), flash.Options{})
 	if err != nil {
@@ -426,7 +438,7 @@ func TestRestartAndCorrupt(t *testing.T) {
 
 	m2 := newManager(t, st, dir, Config{Lossless: true})
 	s := m2.Stats()
-	if s.Contexts != 2 || s.Corrupt["ctx-zz.json"] == "" {
+	if s.Contexts != 2 || s.Corrupt["ctx-zz.json"] == "" || s.Corrupt["ctx-yy.json"] == "" || s.Corrupt["ctx-xx.json"] == "" {
 		t.Fatalf("after restart: %d contexts, corrupt %v", s.Contexts, s.Corrupt)
 	}
 	got, err := m2.Tokens("b")
