@@ -59,7 +59,7 @@ func (s *TraceSystem) Switch(a trace.Arrival) (trace.Parts, error) {
 	// "predicted" is the planner's estimate of the restore (not a part of
 	// the measured time): its mean against io_wait+recompute+upload is the
 	// predicted-versus-measured comparison.
-	return trace.Parts{"reclaim": tm.Reclaim, "io": tm.IO, "io_wait": tm.IOWait, "recompute": tm.Recompute, "upload": tm.Upload, "aot_wait": tm.AoTWait, "predicted": tm.Predicted}, nil
+	return trace.Parts{"reclaim": tm.Reclaim, "io": tm.IO, "io_wait": tm.IOWait, "recompute": tm.Recompute, "upload": tm.Upload, "decode": tm.Decode, "aot_wait": tm.AoTWait, "predicted": tm.Predicted}, nil
 }
 
 // Call prefills the call's tokens at the end of the context and commits.

@@ -109,6 +109,9 @@ type SwitchTimings struct {
 	IOWait    time.Duration `json:"io_wait_ns"`
 	Recompute time.Duration `json:"recompute_ns"`
 	Upload    time.Duration `json:"upload_ns"`
+	// Decode is the part of Upload spent dequantizing on the host (the
+	// rest is the host-to-device copy and bookkeeping).
+	Decode time.Duration `json:"decode_ns"`
 	Total     time.Duration `json:"total_ns"`
 	// Predicted is the planner's estimate; PaperMax the paper's objective.
 	Predicted time.Duration `json:"predicted_ns"`
@@ -626,7 +629,7 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 
 	// Upload resident chunks.
 	tu := time.Now()
-	if err := m.upload(c, resident, c.pool); err != nil {
+	if err := m.upload(c, resident, c.pool, &tm.Decode); err != nil {
 		return tm, err
 	}
 	tm.Upload += time.Since(tu)
@@ -671,7 +674,7 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 			}
 			ok = append(ok, i)
 		}
-		if err := m.upload(c, ok, got); err != nil {
+		if err := m.upload(c, ok, got, &tm.Decode); err != nil {
 			return err
 		}
 		for _, i := range ok {
@@ -803,7 +806,7 @@ func (m *Manager) holds(n int) bool {
 
 // upload decodes chunks idx (from enc) into one buffer-major block and
 // writes it to their slots, then records their positions.
-func (m *Manager) upload(c *context, idx []int, enc map[int]*encChunk) error {
+func (m *Manager) upload(c *context, idx []int, enc map[int]*encChunk, decode *time.Duration) error {
 	if len(idx) == 0 {
 		return nil
 	}
@@ -815,12 +818,14 @@ func (m *Manager) upload(c *context, idx []int, enc map[int]*encChunk) error {
 			slots = append(slots, i*m.lay.C+t)
 		}
 	}
+	td := time.Now()
 	block := make([]byte, len(slots)*m.lay.slotBytes())
 	for _, i := range idx {
 		if err := m.lay.decode(enc[i], block, len(slots), at[i]); err != nil {
 			return fmt.Errorf("llms: chunk %d of %s: %w", i, c.meta.ID, err)
 		}
 	}
+	*decode += time.Since(td)
 	if err := m.st.WriteAllSlots(slots, block); err != nil {
 		return err
 	}
