@@ -112,7 +112,7 @@ type SwitchTimings struct {
 	// Decode is the part of Upload spent dequantizing on the host (the
 	// rest is the host-to-device copy and bookkeeping).
 	Decode time.Duration `json:"decode_ns"`
-	Total     time.Duration `json:"total_ns"`
+	Total  time.Duration `json:"total_ns"`
 	// Predicted is the planner's estimate; PaperMax the paper's objective.
 	Predicted time.Duration `json:"predicted_ns"`
 	PaperMax  time.Duration `json:"paper_max_ns"`
