@@ -1,0 +1,81 @@
+// Package llms is the memory system of LLMS ("LLM as a System Service on
+// Mobile Devices", systems-spec §1): persistent contexts whose KV caches
+// are kept as 16-token chunks, compressed by attention tolerance, swapped
+// to flash ahead of time and restored by a swap–recompute pipeline.
+//
+// A Manager drives one kv.State (the device working set: the installed
+// context, outside the budget). Install makes a context the installed one
+// (the switch: reclaim, resident chunks dequantized and uploaded, missing
+// chunks read from flash or recomputed from their token ids at their
+// global positions); Commit ends a call (density from the engine's
+// attention statistics, re-ranking, encoding of changed chunks, the
+// ahead-of-time swap-out); Drop deletes a context. State lives in a
+// directory: one layer-major swap file and one checksummed
+// ctx-<id>.json per context, reloaded by NewManager after a restart.
+//
+// Mechanisms and where they are:
+//
+//   - codec.go: base INT8 per token and KV head (asymmetric min/max, fp16
+//     scale and zero), channel-wise 4- and 2-bit over a chunk's tokens atop
+//     the INT8, packed with shifts; EncodedSize is the exact byte count with
+//     metadata and EffectiveBits reports it per value (9, 6 and 4 bits for
+//     16 tokens of 32-dim heads). LevelFP stores the buffer's bytes
+//     (lossless; exactness tests, VLLM-S).
+//   - density.go: information density with the spec's erratum reading
+//     (mean of a column over its unmasked rows, averaged over layers and
+//     query heads), running sums and counts per token across forwards and
+//     calls; Assign is the exact discrete scan (weight a parameter, default
+//     the literal 1/ratio_w) or, for other ladders or ratios, enumeration
+//     of band splits at or under the global ratio.
+//   - lctru.go: LCTRU sub-queues per level, heaviest first, LRU within;
+//     working-set locking of the installed context.
+//   - store.go, layout.go: layer-major swap files (region l holds a
+//     fixed-size slot per chunk, sized for the top level plus metadata and
+//     aligned to 512 bytes, so level changes rewrite in place), runs of
+//     consecutive chunks coalesced into one O_DIRECT read per region,
+//     ctx-<id>.json written atomically (temporary file, sync, rename) with
+//     a SHA-256 line; a per-chunk CRC catches torn in-place rewrites.
+//   - planner.go: T_re(x) = a·x + b and T_IO = c·bytes + e·reads fitted
+//     at NewManager; greedy: recompute heaviest chunks first, scan X.
+//   - manager.go, commit.go: Install, Commit, Drop, Stats; the budget
+//     counts chunk data with metadata, per-chunk bookkeeping and the
+//     contexts' memory-resident fragments (token ids, density sums).
+//
+// Deviations from the spec, named:
+//
+//   - No per-layer hook (H2) yet: the pipeline is the spec's "cheaper
+//     variant". An I/O goroutine pool reads every missing chunk's regions;
+//     the recompute forward starts once the chunks positioned before the
+//     last recomputed chunk are installed, and the reads of later chunks
+//     overlap it. The planner costs exactly that (IO(pre) + max(T_re,
+//     IO(post))) and also reports the paper's max(T_re, T_IO). Within a
+//     level, earlier chunks are recomputed first so more I/O can overlap.
+//   - T_IO has a per-read term (our addition; storage here is IOPS-bound).
+//   - A run read covers whole slots up to its last chunk: compressed chunks
+//     inside a run are read with their slot's padding (one operation
+//     instead of several; bytes planned count it).
+//   - Recomputed chunks are not put back into the memory pool (their
+//     flash copy stays valid); loaded ones are.
+//   - Chunks of levels 4 and 2 are quantized from the INT8-dequantized
+//     values; a level change re-quantizes from the device's current values.
+//   - Density is accumulated from the forwards the caller reports: call
+//     Observe after each forward of a call (prefill and every decode step);
+//     otherwise Commit takes only the last forward's statistics. Restore
+//     forwards (recompute) are never counted, to avoid counting rows twice.
+//   - The literal weight 1/ratio_w is the default, as the spec says; it
+//     rewards compressing (flat densities go to the corner n8 = n/3, one
+//     dominant chunk keeps everything at 4 bits). WeightRatio is the other.
+//   - Ablation modes (llms_nolife: LRU + on-demand swap-out; llms_notol:
+//     all chunks INT8; llms_nopipe: restore by I/O only) are LLMS with one
+//     mechanism removed.
+//   - Baseline modes (lmk, swap, vllm_s, vllm_sq) share the I/O layer and
+//     the install path; they swap out on demand (no AoT) and restore by I/O
+//     alone (LMK by recompute alone).
+//   - No sliding window of its own: Install accepts a history that
+//     diverges from the stored one (keeps the chunks wholly inside the
+//     common prefix, recomputes the rest), which is how a caller's
+//     StreamingLLM window (sink tokens kept, the rest re-positioned) is
+//     restored; a history longer than the cache is refused.
+//   - Forwards are split at Config.MaxStep tokens in position order (exact:
+//     each piece attends what earlier pieces wrote).
+package llms

@@ -1,0 +1,352 @@
+package llms
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"sort"
+
+	"github.com/tlite/tlite/engine/kv"
+)
+
+// QualityPolicy is one way of storing a context's chunks for the
+// compression-efficacy experiment (spec §1c substitutes for Fig. 6b/12).
+type QualityPolicy string
+
+// The policies. Random and Reversed use exactly LLMS's multiset of levels
+// (the same bytes), placed at random or densest-to-lowest: the controls
+// that show whether density matters.
+const (
+	PolicyFP       QualityPolicy = "fp32"
+	PolicyINT8     QualityPolicy = "int8"
+	PolicyINT4     QualityPolicy = "int4"
+	PolicyINT2     QualityPolicy = "int2"
+	PolicyLLMS     QualityPolicy = "llms"
+	PolicyRandom   QualityPolicy = "random"
+	PolicyReversed QualityPolicy = "reversed"
+	// PolicyLLMSRatio is LLMS with the "natural" weight ratio_w.
+	PolicyLLMSRatio QualityPolicy = "llms_ratio_weight"
+)
+
+// QualityResult is one policy's outcome over all windows.
+type QualityResult struct {
+	Policy QualityPolicy `json:"policy"`
+	// NLL is the mean negative log-likelihood (nats) of the continuation
+	// tokens given the stored context; PPL is exp(NLL).
+	NLL float64 `json:"nll"`
+	PPL float64 `json:"ppl"`
+	// Bytes is the stored context's bytes (data + metadata), summed over
+	// windows; Bits the effective bits per cached value.
+	Bytes int64   `json:"bytes"`
+	Bits  float64 `json:"effective_bits"`
+	// Levels counts chunks per level over windows.
+	Levels map[string]int `json:"levels"`
+}
+
+// Quality measures, for each policy, the teacher-forced NLL of contLen
+// tokens that follow a context of ctxLen tokens whose KV is stored under
+// the policy, over windows consecutive stretches of tokens. Density comes
+// from the context's prefill (every row of it). st must compute logits for
+// every row (not LastRowOnly). byPos is the mean token density d(t) over
+// tenths of the context (spec §1d.4's histogram of D by position: a sink
+// at the start or a late-token bias shows here).
+func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, policies []QualityPolicy, seed int64) (res []QualityResult, byPos []float64, err error) {
+	if st.LastRowOnly() {
+		return nil, nil, fmt.Errorf("llms: Quality needs logits for every row (open without LastLogits)")
+	}
+	if ctxLen+contLen > st.MaxContext() || windows < 1 || ctxLen < C || contLen < 2 {
+		return nil, nil, fmt.Errorf("llms: Quality of %d+%d tokens in %d slots, %d windows", ctxLen, contLen, st.MaxContext(), windows)
+	}
+	if len(tokens) < windows*(ctxLen+contLen) {
+		return nil, nil, fmt.Errorf("llms: Quality needs %d tokens; have %d", windows*(ctxLen+contLen), len(tokens))
+	}
+	lay, err := newLayout(st.Info(), C, LevelFP)
+	if err != nil {
+		return nil, nil, err
+	}
+	rng := rand.New(rand.NewSource(seed))
+	res = make([]QualityResult, len(policies))
+	byPos = make([]float64, 10)
+	posN := make([]float64, 10)
+	values := 0
+	for i := range res {
+		res[i] = QualityResult{Policy: policies[i], Levels: map[string]int{}}
+	}
+	ntok := 0
+	for w := 0; w < windows; w++ {
+		win := tokens[w*(ctxLen+contLen) : (w+1)*(ctxLen+contLen)]
+		st.Reset()
+		if _, err := st.Forward(win[:ctxLen], seq(ctxLen), seq(ctxLen)); err != nil {
+			return nil, nil, err
+		}
+		stats, err := st.AttentionStats()
+		if err != nil {
+			return nil, nil, err
+		}
+		var d Density
+		if err := d.Add(stats, func(j int) int { return j }); err != nil {
+			return nil, nil, err
+		}
+		for t := 0; t < ctxLen; t++ {
+			byPos[10*t/ctxLen] += d.Token(t)
+			posN[10*t/ctxLen]++
+		}
+		dump := make([]byte, ctxLen*lay.slotBytes())
+		if err := st.ReadAllSlots(seq(ctxLen), dump); err != nil {
+			return nil, nil, err
+		}
+		nc := lay.chunks(ctxLen)
+		full := ctxLen / C
+		dens := make([]float64, full)
+		for i := range dens {
+			dens[i] = d.Chunk(i*C, (i+1)*C)
+		}
+		for pi, p := range policies {
+			levels, err := policyLevels(p, dens, nc, rng)
+			if err != nil {
+				return nil, nil, err
+			}
+			block := make([]byte, len(dump))
+			for i := 0; i < nc; i++ {
+				n := lay.tokens(i, ctxLen)
+				e, err := lay.encode(dump, ctxLen, i*C, n, levels[i])
+				if err != nil {
+					return nil, nil, err
+				}
+				if err := lay.decode(e, block, ctxLen, i*C); err != nil {
+					return nil, nil, err
+				}
+				res[pi].Bytes += int64(e.size())
+				res[pi].Levels[levels[i].String()]++
+			}
+			st.Reset()
+			if err := st.WriteAllSlots(seq(ctxLen), block); err != nil {
+				return nil, nil, err
+			}
+			if err := st.SetPositions(seq(ctxLen), seq(ctxLen)); err != nil {
+				return nil, nil, err
+			}
+			pos := seq(ctxLen + contLen)[ctxLen:]
+			logits, err := st.Forward(win[ctxLen:], pos, pos)
+			if err != nil {
+				return nil, nil, err
+			}
+			V := st.Vocab()
+			for r := 0; r+1 < contLen; r++ {
+				row := logits[r*V : (r+1)*V]
+				mx := row[0]
+				for _, v := range row {
+					mx = max(mx, v)
+				}
+				var z float64
+				for _, v := range row {
+					z += math.Exp(float64(v - mx))
+				}
+				res[pi].NLL += math.Log(z) - float64(row[win[ctxLen+r+1]]-mx)
+			}
+		}
+		ntok += contLen - 1
+		values += ctxLen * lay.slotBytes() / 4
+	}
+	for i := range res {
+		res[i].NLL /= float64(ntok)
+		res[i].PPL = math.Exp(res[i].NLL)
+		res[i].Bits = 8 * float64(res[i].Bytes) / float64(values)
+	}
+	for k := range byPos {
+		if posN[k] > 0 {
+			byPos[k] /= posN[k]
+		}
+	}
+	return res, byPos, nil
+}
+
+// policyLevels is each chunk's level under policy p, given the full
+// chunks' densities (nc chunks in all; the partial one stays INT8).
+func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Level, error) {
+	full := len(dens)
+	ladder := []Level{Level8, Level4, Level2}
+	levels := make([]Level, nc)
+	for i := range levels {
+		levels[i] = Level8
+	}
+	llms := func(w Weight) ([]Level, error) {
+		a, err := Assign(dens, ladder, 0.5, w)
+		return a.Levels, err
+	}
+	switch p {
+	case PolicyFP:
+		for i := range levels {
+			levels[i] = LevelFP
+		}
+	case PolicyINT8:
+	case PolicyINT4, PolicyINT2:
+		l := Level4
+		if p == PolicyINT2 {
+			l = Level2
+		}
+		for i := 0; i < full; i++ {
+			levels[i] = l
+		}
+	case PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed:
+		w := WeightInverse
+		if p == PolicyLLMSRatio {
+			w = WeightRatio
+		}
+		lv, err := llms(w)
+		if err != nil {
+			return nil, err
+		}
+		switch p {
+		case PolicyRandom:
+			perm := rng.Perm(full)
+			for i := 0; i < full; i++ {
+				levels[perm[i]] = lv[i]
+			}
+		case PolicyReversed:
+			// The densest chunk gets LLMS's lowest level, and so on.
+			byDens := make([]int, full)
+			for i := range byDens {
+				byDens[i] = i
+			}
+			sort.SliceStable(byDens, func(a, b int) bool { return dens[byDens[a]] > dens[byDens[b]] })
+			ls := append([]Level(nil), lv...)
+			sort.Slice(ls, func(a, b int) bool { return ls[a] < ls[b] })
+			for k, i := range byDens {
+				levels[i] = ls[k]
+			}
+		default:
+			copy(levels, lv)
+		}
+	default:
+		return nil, fmt.Errorf("llms: unknown quality policy %q", p)
+	}
+	return levels, nil
+}
+
+// storeUnder replaces the first ctxLen slots' KV (dump, read before) by
+// its round trip through the codec at levels, and returns the bytes the
+// chunks take.
+func storeUnder(st *kv.State, lay *layout, dump []byte, ctxLen int, levels []Level) (int64, error) {
+	block := make([]byte, len(dump))
+	var bytes int64
+	for i := range levels {
+		n := lay.tokens(i, ctxLen)
+		e, err := lay.encode(dump, ctxLen, i*lay.C, n, levels[i])
+		if err != nil {
+			return 0, err
+		}
+		if err := lay.decode(e, block, ctxLen, i*lay.C); err != nil {
+			return 0, err
+		}
+		bytes += int64(e.size())
+	}
+	st.Reset()
+	if err := st.WriteAllSlots(seq(ctxLen), block); err != nil {
+		return 0, err
+	}
+	return bytes, st.SetPositions(seq(ctxLen), seq(ctxLen))
+}
+
+// RecallItem is one multiple-choice item: the context, the candidate
+// continuations (token ids) and the index of the right one.
+type RecallItem struct {
+	Context    []int
+	Candidates [][]int
+	Answer     int
+}
+
+// Recall is the in-context recall accuracy under each policy: the
+// context's KV (all but its last token) is stored under the policy; each
+// candidate is scored by the log-likelihood of its tokens after the last
+// context token; the best-scored candidate is the model's answer.
+func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, seed int64) (map[QualityPolicy]float64, error) {
+	if st.LastRowOnly() {
+		return nil, fmt.Errorf("llms: Recall needs logits for every row (open without LastLogits)")
+	}
+	lay, err := newLayout(st.Info(), C, LevelFP)
+	if err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewSource(seed))
+	correct := map[QualityPolicy]float64{}
+	for k, it := range items {
+		n := len(it.Context) - 1
+		longest := 0
+		for _, c := range it.Candidates {
+			longest = max(longest, len(c))
+		}
+		if n < C || n+1+longest > st.MaxContext() || it.Answer < 0 || it.Answer >= len(it.Candidates) {
+			return nil, fmt.Errorf("llms: recall item %d: %d context tokens, answer %d of %d, cache %d", k, n+1, it.Answer, len(it.Candidates), st.MaxContext())
+		}
+		st.Reset()
+		if _, err := st.Forward(it.Context[:n], seq(n), seq(n)); err != nil {
+			return nil, err
+		}
+		stats, err := st.AttentionStats()
+		if err != nil {
+			return nil, err
+		}
+		var d Density
+		if err := d.Add(stats, func(j int) int { return j }); err != nil {
+			return nil, err
+		}
+		dump := make([]byte, n*lay.slotBytes())
+		if err := st.ReadAllSlots(seq(n), dump); err != nil {
+			return nil, err
+		}
+		full := n / C
+		dens := make([]float64, full)
+		for i := range dens {
+			dens[i] = d.Chunk(i*C, (i+1)*C)
+		}
+		for _, p := range policies {
+			levels, err := policyLevels(p, dens, lay.chunks(n), rng)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := storeUnder(st, lay, dump, n, levels); err != nil {
+				return nil, err
+			}
+			best, bestScore := -1, math.Inf(-1)
+			for ci, cand := range it.Candidates {
+				toks := append([]int{it.Context[n]}, cand[:len(cand)-1]...)
+				pos := seq(n + len(toks))[n:]
+				logits, err := st.Forward(toks, pos, pos)
+				if err != nil {
+					return nil, err
+				}
+				V := st.Vocab()
+				score := 0.0
+				for r, want := range cand {
+					row := logits[r*V : (r+1)*V]
+					mx := row[0]
+					for _, v := range row {
+						mx = max(mx, v)
+					}
+					var z float64
+					for _, v := range row {
+						z += math.Exp(float64(v - mx))
+					}
+					score += float64(row[want]-mx) - math.Log(z)
+				}
+				if err := st.Free(pos...); err != nil {
+					return nil, err
+				}
+				if score > bestScore {
+					best, bestScore = ci, score
+				}
+			}
+			if best == it.Answer {
+				correct[p]++
+			}
+		}
+	}
+	for p := range correct {
+		correct[p] /= float64(len(items))
+	}
+	for _, p := range policies {
+		correct[p] += 0 // policies with no correct answer report 0
+	}
+	return correct, nil
+}

@@ -1,0 +1,207 @@
+package llms
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/engine/kv"
+	"github.com/tlite/tlite/engine/tokenizer"
+)
+
+var allPolicies = []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT4, PolicyINT2, PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed}
+
+// TestQualityControls on the default model: the uncompressed policy gives
+// the plain forward's NLL, the LLMS, random and reversed policies store
+// the same bytes at a mean ratio of 50%, and static INT2 is the smallest.
+func TestQualityControls(t *testing.T) {
+	st := openDefault(t, 96)
+	toks := heldoutTokens(t, 120)
+	res, byPos, err := Quality(st, toks, 64, 16, 1, 16, []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT2, PolicyLLMS, PolicyRandom, PolicyReversed}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("density by position tenth: %.4f", byPos)
+	if byPos[0] <= 0 {
+		t.Errorf("density of the first tenth %g", byPos[0])
+	}
+	by := map[QualityPolicy]QualityResult{}
+	for _, r := range res {
+		by[r.Policy] = r
+		t.Logf("%-18s nll %.4f ppl %.2f bytes %d bits %.2f %v", r.Policy, r.NLL, r.PPL, r.Bytes, r.Bits, r.Levels)
+	}
+	// Plain forward of the whole window: the continuation's NLL.
+	st.Reset()
+	logits, err := st.Forward(toks[:80], seq(80), seq(80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := st.Vocab()
+	var nll float64
+	for r := 64; r < 79; r++ {
+		row := logits[r*V : (r+1)*V]
+		mx := row[0]
+		for _, v := range row {
+			mx = max(mx, v)
+		}
+		var z float64
+		for _, v := range row {
+			z += math.Exp(float64(v - mx))
+		}
+		nll += math.Log(z) - float64(row[toks[r+1]]-mx)
+	}
+	nll /= 15
+	if d := math.Abs(by[PolicyFP].NLL - nll); d > 1e-4 {
+		t.Errorf("fp32 policy NLL %.6f, plain forward %.6f", by[PolicyFP].NLL, nll)
+	}
+	if by[PolicyLLMS].Bytes != by[PolicyRandom].Bytes || by[PolicyLLMS].Bytes != by[PolicyReversed].Bytes {
+		t.Errorf("controls differ in bytes: llms %d random %d reversed %d", by[PolicyLLMS].Bytes, by[PolicyRandom].Bytes, by[PolicyReversed].Bytes)
+	}
+	if !(by[PolicyINT2].Bytes < by[PolicyLLMS].Bytes && by[PolicyLLMS].Bytes < by[PolicyINT8].Bytes && by[PolicyINT8].Bytes < by[PolicyFP].Bytes) {
+		t.Errorf("bytes not ordered int2 < llms < int8 < fp32")
+	}
+}
+
+// BenchmarkQuality is the compression-efficacy experiment on the long-
+// context model: LLMS_QCTX context tokens (512), LLMS_QCONT continuation
+// tokens (128), LLMS_QWIN windows (4) of held-out text.
+func BenchmarkQuality(b *testing.B) {
+	env := func(k string, d int) int {
+		if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
+			return v
+		}
+		return d
+	}
+	ctx, cont, win := env("LLMS_QCTX", 512), env("LLMS_QCONT", 128), env("LLMS_QWIN", 4)
+	st, err := kv.Open("../../testdata/longctx/model.onnx", engine.Options{}, kv.Config{MaxContext: ctx + cont, AttentionStats: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Session().Close()
+	corpus := longctxCorpus(b)
+	for i := 0; i < b.N; i++ {
+		res, byPos, err := Quality(st, corpus, ctx, cont, win, 16, allPolicies, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("density by position tenth: %.4f", byPos)
+		for _, r := range res {
+			b.Logf("%-18s nll %.4f ppl %.3f bits/value %.2f levels %v", r.Policy, r.NLL, r.PPL, r.Bits, r.Levels)
+			b.ReportMetric(r.PPL, string(r.Policy)+"-ppl")
+		}
+	}
+}
+
+// TestRecallScoring: with uncompressed storage, Recall's answer is the
+// candidate a plain forward of context+candidate scores highest.
+func TestRecallScoring(t *testing.T) {
+	st := openDefault(t, 64)
+	toks := heldoutTokens(t, 60)
+	it := RecallItem{Context: toks[:40], Candidates: [][]int{toks[40:43], toks[50:53], {5, 6, 7}}, Answer: 0}
+	acc, err := Recall(st, []RecallItem{it}, 16, []QualityPolicy{PolicyFP, PolicyINT2}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	best, bestScore := -1, math.Inf(-1)
+	for ci, c := range it.Candidates {
+		all := append(append([]int(nil), it.Context...), c...)
+		st.Reset()
+		logits, err := st.Forward(all, seq(len(all)), seq(len(all)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		V := st.Vocab()
+		s := 0.0
+		for r := 39; r < 39+len(c); r++ {
+			row := logits[r*V : (r+1)*V]
+			mx := row[0]
+			for _, v := range row {
+				mx = max(mx, v)
+			}
+			var z float64
+			for _, v := range row {
+				z += math.Exp(float64(v - mx))
+			}
+			s += float64(row[all[r+1]]-mx) - math.Log(z)
+		}
+		if s > bestScore {
+			best, bestScore = ci, s
+		}
+	}
+	want := 0.0
+	if best == 0 {
+		want = 1
+	}
+	if acc[PolicyFP] != want {
+		t.Errorf("fp32 recall accuracy %g; a plain forward picks candidate %d", acc[PolicyFP], best)
+	}
+	if a := acc[PolicyINT2]; a != 0 && a != 1 {
+		t.Errorf("int2 accuracy %g over one item", a)
+	}
+}
+
+// BenchmarkRecall is key→value recall (testdata/longctx/evals/recall_*.jsonl,
+// LLMS_RECALL_N items of each distance, default 20) with the context's KV
+// stored under each policy.
+func BenchmarkRecall(b *testing.B) {
+	n := 20
+	if v, err := strconv.Atoi(os.Getenv("LLMS_RECALL_N")); err == nil {
+		n = v
+	}
+	tok, err := tokenizer.Load("../../testdata/longctx/tokenizer.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := kv.Open("../../testdata/longctx/model.onnx", engine.Options{}, kv.Config{MaxContext: 1280, AttentionStats: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Session().Close()
+	for _, dist := range []string{"256", "1024"} {
+		raw, err := os.ReadFile("../../testdata/longctx/evals/recall_" + dist + ".jsonl")
+		if err != nil {
+			b.Fatal(err)
+		}
+		var items []RecallItem
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			if len(items) == n {
+				break
+			}
+			var r struct {
+				Context    string   `json:"context"`
+				Candidates []string `json:"candidates"`
+				Answer     int      `json:"answer"`
+			}
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				b.Fatal(err)
+			}
+			ctx, err := tok.Encode(r.Context, tokenizer.EncodeOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			it := RecallItem{Context: ctx, Answer: r.Answer}
+			for _, c := range r.Candidates {
+				ids, err := tok.Encode(c, tokenizer.EncodeOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				it.Candidates = append(it.Candidates, ids)
+			}
+			items = append(items, it)
+		}
+		for i := 0; i < b.N; i++ {
+			acc, err := Recall(st, items, 16, allPolicies, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, p := range allPolicies {
+				b.Logf("recall distance %s, %d items: %-18s accuracy %.3f", dist, len(items), p, acc[p])
+				b.ReportMetric(acc[p], "acc-"+dist+"-"+string(p))
+			}
+		}
+	}
+}
