@@ -354,6 +354,7 @@ def _atomic_json(path, obj):
     with os.fdopen(fd, "w") as f:
         json.dump(obj, f, indent=1)
         f.write("\n")
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 
