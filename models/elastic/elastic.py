@@ -215,7 +215,7 @@ def gqa_order(q_signed, kv_signed, n_kv, rng=None, order="importance"):
         return list(range(h)), list(range(n_kv))
     if order == "random":
         kv = list(rng.permutation(n_kv))
-        return [k * g + int(j) for k in kv for j in rng.permutation(g)], [int(k) for k in kv]
+        return [int(k) * g + int(j) for k in kv for j in rng.permutation(g)], [int(k) for k in kv]
     group_imp = [abs(float(q_signed[k * g:(k + 1) * g].sum() + kv_signed[k])) for k in range(n_kv)]
     kv = sorted(range(n_kv), key=lambda k: -group_imp[k])
     q = []
