@@ -433,16 +433,23 @@ def build(model_dir, out_dir, calib_dir, order="importance", anchor_frac=0.2, gr
     return meta
 
 
-def drop_layers(model_dir, out_dir, calib_dir, drop, calib_tokens=6400, seq=256, seed=1234, log=print):
+def drop_layers(model_dir, out_dir, calib_dir, drop, calib_tokens=6400, seq=256, seed=1234, removal_from=None,
+                log=print):
     """The whole-layer dropping baseline (LE / ShortGPT-like, spec §3c):
     removes the `drop` layers whose removal raises the calibration loss
-    least, and writes the shallower model (same calibration tokens)."""
+    least, and writes the shallower model (same calibration tokens). With
+    removal_from (an elastic.json of the same model) the removal losses
+    measured there are reused."""
     model, cfg = load_llama_onnx(os.path.join(model_dir, "model.onnx"))
-    calib = calibration_windows(calib_dir, calib_tokens, seq, seed)
-    with torch.no_grad():
-        base = sum(lm_loss(llama_logits(model, calib[i:i + 8]), calib[i:i + 8]).item() * calib[i:i + 8].shape[0]
-                   for i in range(0, calib.shape[0], 8)) / calib.shape[0]
-    removal = layer_removal(model, calib, base)
+    if removal_from:
+        with open(removal_from) as f:
+            removal = json.load(f)["layer_removal_loss_increase"]
+    else:
+        calib = calibration_windows(calib_dir, calib_tokens, seq, seed)
+        with torch.no_grad():
+            base = sum(lm_loss(llama_logits(model, calib[i:i + 8]), calib[i:i + 8]).item() * calib[i:i + 8].shape[0]
+                       for i in range(0, calib.shape[0], 8)) / calib.shape[0]
+        removal = layer_removal(model, calib, base)
     gone = sorted(sorted(range(cfg.n_layers), key=lambda l: removal[l])[:drop])
     model.layers = torch.nn.ModuleList(l for i, l in enumerate(model.layers) if i not in gone)
     model.cfg = dataclasses.replace(cfg, n_layers=cfg.n_layers - drop)
@@ -460,6 +467,34 @@ def drop_layers(model_dir, out_dir, calib_dir, drop, calib_tokens=6400, seq=256,
             "param_fraction_total": ((L - drop) * layer + emb) / (L * layer + emb)}
     _atomic_json(os.path.join(out_dir, "dropped.json"), info)
     log(f"elastic: dropped layers {gone} -> {info}")
+
+
+def replan(src_dir, out_dir, anchor_frac, group=None, log=print):
+    """Writes out_dir with src_dir's reordered model (hard-linked, or copied)
+    and its elastic.json re-planned for another anchor fraction: the
+    no-anchor ablation with the same unit order and calibration."""
+    with open(os.path.join(src_dir, "elastic.json")) as f:
+        meta = json.load(f)
+    cfg = llama.Config(vocab=meta["vocab"], dim=meta["dim"], n_layers=meta["n_layers"], n_heads=meta["n_heads"],
+                       n_kv_heads=meta["n_kv_heads"], ffn=meta["ffn"])
+    removal = meta["layer_removal_loss_increase"]
+    n_anchor = int(round(anchor_frac * cfg.n_layers))
+    anchors = sorted(sorted(range(cfg.n_layers), key=lambda l: -removal[l])[:n_anchor])
+    meta.update({"anchor_fraction": anchor_frac, "anchors": anchors,
+                 "levels": plan_levels(cfg, anchors, group or meta["group"]),
+                 "replanned_from": os.path.abspath(src_dir)})
+    os.makedirs(out_dir, exist_ok=True)
+    for f in ("model.onnx", "tokenizer.json", "config.json"):
+        src, dst = os.path.join(src_dir, f), os.path.join(out_dir, f)
+        if os.path.exists(src):
+            if os.path.exists(dst):
+                os.remove(dst)
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copyfile(src, dst)
+    _atomic_json(os.path.join(out_dir, "elastic.json"), meta)
+    log(f"elastic: re-planned {src_dir} with anchors {anchors} -> {out_dir}")
 
 
 def main():
@@ -482,10 +517,18 @@ def main():
     d.add_argument("--drop", type=int, required=True)
     d.add_argument("--seed", type=int, default=1234)
     d.add_argument("--threads", type=int, default=1)
+    d.add_argument("--removal-from", help="elastic.json of the same model whose layer-removal losses to reuse")
+    r = sub.add_parser("replan", help="same reordered model, levels re-planned for another anchor fraction")
+    r.add_argument("--from", dest="src", required=True, help="an elastic model folder")
+    r.add_argument("--out", required=True)
+    r.add_argument("--anchors", type=float, required=True)
     a = ap.parse_args()
+    if a.cmd == "replan":
+        replan(a.src, a.out, a.anchors)
+        return
     torch.set_num_threads(a.threads)
     if a.cmd == "droplayers":
-        drop_layers(a.model, a.out, a.calib, a.drop, seed=a.seed)
+        drop_layers(a.model, a.out, a.calib, a.drop, seed=a.seed, removal_from=a.removal_from)
         return
     build(a.model, a.out, a.calib, a.order, a.anchors, a.group, a.calib_tokens, seed=a.seed)
 

@@ -14,7 +14,7 @@ shift 3
 mkdir -p "$out"
 for v in "$@"; do
 	if [ -f "$v/elastic.json" ]; then
-		levels="20 30 40 50 60 70 80 90 100"
+		levels=${LEVELS:-"20 30 40 50 60 70 80 90 100"}
 	else
 		levels=0
 	fi
