@@ -497,6 +497,49 @@ def replan(src_dir, out_dir, anchor_frac, group=None, log=print):
     log(f"elastic: re-planned {src_dir} with anchors {anchors} -> {out_dir}")
 
 
+def reorder_like(src_dir, model_dir, out_dir, order, seed=1234, log=print):
+    """The ordering ablations without a second importance pass: the original
+    model of src_dir's elastic.json (model_dir) is reordered by `order`
+    (random: a seeded permutation of KV groups, heads within groups and
+    neurons; none: the original order) and written with src_dir's levels and
+    anchors, so that only the order differs from src_dir."""
+    with open(os.path.join(src_dir, "elastic.json")) as f:
+        meta = json.load(f)
+    model, cfg = load_llama_onnx(os.path.join(model_dir, "model.onnx"))
+    rng = np.random.RandomState(seed)
+    g = cfg.n_heads // cfg.n_kv_heads
+    zero_q, zero_kv = torch.zeros(cfg.n_heads), torch.zeros(cfg.n_kv_heads)
+    qo, kvo, fo = [], [], []
+    for _ in range(cfg.n_layers):
+        q, kv = gqa_order(zero_q, zero_kv, cfg.n_kv_heads, rng, order)
+        check_gqa_consistent(q, kv, g)
+        qo.append(q)
+        kvo.append(kv)
+        fo.append(unit_order(torch.zeros(cfg.ffn), rng, order))
+    ids = torch.from_numpy(np.random.RandomState(seed + 1).randint(0, cfg.vocab, (2, 64)))
+    with torch.no_grad():
+        ref64 = llama_logits(model.double(), ids)
+    model.float()
+    permute_llama(model, qo, kvo, fo)
+    with torch.no_grad():
+        got64 = llama_logits(model.double(), ids)
+    model.float()
+    err64 = (got64 - ref64).abs().max().item()
+    if err64 > 1e-9:
+        raise SystemExit(f"elastic: the reordered model differs from the original by {err64} (fp64)")
+    os.makedirs(out_dir, exist_ok=True)
+    export_llama(model, os.path.join(out_dir, "model.onnx"))
+    for f in ("tokenizer.json", "config.json"):
+        if os.path.exists(os.path.join(model_dir, f)):
+            shutil.copyfile(os.path.join(model_dir, f), os.path.join(out_dir, f))
+    meta.update({"order": order, "seed": seed, "permuted_equivalence_max_abs_fp64": err64,
+                 "orders": [{"q_heads": q, "kv_heads": kv, "ffn_head": f[:8]} for q, kv, f in zip(qo, kvo, fo)],
+                 "levels_from": os.path.abspath(src_dir)})
+    meta.pop("permuted_equivalence_max_abs", None)
+    _atomic_json(os.path.join(out_dir, "elastic.json"), meta)
+    log(f"elastic: {order} order with the levels of {src_dir} -> {out_dir} (fp64 equivalence {err64:.3g})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -522,7 +565,16 @@ def main():
     r.add_argument("--from", dest="src", required=True, help="an elastic model folder")
     r.add_argument("--out", required=True)
     r.add_argument("--anchors", type=float, required=True)
+    o = sub.add_parser("reorder", help="ablation: random or no order with the levels and anchors of an elastic model")
+    o.add_argument("--from", dest="src", required=True, help="the elastic model whose levels to keep")
+    o.add_argument("--model", required=True, help="the original model folder")
+    o.add_argument("--out", required=True)
+    o.add_argument("--order", choices=("random", "none"), required=True)
+    o.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
+    if a.cmd == "reorder":
+        reorder_like(a.src, a.model, a.out, a.order, a.seed)
+        return
     if a.cmd == "replan":
         replan(a.src, a.out, a.anchors)
         return
