@@ -21,7 +21,7 @@ for v in "$@"; do
 	for l in $levels; do
 		flag=""
 		[ "$l" != 0 ] && flag="--level $l"
-		r=$(nice -n 10 "$tl" perplexity --model "$v/model.onnx" --text "$text" --sep '\n%\n' --eos $flag --json 2>/dev/null)
+		r=$(nice -n 10 "$tl" perplexity --model "$v/model.onnx" --text "$text" --sep '\n%\n' --eos $flag --json 2>/dev/null | tr -d '\n')
 		printf '{"variant": "%s", "level": %s, "result": %s}\n' "$(basename "$v")" "$l" "$r" >> "$out/ppl.jsonl"
 	done
 done
