@@ -26,6 +26,8 @@ type instr struct {
 	step  *stepDef // iDevice
 	val   *vinfo   // iUpload
 	early bool     // needs nothing computed on the device: runs before the kernels
+	// lim, when set, is the step's elastic active-size override (elastic.go).
+	lim *unitLimit
 
 	scratchBytes []symshape.Expr
 	scratchReq   []int

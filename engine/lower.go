@@ -360,6 +360,8 @@ type exec struct {
 	// lazy is set for the CPU executor, whose constants are copied into
 	// host buffers on first use rather than uploaded at Open.
 	lazy bool
+	// lim is the running instruction's elastic override (nil: full size).
+	lim *unitLimit
 }
 
 // shape returns v's concrete shape under the binding.

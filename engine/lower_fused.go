@@ -171,6 +171,7 @@ func lowerMatMulBias(lc *lowerCtx) (*stepDef, error) {
 			bref = optRef(x, bias)
 		}
 		p.Bias = optBuf(bref)
+		x.lim.matmul(&p)
 		return x.dev.MatMul(s, x.ref(a).buf(), x.ref(b).buf(), x.ref(y).buf(), p)
 	}}, nil
 }
@@ -294,6 +295,7 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 			Scale: scale, Causal: causal, Past: Skv - Sq,
 			Q: attnLayout(qs, perms[0], full), K: attnLayout(ks, perms[1], kfull),
 			V: attnLayout(vs, perms[2], kfull), O: attnLayout(os, perms[3], ofull)}
+		ex.lim.attention(&p)
 		if causal && p.Past < 0 {
 			return fmt.Errorf("causal attention with %d queries over %d keys", Sq, Skv)
 		}

@@ -45,6 +45,7 @@ func lowerMatMul(lc *lowerCtx) (*stepDef, error) {
 		p := plan.Params()
 		p.Weight = s
 		w.apply(&p)
+		x.lim.matmul(&p)
 		return x.dev.MatMul(s, x.ref(a).buf(), x.ref(b).buf(), x.ref(y).buf(), p)
 	}}, nil
 }

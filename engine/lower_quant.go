@@ -80,6 +80,7 @@ func lowerMatMulQ(lc *lowerCtx) (*stepDef, error) {
 		if bias != nil {
 			p.Bias, p.BiasStorage = x.ref(bias).buf(), s
 		}
+		x.lim.matmulQ(&p)
 		return x.dev.MatMulQ(s, x.ref(a).buf(), q, x.ref(y).buf(), p)
 	}}, nil
 }

@@ -642,7 +642,9 @@ func (s *Session) exec(in *instr) error {
 		if x.err != nil {
 			return fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, x.err)
 		}
+		x.lim = in.lim
 		err := in.step.run(x)
+		x.lim = nil
 		if err == nil {
 			err = x.err
 		}

@@ -37,6 +37,7 @@ type llmFlags struct {
 	model, tokenizer *string
 	ctx              *int
 	kv               *string
+	level            *int
 	sf               *sessionFlags
 	// ctxFrom says where the context length came from, once opened.
 	ctxFrom string
@@ -48,6 +49,7 @@ func addLLMFlags(fs *flag.FlagSet) *llmFlags {
 		tokenizer: fs.String("tokenizer", "", "tokenizer.json (default: the one next to the model)"),
 		ctx:       fs.Int("ctx", 0, "context length the memory plan is sized for (default: config.json's max_context next to the model, else the model's own limit such as a learned position table, else 1024)"),
 		kv:        kvFlag(fs),
+		level:     levelFlag(fs),
 		sf:        addSessionFlags(fs),
 	}
 }
@@ -59,7 +61,7 @@ func kvFlag(fs *flag.FlagSet) *string {
 
 // llmValued lists the flags of addLLMFlags that take a value.
 func llmValued(more ...string) map[string]bool {
-	v := map[string]bool{"model": true, "tokenizer": true, "ctx": true, "kv": true}
+	v := map[string]bool{"model": true, "tokenizer": true, "ctx": true, "kv": true, "level": true}
 	for k := range sessionValued {
 		v[k] = true
 	}
@@ -166,6 +168,12 @@ func (f *llmFlags) open(model string, cfg generate.Config) (llmStepper, *tokeniz
 	st, err := f.openStepper(model, 0, cfg)
 	if err != nil {
 		return nil, nil, err
+	}
+	if *f.level != 0 {
+		if _, err := applyLevel(st, model, *f.level); err != nil {
+			st.Close()
+			return nil, nil, err
+		}
 	}
 	return st, tok, nil
 }

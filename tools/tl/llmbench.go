@@ -66,6 +66,7 @@ type llmTest struct {
 	Prompt    int     `json:"prompt_tokens,omitempty"`
 	Gen       int     `json:"gen_tokens,omitempty"`
 	Depth     int     `json:"depth,omitempty"`
+	Level     int     `json:"elastic_level,omitempty"`
 	TokPerSec spread  `json:"tok_per_sec"`
 	Ms        spread  `json:"ms"`
 	TTFTMs    *spread `json:"ttft_ms,omitempty"`
@@ -103,12 +104,13 @@ func runLLMBench(args []string) error {
 	seed := fs.Int64("seed", 1, "seed of the synthetic tokens")
 	asJSON := fs.Bool("json", false, "write the result as JSON")
 	kvMode := kvFlag(fs)
+	levelList := fs.String("level", "", "elastic model: levels (percent) to run, comma-separated, e.g. 20,50,100; repetitions interleave the levels (needs elastic.json beside the model)")
 	sf := addSessionFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: tl bench --model m.onnx [-p 128,512] [-n 64] [-r 5] [-w 1] [--ctx N] [--kv inplace|explicit] [--device d] [--precision fp32|fp16] [--max sym=N] [--profile] [--json]")
 		fs.PrintDefaults()
 	}
-	valued := map[string]bool{"model": true, "p": true, "n": true, "r": true, "w": true, "ctx": true, "seed": true, "kv": true}
+	valued := map[string]bool{"model": true, "p": true, "n": true, "r": true, "w": true, "ctx": true, "seed": true, "kv": true, "level": true}
 	for k := range sessionValued {
 		valued[k] = true
 	}
@@ -173,6 +175,10 @@ func runLLMBench(args []string) error {
 	}
 	defer st.Close()
 	loadMs := ms(time.Since(t0))
+	levels, em, err := benchLevels(st, *model, *levelList)
+	if err != nil {
+		return err
+	}
 	res.Device = deviceOf(st.Session())
 	res.KV = kvModeOf(st)
 	rng := rand.New(rand.NewSource(*seed))
@@ -192,9 +198,14 @@ func runLLMBench(args []string) error {
 	}
 	res.Startup = startupOf(st.Session(), loadMs, first, ms(time.Since(tw)), built, cached)
 	for _, p := range ps {
-		for i := 0; i < *warm; i++ {
-			if _, _, _, err := llmRun(st, ids[:p], *gen); err != nil {
+		for _, lv := range levels {
+			if err := setBenchLevel(em, lv); err != nil {
 				return err
+			}
+			for i := 0; i < *warm; i++ {
+				if _, _, _, err := llmRun(st, ids[:p], *gen); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -202,20 +213,35 @@ func runLLMBench(args []string) error {
 		st.Session().Profile() // drop the warm-up's records
 	}
 	for _, p := range ps {
-		var pre, first, dec []time.Duration
+		pre := make([][]time.Duration, len(levels))
+		first := make([][]time.Duration, len(levels))
+		dec := make([][]time.Duration, len(levels))
+		// Levels interleave within each repetition, so that a change of
+		// machine load falls on all of them alike.
 		for i := 0; i < *runs; i++ {
-			a, b, c, err := llmRun(st, ids[:p], *gen)
-			if err != nil {
-				return err
+			for li, lv := range levels {
+				if err := setBenchLevel(em, lv); err != nil {
+					return err
+				}
+				a, b, c, err := llmRun(st, ids[:p], *gen)
+				if err != nil {
+					return err
+				}
+				pre[li], first[li], dec[li] = append(pre[li], a), append(first[li], b), append(dec[li], c)
 			}
-			pre, first, dec = append(pre, a), append(first, b), append(dec, c)
 		}
-		ttft := spreadOf(msList(first))
-		res.Tests = append(res.Tests, llmTest{Name: fmt.Sprintf("pp%d", p), Prompt: p,
-			TokPerSec: spreadOf(rates(p, pre)), Ms: spreadOf(msList(pre)), TTFTMs: &ttft})
-		if *gen > 0 {
-			res.Tests = append(res.Tests, llmTest{Name: fmt.Sprintf("tg%d @ d%d", *gen, p), Gen: *gen, Depth: p,
-				TokPerSec: spreadOf(rates(*gen, dec)), Ms: spreadOf(msList(dec))})
+		for li, lv := range levels {
+			suffix := ""
+			if lv > 0 {
+				suffix = fmt.Sprintf(" L%d", lv)
+			}
+			ttft := spreadOf(msList(first[li]))
+			res.Tests = append(res.Tests, llmTest{Name: fmt.Sprintf("pp%d%s", p, suffix), Prompt: p, Level: lv,
+				TokPerSec: spreadOf(rates(p, pre[li])), Ms: spreadOf(msList(pre[li])), TTFTMs: &ttft})
+			if *gen > 0 {
+				res.Tests = append(res.Tests, llmTest{Name: fmt.Sprintf("tg%d @ d%d%s", *gen, p, suffix), Gen: *gen, Depth: p, Level: lv,
+					TokPerSec: spreadOf(rates(*gen, dec[li])), Ms: spreadOf(msList(dec[li]))})
+			}
 		}
 	}
 	if pl := st.Session().Plan(); pl != nil {

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/engine/elastic"
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/kv"
 	"github.com/tlite/tlite/engine/tokenizer"
@@ -80,8 +81,9 @@ func run(args []string, stdout io.Writer) error {
 	device := fs.String("device", "", `device ("" = OpenCL, "go" = pure Go)`)
 	limit := fs.Int("n", 0, "score at most this many items per file (0: all)")
 	asJSON := fs.Bool("json", false, "write the results as JSON")
+	level := fs.Int("level", 0, "elastic model: score the sub-model of this level in percent (elastic.json beside the model; 0: not elastic)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tleval [--model m.onnx] [--tokenizer t.json] [--ctx 2048] [--n N] [--json] set.jsonl...")
+		fmt.Fprintln(fs.Output(), "usage: tleval [--model m.onnx] [--tokenizer t.json] [--ctx 2048] [--n N] [--level P] [--json] set.jsonl...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -103,6 +105,19 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	defer st.Session().Close()
+	if *level != 0 {
+		spec, err := elastic.Load(*model)
+		if err != nil {
+			return err
+		}
+		em, err := elastic.Bind(st.Session(), spec)
+		if err != nil {
+			return err
+		}
+		if err := em.SetLevel(*level); err != nil {
+			return err
+		}
+	}
 
 	var results []setResult
 	for _, path := range fs.Args() {

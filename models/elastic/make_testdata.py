@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""Writes testdata/elastic: small reordered models and their PyTorch
+references, for the equivalence and level tests of spec §3d.2 (engine's
+elastic tests read them).
+
+    /usr/bin/python3 models/elastic/make_testdata.py [--out testdata/elastic]
+
+llama/   a 3-layer llama.py model (RoPE, GQA 4 query / 2 KV heads, SwiGLU,
+         FFN 172), random weights and norms; unit importance on random
+         calibration tokens (the weights are random, so the order is only a
+         permutation to test; quality claims never come from here).
+         original.onnx (as llama.py exports it), model.onnx (reordered,
+         weights renamed for the binding), elastic.json, and ref.npz-like
+         .npy files: input ids, the original model's logits, and per level
+         the logits of the truncated sub-model computed in PyTorch by
+         zeroing the inactive heads' O columns and neurons' down columns.
+gpt2/    hf_gpt2.py's GPT-2 (Conv1D, fused c_attn, biases, tied head, learned
+         positions), random weights: original.onnx and model.onnx with every
+         layer's heads permuted inside each of the Q/K/V thirds of c_attn
+         (weights and bias) and the rows of c_proj, and its neurons in c_fc
+         (columns and bias) and the MLP's c_proj rows; logits of the original.
+"""
+
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import elastic  # noqa: E402  (puts models/export on sys.path)
+import exportlib  # noqa: E402
+import hf_gpt2  # noqa: E402
+import hfdecoder  # noqa: E402
+import llama  # noqa: E402
+
+TOL = 1e-5
+
+
+def save(path, arr):
+    np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
+
+
+def truncated_logits(model, level, ids):
+    """Logits of the sub-model at one level: the permuted model with the
+    inactive heads' O input columns and inactive neurons' down input columns
+    zeroed, which is exactly what a prefix of the units computes."""
+    cfg = model.cfg
+    hd = cfg.dim // cfg.n_heads
+    saved = {}
+    with torch.no_grad():
+        for layer, lw in zip(model.layers, level["layers"]):
+            o, d = layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight
+            saved[o] = o.clone()
+            saved[d] = d.clone()
+            o[:, lw["q_heads"] * hd:] = 0
+            d[:, lw["ffn"]:] = 0
+        out = elastic.llama_logits(model, ids)
+        for p, v in saved.items():
+            p.copy_(v)
+    return out
+
+
+def make_llama(out):
+    os.makedirs(out, exist_ok=True)
+    cfg = llama.Config(vocab=256, dim=64, n_layers=3, n_heads=4, n_kv_heads=2, ffn=172)
+    exportlib.seed_everything(4242)
+    model = llama.Llama(cfg).eval()
+    ids = torch.randint(0, cfg.vocab, (1, 11))
+    calib = torch.randint(0, cfg.vocab, (8, 64))
+    with torch.no_grad():
+        ref = elastic.llama_logits(model, ids)
+    elastic.export_llama(model, os.path.join(out, "original.onnx"))
+    imps, base = elastic.llama_importance(model, calib)
+    removal = elastic.layer_removal(model, calib, base)
+    anchors = sorted(sorted(range(cfg.n_layers), key=lambda l: -removal[l])[:1])
+    qo, kvo, fo = [], [], []
+    for imp in imps:
+        q, kv = elastic.gqa_order(imp["q_signed"], imp["kv_signed"], cfg.n_kv_heads)
+        elastic.check_gqa_consistent(q, kv, cfg.n_heads // cfg.n_kv_heads)
+        qo.append(q)
+        kvo.append(kv)
+        fo.append(elastic.unit_order(imp["neuron"]))
+    # The test must not pass on an identity order.
+    if all(q == sorted(q) for q in qo) or all(f == sorted(f) for f in fo):
+        raise SystemExit("make_testdata: the importance order is the identity; pick another seed")
+    elastic.permute_llama(model, qo, kvo, fo)
+    with torch.no_grad():
+        got = elastic.llama_logits(model, ids)
+    err = (got - ref).abs().max().item()
+    print(f"llama: permuted vs original max |diff| {err:.3g} (logits up to {ref.abs().max().item():.3g})")
+    assert err <= TOL, err
+    elastic.export_llama(model, os.path.join(out, "model.onnx"))
+    levels = elastic.plan_levels(cfg, anchors, 32)
+    meta = {"format": "tlite.elastic/1", "architecture": "llama", "order": "importance",
+            "calibration": {"tokens": int(calib.numel()), "note": "random tokens (random-weight test model)"},
+            "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
+            "head_dim": cfg.dim // cfg.n_heads, "ffn": cfg.ffn, "dim": cfg.dim, "vocab": cfg.vocab,
+            "group": 32, "anchors": anchors,
+            "weights": [{r: f"layers.{l}.{r}.weight" for r in elastic.ROLES} for l in range(cfg.n_layers)],
+            "orders": [{"q_heads": q, "kv_heads": kv} for q, kv in zip(qo, kvo)],
+            "permuted_equivalence_max_abs": err, "levels": levels}
+    elastic._atomic_json(os.path.join(out, "elastic.json"), meta)
+    save(os.path.join(out, "input_ids.npy"), ids.numpy())
+    save(os.path.join(out, "logits.npy"), ref.numpy())
+    for lv in levels:
+        save(os.path.join(out, f"logits_level{lv['level']:03d}.npy"), truncated_logits(model, lv, ids).numpy())
+
+
+def gpt2_permute(model, cfg, rng):
+    """Permutes heads (inside each Q/K/V third of c_attn) and neurons."""
+    d, h = cfg.dim, cfg.n_heads
+    hd = d // h
+    with torch.no_grad():
+        for blk in model.h:
+            perm = [int(i) for i in rng.permutation(h)]
+            cols = [p * hd + j for p in perm for j in range(hd)]
+            full = torch.tensor([t * d + c for t in range(3) for c in cols])
+            at = blk.attn
+            at.c_attn.weight.copy_(at.c_attn.weight[:, full])  # Conv1D weight [nx, nf]
+            at.c_attn.bias.copy_(at.c_attn.bias[full])
+            at.c_proj.weight.copy_(at.c_proj.weight[torch.tensor(cols), :])
+            nf = blk.mlp.c_fc.weight.shape[1]
+            fi = torch.from_numpy(rng.permutation(nf))
+            blk.mlp.c_fc.weight.copy_(blk.mlp.c_fc.weight[:, fi])
+            blk.mlp.c_fc.bias.copy_(blk.mlp.c_fc.bias[fi])
+            blk.mlp.c_proj.weight.copy_(blk.mlp.c_proj.weight[fi, :])
+
+
+def make_gpt2(out):
+    os.makedirs(out, exist_ok=True)
+    fam = hf_gpt2.GPT2
+    exportlib.seed_everything(fam.seed)
+    model = fam.build()
+    exportlib.randomize_norms(model)
+    hfdecoder.apply_gain(model, fam.gain)
+    model.eval()
+    cfg = model.cfg
+    ids = torch.randint(0, cfg.vocab, (1, 9))
+    in_names, out_names, axes = hfdecoder.io_names(fam)
+    args = hfdecoder.step_args(fam, ids, hfdecoder.empty_cache(fam, 1, 0), 0)
+    with torch.no_grad():
+        ref = model(*args)[0]
+    ex = tuple(hfdecoder.step_args(fam, torch.randint(0, cfg.vocab, (2, 5)), hfdecoder.empty_cache(fam, 2, 3, randn=True), 3))
+    exportlib.export_onnx(model, ex, os.path.join(out, "original.onnx"), in_names, out_names, axes)
+    gpt2_permute(model, cfg, np.random.RandomState(7))
+    with torch.no_grad():
+        got = model(*args)[0]
+    err = (got - ref).abs().max().item()
+    print(f"gpt2: permuted vs original max |diff| {err:.3g} (logits up to {ref.abs().max().item():.3g})")
+    assert err <= TOL, err
+    exportlib.export_onnx(model, ex, os.path.join(out, "model.onnx"), in_names, out_names, axes)
+    save(os.path.join(out, "input_ids.npy"), ids.numpy())
+    save(os.path.join(out, "logits.npy"), ref.numpy())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(elastic.REPO, "testdata", "elastic"))
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    make_llama(os.path.join(a.out, "llama"))
+    make_gpt2(os.path.join(a.out, "gpt2"))
+
+
+if __name__ == "__main__":
+    main()

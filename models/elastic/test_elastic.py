@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""Unit tests of the offline step: /usr/bin/python3 models/elastic/test_elastic.py"""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import elastic  # noqa: E402
+import llama  # noqa: E402
+
+
+class LevelPlan(unittest.TestCase):
+    def test_clamps_and_rounding(self):
+        cfg = llama.Config(vocab=100, dim=256, n_layers=6, n_heads=8, n_kv_heads=4, ffn=768)
+        levels = elastic.plan_levels(cfg, [0], 32)
+        self.assertEqual([lv["level"] for lv in levels], elastic.LEVELS)
+        prev = 0
+        for lv in levels:
+            for l, w in enumerate(lv["layers"]):
+                if l == 0 or lv["level"] == 100:
+                    self.assertEqual((w["q_heads"], w["kv_heads"], w["ffn"]), (8, 4, 768))
+                    continue
+                self.assertGreaterEqual(w["kv_heads"], 1)
+                self.assertEqual(w["q_heads"], 2 * w["kv_heads"])
+                self.assertGreaterEqual(w["ffn"], 32)
+                self.assertEqual(w["ffn"] % 32, 0)
+            self.assertGreaterEqual(lv["param_fraction_layers"], prev)
+            prev = lv["param_fraction_layers"]
+        # 20%: r_na = (0.2*6 - 1)/5 = 0.04, clamped to one KV group and G neurons.
+        self.assertAlmostEqual(levels[0]["r_non_anchor"], 0.04)
+        self.assertEqual(levels[0]["layers"][1]["ffn"], 32)
+        self.assertEqual(levels[0]["layers"][1]["kv_heads"], 1)
+        # The realized fraction is reported, and it is above the nominal 20%.
+        self.assertGreater(levels[0]["param_fraction_layers"], 0.2)
+
+
+class Orders(unittest.TestCase):
+    def test_gqa_order_groups_then_members(self):
+        q = torch.tensor([0.1, 0.2, 5.0, -4.0, 0.0, 0.3, 1.0, -9.0], dtype=torch.float64)
+        kv = torch.tensor([0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+        qo, kvo = elastic.gqa_order(q, kv, 4)
+        # group sums |0.3|, |1.0|, |0.3|, |-8| -> groups 3, 1, then 0 and 2 (stable)
+        self.assertEqual(kvo[:2], [3, 1])
+        self.assertEqual(qo[:2], [7, 6])  # |-9| before |1|
+        elastic.check_gqa_consistent(qo, kvo, 2)
+        self.assertEqual(sorted(qo), list(range(8)))
+        rng = np.random.RandomState(0)
+        qr, kvr = elastic.gqa_order(q, kv, 4, rng, "random")
+        elastic.check_gqa_consistent(qr, kvr, 2)
+        self.assertEqual(elastic.gqa_order(q, kv, 4, order="none"), (list(range(8)), list(range(4))))
+
+    def test_permutation_is_exact_in_fp64(self):
+        torch.manual_seed(0)
+        cfg = llama.Config(vocab=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn=48)
+        model = llama.Llama(cfg).double().eval()
+        ids = torch.randint(0, 64, (1, 9))
+        with torch.no_grad():
+            ref = elastic.llama_logits(model, ids)
+        rng = np.random.RandomState(3)
+        qo, kvo, fo = [], [], []
+        for _ in range(cfg.n_layers):
+            q, kv = elastic.gqa_order(torch.zeros(4), torch.zeros(2), 2, rng, "random")
+            qo.append(q)
+            kvo.append(kv)
+            fo.append([int(i) for i in rng.permutation(48)])
+        elastic.permute_llama(model, qo, kvo, fo)
+        with torch.no_grad():
+            got = elastic.llama_logits(model, ids)
+        self.assertLess((got - ref).abs().max().item(), 1e-12)
+        # A head order that splits a group is not equivalent: the check catches it.
+        with self.assertRaises(AssertionError):
+            elastic.check_gqa_consistent([0, 2, 1, 3], [0, 1], 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
