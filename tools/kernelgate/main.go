@@ -326,22 +326,25 @@ func fp16Word(on bool) string {
 // extFlag turns every optional extension and feature off but cl_khr_fp16
 // when fp16 is on, and subgroups (cl_khr_subgroups and OpenCL C 3.0's
 // __opencl_c_subgroups) when the program was built for a device that has
-// them: its launcher then passes subgroupOption, and the kernels' subgroup
+// them: its launcher then passes one of subgroupOptions, and the kernels' subgroup
 // code is compiled and validated rather than their fallback.
 func extFlag(fp16 bool, options string) string {
 	f := "-cl-ext=-all"
 	if fp16 {
 		f += ",+cl_khr_fp16"
 	}
-	if slices.Contains(strings.Fields(options), subgroupOption) {
-		f += ",+cl_khr_subgroups,+__opencl_c_subgroups"
+	for _, o := range strings.Fields(options) {
+		if slices.Contains(subgroupOptions, o) {
+			f += ",+cl_khr_subgroups,+__opencl_c_subgroups"
+			break
+		}
 	}
 	return f
 }
 
-// subgroupOption is the build option kernels' launchers add where the
-// device lists subgroups (quant.cl's tiled GEMV).
-const subgroupOption = "-DQ_SG"
+// subgroupOptions are the build options kernels' launchers add where the
+// device lists subgroups (quant.cl's tiled GEMV, matmul.cl's mm_gemv_c4).
+var subgroupOptions = []string{"-DQ_SG", "-DMM_SG"}
 
 func runTool(name string, args ...string) error {
 	cmd := exec.Command(name, args...)

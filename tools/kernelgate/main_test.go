@@ -105,6 +105,7 @@ func TestExtFlag(t *testing.T) {
 		{true, "-DQG=128", "-cl-ext=-all,+cl_khr_fp16"},
 		{true, "-DQG=128 -DQ_SG", "-cl-ext=-all,+cl_khr_fp16,+cl_khr_subgroups,+__opencl_c_subgroups"},
 		{false, "-DQ_SGX", "-cl-ext=-all"},
+		{false, "-DMM_GPU -DMM_SG", "-cl-ext=-all,+cl_khr_subgroups,+__opencl_c_subgroups"},
 	} {
 		if got := extFlag(tc.fp16, tc.options); got != tc.want {
 			t.Errorf("extFlag(%v, %q) = %q, want %q", tc.fp16, tc.options, got, tc.want)
