@@ -155,10 +155,10 @@ type Device struct {
 	queueArg []uintptr
 	// flushEvery and unflushed implement Options.FlushEvery (under mu).
 	flushEvery, unflushed int
-	pending  []pendingLaunch
-	done     []Record
-	base     uint64 // device time of the first profiled start
-	hasBase  bool
+	pending               []pendingLaunch
+	done                  []Record
+	base                  uint64 // device time of the first profiled start
+	hasBase               bool
 
 	stats Stats
 	// live objects, released by Close
