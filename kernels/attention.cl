@@ -43,6 +43,9 @@
 //   attn_split  GPU decode on long contexts (-DATT_G, see below): split-K
 //   attn_combine  over key ranges with the query heads of a kv group
 //               sharing K and V loads, then a combine of the ranges.
+//   attn_qtile  GPU prefill (-DATT_G): a work-group per tile of query
+//               positions of a kv group's query heads, sharing each K row
+//               and V element across the tile's rows.
 
 #ifndef MASKED_AT
 #error "attention.cl needs -DMASKED_AT=<threshold> (MaskedF32 or MaskedF16)"
@@ -611,6 +614,118 @@ attn_combine(__global const float *Part, int ns, __global store_t *O, int offO,
 		STORE(O, d, a * inv);
 	}
 	if (hasLse && t == 0) Lse[offL + b * H + h] = sum > 0.0f ? mx + log(sum) : -INFINITY;
+}
+
+// attn_qtile: the query-tiled GPU prefill, -DATT_G=<query heads per kv
+// head>. A work-group takes ATT_TQ consecutive query positions of all
+// ATT_G query heads of one kv head (ATT_R = ATT_G * ATT_TQ rows) and walks
+// the keys in blocks of ATT_WG: each key's K row is read once for all
+// ATT_R rows and each V element once per key, where attn_wg reads them
+// once per row. Row (r, i) sees keys j < past + i + 1 when causal; the
+// block loop runs to the tile's last row's limit and scores past a row's
+// limit are -inf. Global (ceil(Sq/ATT_TQ)*ATT_WG, Hkv, B), local
+// (ATT_WG, 1, 1).
+#define ATT_TQ (ATT_G >= 8 ? 1 : 8 / ATT_G)
+#define ATT_R (ATT_G * ATT_TQ)
+__kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void
+attn_qtile(ATT_PARAMS) {
+	const int i0 = get_group_id(0) * ATT_TQ, g = get_global_id(1), b = get_global_id(2);
+	const int t = get_local_id(0);
+	const int h0 = g * ATT_G;
+	const int jlast = causal ? clamp(past + min(i0 + ATT_TQ, Sq), 0, Skv) : Skv;
+	K += offK + b * kb + g * kh;
+	V += offV + b * vb + g * vh;
+	__local float qv[ATT_R][HD];
+	__local float sc[ATT_R][ATT_WG];
+	__local float pr[ATT_R][ATT_WG];
+	#pragma unroll
+	for (int r = 0; r < ATT_R; r++) {
+		const int h = h0 + r / ATT_TQ, i = min(i0 + r % ATT_TQ, Sq - 1);
+		for (int d = t; d < HD; d += ATT_WG)
+			qv[r][d] = LOAD(Q, offQ + b * qb + h * qh + i * qs + d) * scale;
+	}
+	barrier(CLK_LOCAL_MEM_FENCE);
+	float acc[ATT_R][DPT], m[ATT_R], l[ATT_R];
+	#pragma unroll
+	for (int r = 0; r < ATT_R; r++) {
+		m[r] = -INFINITY;
+		l[r] = 0.0f;
+		#pragma unroll
+		for (int c = 0; c < DPT; c++) acc[r][c] = 0.0f;
+	}
+	for (int j0 = 0; j0 < jlast; j0 += ATT_WG) {
+		const int cnt = min(ATT_WG, jlast - j0), j = j0 + t;
+		float sr[ATT_R];
+		#pragma unroll
+		for (int r = 0; r < ATT_R; r++) sr[r] = -INFINITY;
+		if (t < cnt) {
+			__global const store_t *kp = K + j * ks;
+			#pragma unroll
+			for (int r = 0; r < ATT_R; r++) sr[r] = 0.0f;
+			for (int d = 0; d < HD; d++) {
+				const float kd = LOAD(kp, d);
+				#pragma unroll
+				for (int r = 0; r < ATT_R; r++) sr[r] = fma(qv[r][d], kd, sr[r]);
+			}
+			#pragma unroll
+			for (int r = 0; r < ATT_R; r++) {
+				const int h = h0 + r / ATT_TQ, i = min(i0 + r % ATT_TQ, Sq - 1);
+				if (hasMask) {
+					const float mv = LOAD(Mask, offM + b * mb + h * mh + i * mq + j * mk);
+					sr[r] = mv <= MASKED_AT ? mv : sr[r] + mv;
+				}
+				if (causal && j > past + i) sr[r] = -INFINITY;
+			}
+		}
+		#pragma unroll
+		for (int r = 0; r < ATT_R; r++) sc[r][t] = sr[r];
+		barrier(CLK_LOCAL_MEM_FENCE);
+		float corr[ATT_R];
+		#pragma unroll
+		for (int r = 0; r < ATT_R; r++) {
+			float bm = -INFINITY;
+			for (int u = 0; u < cnt; u++) bm = fmax(bm, sc[r][u]);
+			const float mn = fmax(m[r], bm);
+			corr[r] = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
+			pr[r][t] = t < cnt && sc[r][t] != -INFINITY ? exp(sc[r][t] - mn) : 0.0f;
+			m[r] = mn;
+		}
+		barrier(CLK_LOCAL_MEM_FENCE);
+		#pragma unroll
+		for (int r = 0; r < ATT_R; r++) {
+			float lr = l[r] * corr[r];
+			for (int u = 0; u < cnt; u++) lr += pr[r][u];
+			l[r] = lr;
+			#pragma unroll
+			for (int c = 0; c < DPT; c++) acc[r][c] *= corr[r];
+		}
+		#pragma unroll
+		for (int c = 0; c < DPT; c++) {
+			const int d = t + c * ATT_WG;
+			if (d < HD) {
+				for (int u = 0; u < cnt; u++) {
+					const float vd = LOAD(V, (j0 + u) * vs + d);
+					#pragma unroll
+					for (int r = 0; r < ATT_R; r++) acc[r][c] = fma(pr[r][u], vd, acc[r][c]);
+				}
+			}
+		}
+		barrier(CLK_LOCAL_MEM_FENCE);
+	}
+	#pragma unroll
+	for (int r = 0; r < ATT_R; r++) {
+		const int h = h0 + r / ATT_TQ, i = i0 + r % ATT_TQ;
+		if (i < Sq) {
+			const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+			__global store_t *o = O + offO + b * ob + h * oh + i * os;
+			#pragma unroll
+			for (int c = 0; c < DPT; c++) {
+				const int d = t + c * ATT_WG;
+				if (d < HD) STORE(o, d, acc[r][c] * inv);
+			}
+			if (hasLse && t == 0) Lse[offL + (b * H + h) * Sq + i] = l[r] > 0.0f ? m[r] + log(l[r]) : -INFINITY;
+		}
+	}
 }
 #endif // ATT_G
 #endif // ATT_GPU

@@ -202,6 +202,9 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	if split, ns := attnSplits(l.info().Type, p); split {
 		return l.attentionSplit(s, q, k, v, o, p, ns)
 	}
+	if attnQTiled(l.info().Type, p) {
+		return l.attentionQTile(s, q, k, v, o, p)
+	}
 	name := attnVariant(l.info().Type, p)
 	if attnForce != "" {
 		name = attnForce
@@ -245,6 +248,63 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	i32 := func(v int) int32 { return int32(v) }
 	ms := p.MaskStrides
 	return l.dev.Launch(kern, global, local,
+		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
+		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
+		v.Mem, i32(v.Off), i32(p.V.Batch), i32(p.V.Head), i32(p.V.Seq),
+		o.Mem, i32(o.Off), i32(p.O.Batch), i32(p.O.Head), i32(p.O.Seq),
+		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
+		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale,
+		lse.Mem, i32(lse.Off), hl)
+}
+
+// attnQTiled reports whether p runs attn_qtile: GPU prefill (more than
+// one query row per head) with at most attnSplitMaxGroup query heads per
+// kv head, or forced by a test.
+func attnQTiled(devType string, p AttentionParams) bool {
+	ok := p.SeqQ > 1 && p.Heads/p.KVHeads <= attnSplitMaxGroup
+	if attnForce == "attn_qtile" {
+		return ok
+	}
+	return ok && devType == "GPU" && attnForce == ""
+}
+
+// attnTileRows is attn_qtile's query positions per work-group (ATT_TQ):
+// eight rows per tile in all, heads of the group times positions.
+func attnTileRows(group int) int {
+	if group >= 8 {
+		return 1
+	}
+	return 8 / group
+}
+
+// attentionQTile launches attn_qtile for a checked prefill.
+func (l *Lib) attentionQTile(s Storage, q, k, v, o Buf, p AttentionParams) error {
+	masked := MaskedF32
+	if s == F16 {
+		masked = MaskedF16
+	}
+	group := p.Heads / p.KVHeads
+	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef -DATT_GPU -DATT_G=%d", s.define(), p.HeadDim, float32(masked), group)
+	kern, err := l.kernel("attention", attentionSrc, opts, "attn_qtile")
+	if err != nil {
+		return err
+	}
+	mask, hm := p.Mask, int32(1)
+	if p.Mask.Mem == nil {
+		mask, hm = q, 0
+	}
+	causal := int32(0)
+	if p.Causal {
+		causal = 1
+	}
+	lse, hl := p.LSE, int32(1)
+	if lse.Mem == nil {
+		lse, hl = o, 0
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	ms := p.MaskStrides
+	tq := attnTileRows(group)
+	return l.dev.Launch(kern, []int{(p.SeqQ + tq - 1) / tq * 64, p.KVHeads, p.Batch}, []int{64, 1, 1},
 		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
 		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
 		v.Mem, i32(v.Off), i32(p.V.Batch), i32(p.V.Head), i32(p.V.Seq),

@@ -206,7 +206,7 @@ func (l *Lib) forced(family, name string) bool {
 	case "quant":
 		return qForce != "" && !(gpu && (name == "qmv_wg" || name == "qmm_4x2" || name == "qmt_r1" || name == "qmt_r4"))
 	case "attention":
-		return attnForce != "" && !(gpu && (name == "attn_wg" || name == "attn_split" || name == "attn_combine"))
+		return attnForce != "" && !(gpu && (name == "attn_wg" || name == "attn_split" || name == "attn_combine" || name == "attn_qtile"))
 	case "conv", "volume":
 		return convKMajor && !gpu
 	case "resize":
