@@ -617,7 +617,7 @@ attn_combine(__global const float *Part, int ns, __global store_t *O, int offO,
 }
 
 // attn_qtile: the query-tiled GPU prefill, -DATT_G=<query heads per kv
-// head>. A work-group takes ATT_TQ consecutive query positions of all
+// head, at most 4>. A work-group takes ATT_TQ consecutive query positions of all
 // ATT_G query heads of one kv head (ATT_R = ATT_G * ATT_TQ rows) and walks
 // the keys in blocks of ATT_WG: each key's K row is read once for all
 // ATT_R rows and each V element once per key, where attn_wg reads them
@@ -625,7 +625,7 @@ attn_combine(__global const float *Part, int ns, __global store_t *O, int offO,
 // block loop runs to the tile's last row's limit and scores past a row's
 // limit are -inf. Global (ceil(Sq/ATT_TQ)*ATT_WG, Hkv, B), local
 // (ATT_WG, 1, 1).
-#define ATT_TQ (ATT_G >= 8 ? 1 : 8 / ATT_G)
+#define ATT_TQ (ATT_G >= 4 ? 1 : 4 / ATT_G)
 #define ATT_R (ATT_G * ATT_TQ)
 __kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void
 attn_qtile(ATT_PARAMS) {

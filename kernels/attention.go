@@ -160,17 +160,24 @@ var attnForce string
 // occupies the whole GPU rather than one work-group per head; up to
 // attnSplitMaxGroup query heads per kv head share its K and V loads. The
 // numbers are by construction (no GPU here): 256 keys keep a work-group's
-// four 64-key blocks, and 512 keys give at least two ranges.
+// four 64-key blocks, and 512 keys give at least two ranges. Groups of up
+// to 4 heads and head sizes up to attnGroupMaxDim keep attn_split and
+// attn_qtile within 64 registers on the register gate's target (8 heads
+// took 82-98).
 var (
 	attnSplitLen      = 256
 	attnSplitMin      = 512
-	attnSplitMaxGroup = 8
+	attnSplitMaxGroup = 4
 )
+
+// attnGroupMaxDim is the largest head size attn_split and attn_qtile take
+// (two head dimensions per work-item and row).
+const attnGroupMaxDim = 128
 
 // attnSplits reports whether p runs split-K on a GPU, and its ranges.
 func attnSplits(devType string, p AttentionParams) (bool, int) {
 	ns := (p.SeqKV + attnSplitLen - 1) / attnSplitLen
-	ok := p.SeqQ == 1 && p.SeqKV > 0 && p.Heads/p.KVHeads <= attnSplitMaxGroup
+	ok := p.SeqQ == 1 && p.SeqKV > 0 && p.Heads/p.KVHeads <= attnSplitMaxGroup && p.HeadDim <= attnGroupMaxDim
 	if attnForce == "attn_split" {
 		return ok, ns
 	}
@@ -259,9 +266,9 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 
 // attnQTiled reports whether p runs attn_qtile: GPU prefill (more than
 // one query row per head) with at most attnSplitMaxGroup query heads per
-// kv head, or forced by a test.
+// kv head and heads up to attnGroupMaxDim, or forced by a test.
 func attnQTiled(devType string, p AttentionParams) bool {
-	ok := p.SeqQ > 1 && p.Heads/p.KVHeads <= attnSplitMaxGroup
+	ok := p.SeqQ > 1 && p.Heads/p.KVHeads <= attnSplitMaxGroup && p.HeadDim <= attnGroupMaxDim
 	if attnForce == "attn_qtile" {
 		return ok
 	}
@@ -269,12 +276,12 @@ func attnQTiled(devType string, p AttentionParams) bool {
 }
 
 // attnTileRows is attn_qtile's query positions per work-group (ATT_TQ):
-// eight rows per tile in all, heads of the group times positions.
+// four rows per tile in all, heads of the group times positions.
 func attnTileRows(group int) int {
-	if group >= 8 {
+	if group >= 4 {
 		return 1
 	}
-	return 8 / group
+	return 4 / group
 }
 
 // attentionQTile launches attn_qtile for a checked prefill.

@@ -93,10 +93,11 @@ func TestAttentionSplitSelection(t *testing.T) {
 		p    AttentionParams
 		want bool
 	}{
-		{"GPU", AttentionParams{Heads: 32, KVHeads: 8, SeqQ: 1, SeqKV: 4096}, true},
+		{"GPU", AttentionParams{Heads: 32, KVHeads: 8, SeqQ: 1, SeqKV: 4096, HeadDim: 128}, true},
+		{"GPU", AttentionParams{Heads: 32, KVHeads: 8, SeqQ: 1, SeqKV: 4096, HeadDim: 256}, false},
 		{"GPU", AttentionParams{Heads: 32, KVHeads: 8, SeqQ: 1, SeqKV: 300}, false},
 		{"GPU", AttentionParams{Heads: 32, KVHeads: 8, SeqQ: 7, SeqKV: 4096}, false},
-		{"GPU", AttentionParams{Heads: 32, KVHeads: 2, SeqQ: 1, SeqKV: 4096}, false}, // 16 heads per group
+		{"GPU", AttentionParams{Heads: 32, KVHeads: 4, SeqQ: 1, SeqKV: 4096}, false}, // 8 heads per group
 		{"CPU", AttentionParams{Heads: 32, KVHeads: 8, SeqQ: 1, SeqKV: 4096}, false},
 	} {
 		if got, ns := attnSplits(tc.dev, tc.p); got != tc.want || (got && ns != (tc.p.SeqKV+attnSplitLen-1)/attnSplitLen) {
@@ -116,7 +117,7 @@ func TestAttentionLongDecode(t *testing.T) {
 
 // TestAttentionQTile runs the query-tiled prefill against the reference,
 // output and log-sum-exp: head sizes 32, 64 and 80, GQA groups 1, 2 and 4
-// (tiles of 8, 4 and 2 positions), query counts that leave the last tile
+// (tiles of 4, 2 and 1 positions), query counts that leave the last tile
 // partial, key counts past one 64-key block, a causal chunk after a past
 // read from a cache in place, per-head masks with -inf and
 // most-negative-float entries, and both storages.
@@ -187,8 +188,8 @@ func TestAttentionQTile(t *testing.T) {
 			assertClose(t, what+" lse", download(t, F32, lb, p.Batch*p.Heads*p.SeqQ), wantLSE, 2e-4, 2e-5)
 		}
 	}
-	if attnQTiled("GPU", AttentionParams{Heads: 32, KVHeads: 2, SeqQ: 64}) || !attnQTiled("GPU", AttentionParams{Heads: 32, KVHeads: 8, SeqQ: 64}) ||
+	if attnQTiled("GPU", AttentionParams{Heads: 32, KVHeads: 4, SeqQ: 64}) || !attnQTiled("GPU", AttentionParams{Heads: 32, KVHeads: 8, SeqQ: 64, HeadDim: 128}) ||
 		attnQTiled("CPU", AttentionParams{Heads: 32, KVHeads: 8, SeqQ: 64}) || attnQTiled("GPU", AttentionParams{Heads: 32, KVHeads: 8, SeqQ: 1}) {
-		t.Error("attn_qtile selection: want GPU prefill with groups of at most 8 only")
+		t.Error("attn_qtile selection: want GPU prefill with groups of at most 4 only")
 	}
 }

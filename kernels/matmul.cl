@@ -450,8 +450,8 @@ mm_gemv_c4(MM_PARAMS) {
 	for (int k = t * 4; k < k4; k += MM_C4L * 4) {
 #ifdef MM_HALF_MATH
 		const half4 a = vload4(0, ap + k);
-		acc += convert_float4((half4)(dot(a, vload4(0, b0 + k)), dot(a, vload4(0, b1 + k)),
-		                              dot(a, vload4(0, b2 + k)), dot(a, vload4(0, b3 + k))));
+		acc += (float4)((float)dot(a, vload4(0, b0 + k)), (float)dot(a, vload4(0, b1 + k)),
+		                (float)dot(a, vload4(0, b2 + k)), (float)dot(a, vload4(0, b3 + k)));
 #else
 		const float4 a = ALOAD4(ap, k);
 		acc += (float4)(dot(a, BLOAD4(b0, k)), dot(a, BLOAD4(b1, k)),

@@ -364,8 +364,7 @@ qmv_wg(QMM_PARAMS) {
 // the group parameters of block b, group g are the eight floats
 // P[offP + b*ldp + 8g + 2c + {0, 1}].
 //
-// qmt_r1 (M = 1) and qmt_r4 (up to four rows, the GPU prefill until the
-// phone GEMM exists) run a work-group of QTL lanes per column block: lane
+// qmt_r1 runs a work-group of QTL lanes per column block and row: lane
 // l takes chunks l, l + QTL, ..., so neighbouring lanes read neighbouring
 // 64-byte runs (one uint16 load covers all four columns), and each
 // activation load serves four columns. A lane's RB x 4 partial sums meet
@@ -373,7 +372,9 @@ qmv_wg(QMM_PARAMS) {
 // subgroups (-DQ_SG, set from the extension string), otherwise through a
 // local-memory reduction of three barriers. With -DQ_HALF on a device with
 // cl_khr_fp16 the weights dequantise with as_half and each chunk's 32
-// products per column are summed in half, then added to float sums.
+// products per column are summed in half, then added to float sums
+// (conversions as scalar casts: libclc, which the register gate compiles
+// against, has no vector half conversions).
 
 #define QTL 64
 
@@ -409,13 +410,16 @@ qmv_wg(QMM_PARAMS) {
 	}
 #define QT_CHUNK(RB)                                                           \
 	{                                                                          \
-		const half8 ph = convert_half8(pr);                                    \
+		const half8 ph = (half8)((half)pr.s0, (half)pr.s1, (half)pr.s2,        \
+		                         (half)pr.s3, (half)pr.s4, (half)pr.s5,        \
+		                         (half)pr.s6, (half)pr.s7);                    \
 		half4 hacc[RB];                                                        \
 		_Pragma("unroll") for (int r = 0; r < RB; r++) hacc[r] = (half4)(0.0h); \
 		QT_STEP(0, RB) QT_STEP(1, RB) QT_STEP(2, RB) QT_STEP(3, RB)            \
 		QT_STEP(4, RB) QT_STEP(5, RB) QT_STEP(6, RB) QT_STEP(7, RB)            \
 		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
-		    acc[r] += convert_float4(hacc[r]);                                 \
+		    acc[r] += (float4)((float)hacc[r].x, (float)hacc[r].y,             \
+		                       (float)hacc[r].z, (float)hacc[r].w);            \
 	}
 #else
 #define QT_DEQ4(u4, t, d, m)                                                   \
@@ -522,5 +526,8 @@ qmv_wg(QMM_PARAMS) {
 		}                                                                      \
 	}
 
+// One row per work-group (dimension 1 of the launch takes the rows): the
+// four-row variant kept 80-154 VGPRs live on the register gate's target,
+// two rows 64-116, over the 64 a phone GPU allows, so GPU prefill on a
+// tiled weight reads it once per row until the phone GEMM replaces it.
 QMT_KERNEL(qmt_r1, 1)
-QMT_KERNEL(qmt_r4, 4)

@@ -250,11 +250,9 @@ func (l *Lib) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) error {
 // qpick chooses the kernel variant and its (rows, columns) per work-item.
 func (l *Lib) qpick(g qmm) (string, int, int) {
 	if g.w.Layout == QLayoutTile4 {
-		// Only the tiled kernels read this layout (qForce does not apply).
-		if g.m == 1 {
-			return "qmt_r1", 1, 4
-		}
-		return "qmt_r4", 4, 4
+		// Only the tiled kernel reads this layout (qForce does not apply);
+		// it takes one row per work-group.
+		return "qmt_r1", 1, 4
 	}
 	name := qForce
 	if name == "" {
@@ -312,7 +310,7 @@ func (l *Lib) qmm(g qmm) error {
 	switch name {
 	case "qmv_wg":
 		global, local = []int{g.n * 64, (g.m + 3) / 4}, []int{64, 1}
-	case "qmt_r1", "qmt_r4":
+	case "qmt_r1":
 		global, local = []int{(g.n + 3) / 4 * qtLanes, (g.m + rb - 1) / rb}, []int{qtLanes, 1}
 	default:
 		global = []int{(g.n + cb - 1) / cb, (g.m + rb - 1) / rb}

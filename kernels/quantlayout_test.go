@@ -63,8 +63,8 @@ func TestRepackQTile4(t *testing.T) {
 	}
 }
 
-// TestMatMulQTile4 runs the tiled kernels (decode qmt_r1 and the four-row
-// qmt_r4) against the reference: both formats and storages, N that leaves
+// TestMatMulQTile4 runs the tiled kernel (qmt_r1, a row per work-group)
+// against the reference: both formats and storages, N that leaves
 // the last block of four partly empty, K an odd number of groups of 32,
 // 64 and 128, fewer chunks than lanes and more, bias, padded strides. On PoCL the local-memory reduction and fp32 arithmetic
 // run; the subgroup and half paths are compiled by tools/kernelgate.sh.
@@ -148,8 +148,8 @@ func TestQuantLayoutChoice(t *testing.T) {
 		t.Errorf("tiled decode picks %s", name)
 	}
 	tiled.m = 5
-	if name, _, _ := cpu.qpick(tiled); name != "qmt_r4" {
-		t.Errorf("tiled prefill picks %s", name)
+	if name, rb, _ := cpu.qpick(tiled); name != "qmt_r1" || rb != 1 {
+		t.Errorf("tiled prefill picks %s with %d rows per work-group", name, rb)
 	}
 	if o := tiled.options(false, true); !strings.Contains(o, "-DQ_SG") {
 		t.Errorf("subgroups on: %s", o)
