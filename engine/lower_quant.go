@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/tlite/tlite/graph/dtype"
@@ -8,6 +9,7 @@ import (
 	"github.com/tlite/tlite/graph/tlite"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/symshape"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // tlite.MatMulQ, the 4-bit weight product `tl quantize` writes (see
@@ -44,7 +46,15 @@ func lowerMatMulQ(lc *lowerCtx) (*stepDef, error) {
 	if w.dt != dtype.Uint8 || r.kind != vkConst || r.konst == nil {
 		return nil, lc.unsupported("input 1 (%s) must be a uint8 initializer holding a packed weight", w.name)
 	}
-	h, err := quant.ParseHeader(r.konst.data, int64(len(r.konst.data)))
+	tiled := lc.tileQWeight(w)
+	r = w.root
+	size := int64(len(r.konst.data))
+	if tiled && len(r.konst.data) >= quant.HeaderSize {
+		// The tiled copy keeps the original header, whose Size still
+		// describes graph/quant's layout.
+		size = int64(binary.LittleEndian.Uint64(r.konst.data[40:]))
+	}
+	h, err := quant.ParseHeader(r.konst.data, size)
 	if err != nil {
 		return nil, fmt.Errorf("engine: node %q (%s.%s): packed weight %s: %w", lc.n.Name, lc.n.Domain, lc.n.OpType, w.name, err)
 	}
@@ -62,6 +72,10 @@ func lowerMatMulQ(lc *lowerCtx) (*stepDef, error) {
 	if len(a.shape) == 0 {
 		return nil, lc.unsupported("A (%s) is a scalar", a.name)
 	}
+	layout := kernels.QLayoutColumns
+	if tiled {
+		layout = kernels.QLayoutTile4
+	}
 	return &stepDef{kernel: "matmulq", run: func(x *exec) error {
 		as := x.shape(a)
 		k := as[len(as)-1]
@@ -70,10 +84,14 @@ func lowerMatMulQ(lc *lowerCtx) (*stepDef, error) {
 		}
 		p := kernels.QMatMulParams{M: prod(as, 0, len(as)-1), N: h.N, K: h.K}
 		wr := x.ref(w)
-		if wr.b.size-wr.off < int(h.Size) {
-			return fmt.Errorf("packed weight buffer holds %d bytes, the header says %d", wr.b.size-wr.off, h.Size)
+		need := int(h.Size)
+		if tiled {
+			need = qTile4Size(h)
 		}
-		q, err := qbufAt(wr, h)
+		if wr.b.size-wr.off < need {
+			return fmt.Errorf("packed weight buffer holds %d bytes, the %s layout needs %d", wr.b.size-wr.off, layout, need)
+		}
+		q, err := qbufAt(wr, h, tiled)
 		if err != nil {
 			return err
 		}
@@ -103,13 +121,75 @@ func checkQAttrs(lc *lowerCtx, h quant.Header) error {
 }
 
 // qbufAt addresses the codes and parameters inside the uploaded packed
-// weight (a byte tensor at wr).
-func qbufAt(wr tref, h quant.Header) (kernels.QBuf, error) {
+// weight (a byte tensor at wr), in graph/quant's layout or, when tiled, in
+// the tiled copy tileQWeight made.
+func qbufAt(wr tref, h quant.Header, tiled bool) (kernels.QBuf, error) {
 	wo, po := wr.off+int(h.WordsOffset), wr.off+int(h.ParamsOffset)
+	layout := kernels.QLayoutColumns
+	if tiled {
+		wo, po = wr.off+quant.HeaderSize, wr.off+quant.HeaderSize+4*qTile4Words(h)
+		layout = kernels.QLayoutTile4
+	}
 	if wo%4 != 0 || po%4 != 0 {
 		return kernels.QBuf{}, fmt.Errorf("packed weight at byte %d: its arrays are not 4-byte aligned", wr.off)
 	}
 	m := wr.b.m
-	return kernels.QBuf{Format: h.Format, Group: h.Group, K: h.K, N: h.N,
+	return kernels.QBuf{Format: h.Format, Group: h.Group, Layout: layout, K: h.K, N: h.N,
 		Q: kernels.Buf{Mem: m.Mem, Host: m.Host, Off: wo / 4}, P: kernels.Buf{Mem: m.Mem, Host: m.Host, Off: po / 4}}, nil
+}
+
+// qTile4Words and qTile4Size are the code words and the whole byte size of
+// a tiled copy: the 64-byte header, the tiled codes, the tiled parameters
+// (kernels.QLayoutTile4 pads N to a multiple of four).
+func qTile4Words(h quant.Header) int { return (h.N + 3) / 4 * 4 * (h.K / 8) }
+
+func qTile4Size(h quant.Header) int {
+	return quant.HeaderSize + 4*qTile4Words(h) + 4*((h.N+3)/4*8*(h.K/h.Group))
+}
+
+// tileQWeight repacks the packed weight w once, at Open, into the layout
+// the device's 4-bit kernels read fastest (kernels.Device.QuantLayout:
+// four-column tiles on GPUs), provided that every node reading it is a
+// device tlite.MatMulQ taking it as the weight: the copy (the original
+// header, then the tiled arrays) replaces the original, which is never
+// uploaded. The first such node makes the copy; the others find it. It
+// reports whether w is now the tiled copy.
+func (lc *lowerCtx) tileQWeight(w *vinfo) bool {
+	if lc.host || lc.c.s.dev.QuantLayout() != kernels.QLayoutTile4 || w.v == nil {
+		return false
+	}
+	name := w.name + "/tile4"
+	if r := w.root; r != w {
+		return r.v == nil && r.kind == vkConst && r.name == name
+	}
+	if w.kind != vkConst || w.konst == nil {
+		return false
+	}
+	for _, o := range lc.c.g.Outputs {
+		if o == w.v {
+			return false
+		}
+	}
+	for _, n := range w.v.Consumers {
+		if cls, ok := lc.c.res.Class[n]; ok && cls != infer.Device {
+			return false
+		}
+		if opKey(n.Domain, n.OpType) != opKey(tlite.Domain, tlite.MatMulQ) {
+			return false
+		}
+		for i, in := range n.Inputs {
+			if in == w.v && i != 1 {
+				return false
+			}
+		}
+	}
+	p, err := quant.UnmarshalPacked(w.konst.data)
+	if err != nil {
+		return false // lowerMatMulQ reports the bad header
+	}
+	words, params := kernels.RepackQTile4(p)
+	data := append(append([]byte(nil), w.konst.data[:quant.HeaderSize]...), kernels.QLayoutBytes(words, params)...)
+	t := lc.newConst(name, &hostTensor{dt: dtype.Uint8, shape: []int{len(data)}, data: data})
+	w.root = t
+	return true
 }

@@ -95,14 +95,20 @@ type Options struct {
 	FoldBytes int64
 	// Profile records per-kernel device time; see Session.Profile.
 	Profile bool
-	// Priority is the OpenCL queue priority hint.
+	// Priority is the OpenCL queue priority hint (opencl.Options.Priority:
+	// on Qualcomm a low priority also asks for the HIGH perf hint).
 	Priority opencl.Priority
+	// FlushEvery is opencl.Options.FlushEvery: submit queued kernels every
+	// FlushEvery launches while a step is enqueued (0 = the default 64,
+	// negative = only at the step's end).
+	FlushEvery int
 	// Labels names every launch after its node (opencl SetLabel) even
 	// without Profile, for external profilers.
 	Labels bool
 	// Kernels, when set, runs the session on this kernel library's device
 	// instead of opening one, so sessions share compiled programs. The
-	// session does not close it; Device and Priority are then ignored.
+	// session does not close it; Device, Priority and FlushEvery are then
+	// ignored.
 	// Sessions sharing a library share its queue: do not Run them
 	// concurrently.
 	Kernels *kernels.Lib
@@ -225,7 +231,7 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 		}
 		s.dev = hd
 	default:
-		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile})
+		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile, FlushEvery: opts.FlushEvery})
 		if err != nil {
 			return nil, errNoDevice(err)
 		}

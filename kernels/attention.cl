@@ -40,6 +40,12 @@
 //               scored ATT_WG at a time (one per work-item), and each
 //               work-item accumulates a strided slice of the head dimensions,
 //               so V is read coalesced. The GPU variant.
+//   attn_split  GPU decode on long contexts (-DATT_G, see below): split-K
+//   attn_combine  over key ranges with the query heads of a kv group
+//               sharing K and V loads, then a combine of the ranges.
+//   attn_qtile  GPU prefill (-DATT_G): a work-group per tile of query
+//               positions of a kv group's query heads, sharing each K row
+//               and V element across the tile's rows.
 
 #ifndef MASKED_AT
 #error "attention.cl needs -DMASKED_AT=<threshold> (MaskedF32 or MaskedF16)"
@@ -469,6 +475,259 @@ attn_wg(ATT_PARAMS) {
 		if (d < HD) STORE(O, d, acc[c] * inv);
 	}
 }
+
+#ifdef ATT_G
+// Split-K (flash-decode) attention for one query row per head (decode) on
+// long contexts, -DATT_G=<query heads per kv head>. attn_split runs a
+// work-group per (split of the keys, kv head, batch): its ATT_G query
+// heads share every K and V element it loads (each key's K row is read
+// once for all of them, each V element once per key), and each key range
+// of splitLen keys leaves, per query head, its running maximum m, sum l
+// and unnormalised accumulator in Part ((b*H + h)*ns + s) * (HD + 2):
+// m, l, acc[HD]. attn_combine then rescales the splits to their common
+// maximum, writes O and the row's log-sum-exp. A split past the keys the
+// row sees writes m = -inf, l = 0 and adds nothing.
+
+// attn_split: global (ns*ATT_WG, Hkv, B), local (ATT_WG, 1, 1).
+__kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void
+attn_split(ATT_PARAMS, int splitLen, __global float *Part) {
+	const int s = get_group_id(0), g = get_global_id(1), b = get_global_id(2);
+	const int t = get_local_id(0), ns = get_num_groups(0);
+	const int h0 = g * ATT_G;
+	const int jn = causal ? clamp(past + 1, 0, Skv) : Skv;
+	const int js = s * splitLen, je = min(js + splitLen, jn);
+	K += offK + b * kb + g * kh;
+	V += offV + b * vb + g * vh;
+	__local float qv[ATT_G][HD];
+	__local float sc[ATT_G][ATT_WG]; // this block's scores per query head
+	__local float pr[ATT_G][ATT_WG]; // and their probabilities
+	#pragma unroll
+	for (int r = 0; r < ATT_G; r++)
+		for (int d = t; d < HD; d += ATT_WG)
+			qv[r][d] = LOAD(Q, offQ + b * qb + (h0 + r) * qh + d) * scale;
+	barrier(CLK_LOCAL_MEM_FENCE);
+	float acc[ATT_G][DPT], m[ATT_G], l[ATT_G];
+	#pragma unroll
+	for (int r = 0; r < ATT_G; r++) {
+		m[r] = -INFINITY;
+		l[r] = 0.0f;
+		#pragma unroll
+		for (int c = 0; c < DPT; c++) acc[r][c] = 0.0f;
+	}
+	for (int j0 = js; j0 < je; j0 += ATT_WG) {
+		const int cnt = min(ATT_WG, je - j0);
+		float sr[ATT_G];
+		#pragma unroll
+		for (int r = 0; r < ATT_G; r++) sr[r] = -INFINITY;
+		if (t < cnt) {
+			__global const store_t *kp = K + (j0 + t) * ks;
+			#pragma unroll
+			for (int r = 0; r < ATT_G; r++) sr[r] = 0.0f;
+			for (int d = 0; d < HD; d++) {
+				const float kd = LOAD(kp, d);
+				#pragma unroll
+				for (int r = 0; r < ATT_G; r++) sr[r] = fma(qv[r][d], kd, sr[r]);
+			}
+			if (hasMask) {
+				#pragma unroll
+				for (int r = 0; r < ATT_G; r++) {
+					const float mv = LOAD(Mask, offM + b * mb + (h0 + r) * mh + (j0 + t) * mk);
+					sr[r] = mv <= MASKED_AT ? mv : sr[r] + mv;
+				}
+			}
+		}
+		#pragma unroll
+		for (int r = 0; r < ATT_G; r++) sc[r][t] = sr[r];
+		barrier(CLK_LOCAL_MEM_FENCE);
+		// Every work-item computes the same block maxima (uniform).
+		float corr[ATT_G];
+		#pragma unroll
+		for (int r = 0; r < ATT_G; r++) {
+			float bm = -INFINITY;
+			for (int u = 0; u < cnt; u++) bm = fmax(bm, sc[r][u]);
+			const float mn = fmax(m[r], bm);
+			corr[r] = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
+			pr[r][t] = t < cnt && sc[r][t] != -INFINITY ? exp(sc[r][t] - mn) : 0.0f;
+			m[r] = mn;
+		}
+		barrier(CLK_LOCAL_MEM_FENCE);
+		#pragma unroll
+		for (int r = 0; r < ATT_G; r++) {
+			float lr = l[r] * corr[r];
+			for (int u = 0; u < cnt; u++) lr += pr[r][u];
+			l[r] = lr;
+			#pragma unroll
+			for (int c = 0; c < DPT; c++) acc[r][c] *= corr[r];
+		}
+		#pragma unroll
+		for (int c = 0; c < DPT; c++) {
+			const int d = t + c * ATT_WG;
+			if (d < HD) {
+				for (int u = 0; u < cnt; u++) {
+					const float vd = LOAD(V, (j0 + u) * vs + d);
+					#pragma unroll
+					for (int r = 0; r < ATT_G; r++) acc[r][c] = fma(pr[r][u], vd, acc[r][c]);
+				}
+			}
+		}
+		barrier(CLK_LOCAL_MEM_FENCE); // sc and pr are rewritten next
+	}
+	#pragma unroll
+	for (int r = 0; r < ATT_G; r++) {
+		__global float *part = Part + ((b * H + h0 + r) * ns + s) * (HD + 2);
+		if (t == 0) {
+			part[0] = m[r];
+			part[1] = l[r];
+		}
+		#pragma unroll
+		for (int c = 0; c < DPT; c++) {
+			const int d = t + c * ATT_WG;
+			if (d < HD) part[2 + d] = acc[r][c];
+		}
+	}
+}
+
+// attn_combine: global (ATT_WG, H, B), local (ATT_WG, 1, 1): query head h's
+// ns partial results rescaled to their common maximum.
+__kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void
+attn_combine(__global const float *Part, int ns, __global store_t *O, int offO,
+             int ob, int oh, __global float *Lse, int offL, int hasLse, int H) {
+	const int h = get_global_id(1), b = get_global_id(2), t = get_local_id(0);
+	__global const float *part = Part + (b * H + h) * ns * (HD + 2);
+	float mx = -INFINITY;
+	for (int s = 0; s < ns; s++) mx = fmax(mx, part[s * (HD + 2)]);
+	float sum = 0.0f;
+	if (mx != -INFINITY)
+		for (int s = 0; s < ns; s++) {
+			const float ms = part[s * (HD + 2)];
+			if (ms != -INFINITY) sum += part[s * (HD + 2) + 1] * exp(ms - mx);
+		}
+	const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+	O += offO + b * ob + h * oh;
+	for (int d = t; d < HD; d += ATT_WG) {
+		float a = 0.0f;
+		if (mx != -INFINITY)
+			for (int s = 0; s < ns; s++) {
+				const float ms = part[s * (HD + 2)];
+				if (ms != -INFINITY) a = fma(part[s * (HD + 2) + 2 + d], exp(ms - mx), a);
+			}
+		STORE(O, d, a * inv);
+	}
+	if (hasLse && t == 0) Lse[offL + b * H + h] = sum > 0.0f ? mx + log(sum) : -INFINITY;
+}
+
+// attn_qtile: the query-tiled GPU prefill, -DATT_G=<query heads per kv
+// head, at most 4>. A work-group takes ATT_TQ consecutive query positions of all
+// ATT_G query heads of one kv head (ATT_R = ATT_G * ATT_TQ rows) and walks
+// the keys in blocks of ATT_WG: each key's K row is read once for all
+// ATT_R rows and each V element once per key, where attn_wg reads them
+// once per row. Row (r, i) sees keys j < past + i + 1 when causal; the
+// block loop runs to the tile's last row's limit and scores past a row's
+// limit are -inf. Global (ceil(Sq/ATT_TQ)*ATT_WG, Hkv, B), local
+// (ATT_WG, 1, 1).
+#define ATT_TQ (ATT_G >= 4 ? 1 : 4 / ATT_G)
+#define ATT_R (ATT_G * ATT_TQ)
+__kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void
+attn_qtile(ATT_PARAMS) {
+	const int i0 = get_group_id(0) * ATT_TQ, g = get_global_id(1), b = get_global_id(2);
+	const int t = get_local_id(0);
+	const int h0 = g * ATT_G;
+	const int jlast = causal ? clamp(past + min(i0 + ATT_TQ, Sq), 0, Skv) : Skv;
+	K += offK + b * kb + g * kh;
+	V += offV + b * vb + g * vh;
+	__local float qv[ATT_R][HD];
+	__local float sc[ATT_R][ATT_WG];
+	__local float pr[ATT_R][ATT_WG];
+	#pragma unroll
+	for (int r = 0; r < ATT_R; r++) {
+		const int h = h0 + r / ATT_TQ, i = min(i0 + r % ATT_TQ, Sq - 1);
+		for (int d = t; d < HD; d += ATT_WG)
+			qv[r][d] = LOAD(Q, offQ + b * qb + h * qh + i * qs + d) * scale;
+	}
+	barrier(CLK_LOCAL_MEM_FENCE);
+	float acc[ATT_R][DPT], m[ATT_R], l[ATT_R];
+	#pragma unroll
+	for (int r = 0; r < ATT_R; r++) {
+		m[r] = -INFINITY;
+		l[r] = 0.0f;
+		#pragma unroll
+		for (int c = 0; c < DPT; c++) acc[r][c] = 0.0f;
+	}
+	for (int j0 = 0; j0 < jlast; j0 += ATT_WG) {
+		const int cnt = min(ATT_WG, jlast - j0), j = j0 + t;
+		float sr[ATT_R];
+		#pragma unroll
+		for (int r = 0; r < ATT_R; r++) sr[r] = -INFINITY;
+		if (t < cnt) {
+			__global const store_t *kp = K + j * ks;
+			#pragma unroll
+			for (int r = 0; r < ATT_R; r++) sr[r] = 0.0f;
+			for (int d = 0; d < HD; d++) {
+				const float kd = LOAD(kp, d);
+				#pragma unroll
+				for (int r = 0; r < ATT_R; r++) sr[r] = fma(qv[r][d], kd, sr[r]);
+			}
+			#pragma unroll
+			for (int r = 0; r < ATT_R; r++) {
+				const int h = h0 + r / ATT_TQ, i = min(i0 + r % ATT_TQ, Sq - 1);
+				if (hasMask) {
+					const float mv = LOAD(Mask, offM + b * mb + h * mh + i * mq + j * mk);
+					sr[r] = mv <= MASKED_AT ? mv : sr[r] + mv;
+				}
+				if (causal && j > past + i) sr[r] = -INFINITY;
+			}
+		}
+		#pragma unroll
+		for (int r = 0; r < ATT_R; r++) sc[r][t] = sr[r];
+		barrier(CLK_LOCAL_MEM_FENCE);
+		float corr[ATT_R];
+		#pragma unroll
+		for (int r = 0; r < ATT_R; r++) {
+			float bm = -INFINITY;
+			for (int u = 0; u < cnt; u++) bm = fmax(bm, sc[r][u]);
+			const float mn = fmax(m[r], bm);
+			corr[r] = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
+			pr[r][t] = t < cnt && sc[r][t] != -INFINITY ? exp(sc[r][t] - mn) : 0.0f;
+			m[r] = mn;
+		}
+		barrier(CLK_LOCAL_MEM_FENCE);
+		#pragma unroll
+		for (int r = 0; r < ATT_R; r++) {
+			float lr = l[r] * corr[r];
+			for (int u = 0; u < cnt; u++) lr += pr[r][u];
+			l[r] = lr;
+			#pragma unroll
+			for (int c = 0; c < DPT; c++) acc[r][c] *= corr[r];
+		}
+		#pragma unroll
+		for (int c = 0; c < DPT; c++) {
+			const int d = t + c * ATT_WG;
+			if (d < HD) {
+				for (int u = 0; u < cnt; u++) {
+					const float vd = LOAD(V, (j0 + u) * vs + d);
+					#pragma unroll
+					for (int r = 0; r < ATT_R; r++) acc[r][c] = fma(pr[r][u], vd, acc[r][c]);
+				}
+			}
+		}
+		barrier(CLK_LOCAL_MEM_FENCE);
+	}
+	#pragma unroll
+	for (int r = 0; r < ATT_R; r++) {
+		const int h = h0 + r / ATT_TQ, i = i0 + r % ATT_TQ;
+		if (i < Sq) {
+			const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+			__global store_t *o = O + offO + b * ob + h * oh + i * os;
+			#pragma unroll
+			for (int c = 0; c < DPT; c++) {
+				const int d = t + c * ATT_WG;
+				if (d < HD) STORE(o, d, acc[r][c] * inv);
+			}
+			if (hasLse && t == 0) Lse[offL + (b * H + h) * Sq + i] = l[r] > 0.0f ? m[r] + log(l[r]) : -INFINITY;
+		}
+	}
+}
+#endif // ATT_G
 #endif // ATT_GPU
 
 // attn_colstats: global (Skv, H, B). For key j of query head h it sums,

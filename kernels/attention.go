@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+
+	"github.com/tlite/tlite/opencl"
 )
 
 //go:embed attention.cl
@@ -152,6 +154,36 @@ func attnVariant(devType string, p AttentionParams) string {
 // the device.
 var attnForce string
 
+// Split-K decode (attn_split + attn_combine): a GPU decode step (one query
+// row per head) whose context is at least attnSplitMin keys is cut into
+// ranges of attnSplitLen keys, one work-group each, so that a long context
+// occupies the whole GPU rather than one work-group per head; up to
+// attnSplitMaxGroup query heads per kv head share its K and V loads. The
+// numbers are by construction (no GPU here): 256 keys keep a work-group's
+// four 64-key blocks, and 512 keys give at least two ranges. Groups of up
+// to 4 heads and head sizes up to attnGroupMaxDim keep attn_split and
+// attn_qtile within 64 registers on the register gate's target (8 heads
+// took 82-98).
+var (
+	attnSplitLen      = 256
+	attnSplitMin      = 512
+	attnSplitMaxGroup = 4
+)
+
+// attnGroupMaxDim is the largest head size attn_split and attn_qtile take
+// (two head dimensions per work-item and row).
+const attnGroupMaxDim = 128
+
+// attnSplits reports whether p runs split-K on a GPU, and its ranges.
+func attnSplits(devType string, p AttentionParams) (bool, int) {
+	ns := (p.SeqKV + attnSplitLen - 1) / attnSplitLen
+	ok := p.SeqQ == 1 && p.SeqKV > 0 && p.Heads/p.KVHeads <= attnSplitMaxGroup && p.HeadDim <= attnGroupMaxDim
+	if attnForce == "attn_split" {
+		return ok, ns
+	}
+	return ok && devType == "GPU" && p.SeqKV >= attnSplitMin && attnForce == "", ns
+}
+
 // Attention computes fused attention as p describes, all tensors in storage
 // s. A KV cache is read in place through p.K and p.V; no score matrix is
 // materialised. An empty output launches nothing.
@@ -173,6 +205,12 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	}
 	if p.empty() {
 		return nil
+	}
+	if split, ns := attnSplits(l.info().Type, p); split {
+		return l.attentionSplit(s, q, k, v, o, p, ns)
+	}
+	if attnQTiled(l.info().Type, p) {
+		return l.attentionQTile(s, q, k, v, o, p)
 	}
 	name := attnVariant(l.info().Type, p)
 	if attnForce != "" {
@@ -224,6 +262,133 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
 		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale,
 		lse.Mem, i32(lse.Off), hl)
+}
+
+// attnQTiled reports whether p runs attn_qtile: GPU prefill (more than
+// one query row per head) with at most attnSplitMaxGroup query heads per
+// kv head and heads up to attnGroupMaxDim, or forced by a test.
+func attnQTiled(devType string, p AttentionParams) bool {
+	ok := p.SeqQ > 1 && p.Heads/p.KVHeads <= attnSplitMaxGroup && p.HeadDim <= attnGroupMaxDim
+	if attnForce == "attn_qtile" {
+		return ok
+	}
+	return ok && devType == "GPU" && attnForce == ""
+}
+
+// attnTileRows is attn_qtile's query positions per work-group (ATT_TQ):
+// four rows per tile in all, heads of the group times positions.
+func attnTileRows(group int) int {
+	if group >= 4 {
+		return 1
+	}
+	return 4 / group
+}
+
+// attentionQTile launches attn_qtile for a checked prefill.
+func (l *Lib) attentionQTile(s Storage, q, k, v, o Buf, p AttentionParams) error {
+	masked := MaskedF32
+	if s == F16 {
+		masked = MaskedF16
+	}
+	group := p.Heads / p.KVHeads
+	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef -DATT_GPU -DATT_G=%d", s.define(), p.HeadDim, float32(masked), group)
+	kern, err := l.kernel("attention", attentionSrc, opts, "attn_qtile")
+	if err != nil {
+		return err
+	}
+	mask, hm := p.Mask, int32(1)
+	if p.Mask.Mem == nil {
+		mask, hm = q, 0
+	}
+	causal := int32(0)
+	if p.Causal {
+		causal = 1
+	}
+	lse, hl := p.LSE, int32(1)
+	if lse.Mem == nil {
+		lse, hl = o, 0
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	ms := p.MaskStrides
+	tq := attnTileRows(group)
+	return l.dev.Launch(kern, []int{(p.SeqQ + tq - 1) / tq * 64, p.KVHeads, p.Batch}, []int{64, 1, 1},
+		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
+		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
+		v.Mem, i32(v.Off), i32(p.V.Batch), i32(p.V.Head), i32(p.V.Seq),
+		o.Mem, i32(o.Off), i32(p.O.Batch), i32(p.O.Head), i32(p.O.Seq),
+		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
+		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale,
+		lse.Mem, i32(lse.Off), hl)
+}
+
+// attentionSplit launches attn_split over ns ranges of the keys and
+// attn_combine, for a checked decode step (SeqQ 1). The partial results
+// live in a scratch buffer the Lib keeps (B*H*ns*(HD+2) floats, grown on
+// demand: under 1 MiB for 32 heads of 128 at 8k keys).
+func (l *Lib) attentionSplit(s Storage, q, k, v, o Buf, p AttentionParams, ns int) error {
+	masked := MaskedF32
+	if s == F16 {
+		masked = MaskedF16
+	}
+	group := p.Heads / p.KVHeads
+	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef -DATT_GPU -DATT_G=%d", s.define(), p.HeadDim, float32(masked), group)
+	ks, err := l.kernel("attention", attentionSrc, opts, "attn_split")
+	if err != nil {
+		return err
+	}
+	kc, err := l.kernel("attention", attentionSrc, opts, "attn_combine")
+	if err != nil {
+		return err
+	}
+	part, err := l.attnScratch(4 * p.Batch * p.Heads * ns * (p.HeadDim + 2))
+	if err != nil {
+		return err
+	}
+	mask, hm := p.Mask, int32(1)
+	if p.Mask.Mem == nil {
+		mask, hm = q, 0
+	}
+	causal := int32(0)
+	if p.Causal {
+		causal = 1
+	}
+	lse, hl := p.LSE, int32(1)
+	if lse.Mem == nil {
+		lse, hl = o, 0
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	ms := p.MaskStrides
+	if err := l.dev.Launch(ks, []int{ns * 64, p.KVHeads, p.Batch}, []int{64, 1, 1},
+		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
+		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
+		v.Mem, i32(v.Off), i32(p.V.Batch), i32(p.V.Head), i32(p.V.Seq),
+		o.Mem, i32(o.Off), i32(p.O.Batch), i32(p.O.Head), i32(p.O.Seq),
+		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
+		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale,
+		lse.Mem, i32(lse.Off), hl, i32(attnSplitLen), part); err != nil {
+		return err
+	}
+	return l.dev.Launch(kc, []int{64, p.Heads, p.Batch}, []int{64, 1, 1},
+		part, i32(ns), o.Mem, i32(o.Off), i32(p.O.Batch), i32(p.O.Head),
+		lse.Mem, i32(lse.Off), hl, i32(p.Heads))
+}
+
+// attnScratch returns the Lib's split-K scratch buffer, at least size
+// bytes. A larger request replaces it (launches already enqueued keep
+// the old one alive: OpenCL releases a buffer only when its commands end).
+func (l *Lib) attnScratch(size int) (*opencl.Buffer, error) {
+	if l.attnPart != nil && l.attnPart.Size() >= size {
+		return l.attnPart, nil
+	}
+	b, err := l.dev.Alloc(max(size, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("split-K scratch of %d bytes: %w", size, err)
+	}
+	if l.attnPart != nil {
+		l.attnPart.Release()
+	}
+	l.attnPart = b
+	return b, nil
 }
 
 // AttentionRef is the pure-Go reference for Attention on host tensors (mask

@@ -40,13 +40,17 @@ type profile struct {
 	name string
 	gpu  bool
 	fp16 bool
+	// subgroups marks the phone GPU profile: gpu-fp16 stands for the
+	// Adreno 7xx and Mali Valhall class, which have cl_khr_fp16 and
+	// cl_khr_subgroups; gpu for a GPU with neither (NVIDIA's OpenCL).
+	subgroups bool
 }
 
 var profiles = map[string]profile{
-	"cpu":      {"cpu", false, false},
-	"cpu-fp16": {"cpu-fp16", false, true},
-	"gpu":      {"gpu", true, false},
-	"gpu-fp16": {"gpu-fp16", true, true},
+	"cpu":      {"cpu", false, false, false},
+	"cpu-fp16": {"cpu-fp16", false, true, false},
+	"gpu":      {"gpu", true, false, false},
+	"gpu-fp16": {"gpu-fp16", true, true, true},
 }
 
 // parseProfile returns the profile named s; "" is none.
@@ -78,6 +82,9 @@ func (l *Lib) info() opencl.Info {
 			inf.Type = "GPU"
 		}
 		inf.FP16 = l.prof.fp16
+		if l.prof.gpu {
+			inf.Subgroups = l.prof.subgroups
+		}
 	}
 	return inf
 }
@@ -195,11 +202,11 @@ func (l *Lib) forced(family, name string) bool {
 	switch family {
 	case "matmul":
 		// The GPU kernels of pick; gemm marks their builds -DMM_GPU.
-		return mmForce != "" && !(gpu && (name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_naive"))
+		return mmForce != "" && !(gpu && (name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_gemv_c4" || name == "mm_naive"))
 	case "quant":
-		return qForce != "" && !(gpu && (name == "qmv_wg" || name == "qmm_4x2"))
+		return qForce != "" && !(gpu && (name == "qmv_wg" || name == "qmm_4x2" || name == "qmt_r1"))
 	case "attention":
-		return attnForce != "" && !(gpu && name == "attn_wg")
+		return attnForce != "" && !(gpu && (name == "attn_wg" || name == "attn_split" || name == "attn_combine" || name == "attn_qtile"))
 	case "conv", "volume":
 		return convKMajor && !gpu
 	case "resize":

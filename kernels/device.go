@@ -42,6 +42,9 @@ type Device interface {
 	// WeightLayout is the constant-weight layout MatMul runs fastest on;
 	// the engine stores weights so at load when it can.
 	WeightLayout() WeightLayout
+	// QuantLayout is the layout of packed 4-bit weights MatMulQ reads
+	// fastest; the engine repacks them so at load when it can.
+	QuantLayout() QLayout
 
 	// Alloc returns a new allocation of size bytes.
 	Alloc(size int) (Buf, error)

@@ -61,16 +61,16 @@ func devDownload(t *testing.T, d Device, b Buf, n int) []float32 {
 }
 
 // devUploadQ puts a packed weight in one allocation of d, codes then
-// parameters, as UploadQ does on the OpenCL device.
+// parameters, in the layout d reports (QuantLayout), as UploadQ and the
+// engine's load do.
 func devUploadQ(t *testing.T, d Device, p *quant.Packed) QBuf {
 	t.Helper()
-	raw := make([]byte, 4*(len(p.Words)+len(p.Params)))
-	for i, w := range p.Words {
-		binary.LittleEndian.PutUint32(raw[4*i:], w)
+	layout := d.QuantLayout()
+	words, params := p.Words, p.Params
+	if layout == QLayoutTile4 {
+		words, params = RepackQTile4(p)
 	}
-	for i, v := range p.Params {
-		binary.LittleEndian.PutUint32(raw[4*(len(p.Words)+i):], math.Float32bits(v))
-	}
+	raw := QLayoutBytes(words, params)
 	b, err := d.Alloc(len(raw))
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +79,8 @@ func devUploadQ(t *testing.T, d Device, p *quant.Packed) QBuf {
 		t.Fatal(err)
 	}
 	q, pp := b, b
-	pp.Off = len(p.Words)
-	return QBuf{Format: p.Format, Group: p.Group, K: p.K, N: p.N, Q: q, P: pp}
+	pp.Off = len(words)
+	return QBuf{Format: p.Format, Group: p.Group, Layout: layout, K: p.K, N: p.N, Q: q, P: pp}
 }
 
 // TestDevicesAgree runs launches through the Device interface on the

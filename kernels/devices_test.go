@@ -155,15 +155,28 @@ func TestPublishedDevices(t *testing.T) {
 			}
 
 			l := &Lib{dev: testLib.dev, as: &inf}
+			// Packed weights are repacked into four-column tiles for the
+			// phone GEMV; the columns-layout kernels remain for weights
+			// that reach the device unrepacked.
+			if lay := l.QuantLayout(); lay != QLayoutTile4 {
+				t.Errorf("packed weight layout %v, want tile4", lay)
+			}
+			tiled := qmm{w: QBuf{Format: quant.E0M4, Group: 128, Layout: QLayoutTile4}, s: F16, m: 1}
+			if name, _, _ := l.qpick(tiled); name != "qmt_r1" {
+				t.Errorf("decode GEMV variant %s, want qmt_r1", name)
+			}
+			if o := tiled.options(l.info().FP16, l.info().Subgroups); strings.Contains(o, "-DQ_SG") != tc.subgroups || strings.Contains(o, "-DQ_HALF") != tc.halfInQGEM {
+				t.Errorf("tiled decode GEMV build %q: want subgroups %v, half %v", o, tc.subgroups, tc.halfInQGEM)
+			}
 			if name, _, _ := l.qpick(qmm{m: 1}); name != "qmv_wg" {
-				t.Errorf("decode GEMV variant %s, want qmv_wg", name)
+				t.Errorf("columns-layout decode GEMV variant %s, want qmv_wg", name)
 			}
 			if name, _, _ := l.qpick(qmm{m: 64}); name != "qmm_4x2" {
 				t.Errorf("prefill GEMM variant %s, want qmm_4x2", name)
 			}
 			g := qmm{w: QBuf{Format: quant.E0M4, Group: 128}, s: F16}
-			if got := strings.Contains(g.options(l.info().FP16), "-DQ_HALF"); got != tc.halfInQGEM {
-				t.Errorf("E0M4 fp16-storage build has -DQ_HALF = %v, want %v (%s)", got, tc.halfInQGEM, g.options(l.info().FP16))
+			if got := strings.Contains(g.options(l.info().FP16, false), "-DQ_HALF"); got != tc.halfInQGEM {
+				t.Errorf("E0M4 fp16-storage build has -DQ_HALF = %v, want %v (%s)", got, tc.halfInQGEM, g.options(l.info().FP16, false))
 			}
 			if v := attnVariant(l.info().Type, AttentionParams{Heads: 8, KVHeads: 2, SeqQ: 1}); v != "attn_wg" {
 				t.Errorf("attention variant %s, want attn_wg", v)

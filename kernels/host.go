@@ -230,8 +230,15 @@ func (h *HostDevice) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) e
 	if w.Group <= 0 || w.K <= 0 || w.N <= 0 || w.K%w.Group != 0 || w.K%8 != 0 {
 		return fmt.Errorf("kernels: MatMulQ: stored weight [%d, %d] in groups of %d", w.K, w.N, w.Group)
 	}
-	nw, np := w.N*w.K/8, w.N*2*(w.K/w.Group)
 	q, pp := hostU32(w.Q), hostF32(w.P)
+	if w.Layout == QLayoutTile4 {
+		pk, err := UnpackQTile4(w.Format, w.Group, w.K, w.N, q, pp)
+		if err != nil {
+			return err
+		}
+		return MatMulQRef(hostF32(a), pk, hostF32(p.Bias), hostF32(c), p)
+	}
+	nw, np := w.N*w.K/8, w.N*2*(w.K/w.Group)
 	if len(q) < nw || len(pp) < np {
 		return fmt.Errorf("kernels: MatMulQ: the packed arrays hold %d words and %d parameters; [%d, %d] in groups of %d needs %d and %d",
 			len(q), len(pp), w.K, w.N, w.Group, nw, np)

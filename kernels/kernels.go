@@ -85,6 +85,8 @@ type Lib struct {
 	// Finish allocates nothing.
 	faultRaw [8 * faultSlots]byte
 	label    string
+	// attnPart is split-K attention's scratch (attention.go).
+	attnPart *opencl.Buffer
 }
 
 // New returns a kernel library for dev. Programs are built lazily, so opening

@@ -29,8 +29,10 @@
 //                at a time over a chunk of rows, VB B vectors per k (1x16
 //                for one row, 4x4 otherwise). The CPU path for a B that is
 //                an activation stored [K, N].
-//   mm_gemv_wg   GPU, K contiguous, few rows: a work-group per output column
+//   mm_gemv_wg   GPU, K contiguous, 2-4 rows: a work-group per output column
 //                strides over K and reduces in local memory.
+//   mm_gemv_c4   GPU decode (one row), K contiguous: a work-group per four
+//                output columns, subgroup or local-memory reduction.
 //   mm_tiled     GPU: 64x64 output tiles staged through local memory in
 //                16-deep K slices, 4x4 outputs per work-item.
 //   mm_naive     one work-item per output, any strides: the fallback, and on
@@ -365,6 +367,104 @@ mm_gemv_wg(MM_PARAMS) {
 	if (t < 4 && m0 + t < M)
 		mm_put(C, (m0 + t) * cm + n * cn, Bias, (m0 + t) * brm + n * brn,
 		       red[t][0], alpha, beta);
+}
+
+// mm_gemv_c4: the phone decode GEMV for float weights stored [N, K]
+// (Linear's layout, bk == 1): work-group (MM_C4L, 1, 1) per four output
+// columns and row (global (ceil(N/4)*MM_C4L, M, batch)). Lane t reads
+// float4s (or half4s) k = 4t, 4t + 4*MM_C4L, ... of all four weight rows,
+// so neighbouring lanes read neighbouring 8- or 16-byte runs of each row,
+// and every activation load serves four columns. The four partial sums
+// meet through sub_group_reduce_add when the device has subgroups
+// (-DMM_SG), else in a local-memory reduction of three barriers. With
+// -DMM_HALF, fp16 activations and weights on a device with cl_khr_fp16,
+// each four-term dot product is computed in half and summed in float.
+#define MM_C4L 64
+#if defined(MM_SG) &&                                                          \
+    (defined(cl_khr_subgroups) || defined(cl_intel_subgroups) ||               \
+     defined(__opencl_c_subgroups))
+#if defined(cl_khr_subgroups)
+#pragma OPENCL EXTENSION cl_khr_subgroups : enable
+#elif defined(cl_intel_subgroups)
+#pragma OPENCL EXTENSION cl_intel_subgroups : enable
+#endif
+#define MM_SUBGROUPS 1
+#endif
+#if defined(MM_HALF) && defined(A_F16) && defined(B_F16) && defined(cl_khr_fp16)
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#define MM_HALF_MATH 1
+#endif
+
+// mm_reduce4 returns, in lanes 0..3, the work-group's sums of acc.x .. .w
+// (other lanes get 0).
+static inline float mm_reduce4(float4 acc, __local float (*red)[MM_C4L], int t) {
+#ifdef MM_SUBGROUPS
+	const float4 v = (float4)(sub_group_reduce_add(acc.x), sub_group_reduce_add(acc.y),
+	                          sub_group_reduce_add(acc.z), sub_group_reduce_add(acc.w));
+	const int sg = get_sub_group_id(), ns = get_num_sub_groups();
+	if (get_sub_group_local_id() == 0) {
+		red[0][sg] = v.x;
+		red[1][sg] = v.y;
+		red[2][sg] = v.z;
+		red[3][sg] = v.w;
+	}
+	barrier(CLK_LOCAL_MEM_FENCE);
+	float s = 0.0f;
+	if (t < 4)
+		for (int j = 0; j < ns; j++) s += red[t][j];
+	return s;
+#else
+	red[0][t] = acc.x;
+	red[1][t] = acc.y;
+	red[2][t] = acc.z;
+	red[3][t] = acc.w;
+	barrier(CLK_LOCAL_MEM_FENCE);
+	// 16 lanes per output each add a run of 4; then one lane per output
+	// adds the 16.
+	const int i = t / (MM_C4L / 4), part = t % (MM_C4L / 4);
+	float s = red[i][4 * part] + red[i][4 * part + 1] + red[i][4 * part + 2] +
+	          red[i][4 * part + 3];
+	barrier(CLK_LOCAL_MEM_FENCE);
+	red[i][part] = s;
+	barrier(CLK_LOCAL_MEM_FENCE);
+	s = 0.0f;
+	if (t < 4)
+		for (int j = 0; j < MM_C4L / 4; j++) s += red[t][j];
+	return s;
+#endif
+}
+
+__kernel __attribute__((reqd_work_group_size(MM_C4L, 1, 1))) void
+mm_gemv_c4(MM_PARAMS) {
+	const int n0 = get_group_id(0) * 4, m = get_group_id(1);
+	const int t = get_local_id(0);
+	MM_BATCH(get_global_id(2))
+	__local float red[4][MM_C4L];
+	__global const a_t *ap = A + m * am;
+	__global const b_t *b0 = B + min(n0, N - 1) * bn;
+	__global const b_t *b1 = B + min(n0 + 1, N - 1) * bn;
+	__global const b_t *b2 = B + min(n0 + 2, N - 1) * bn;
+	__global const b_t *b3 = B + min(n0 + 3, N - 1) * bn;
+	float4 acc = (float4)(0.0f);
+	const int k4 = K & ~3;
+	for (int k = t * 4; k < k4; k += MM_C4L * 4) {
+#ifdef MM_HALF_MATH
+		const half4 a = vload4(0, ap + k);
+		acc += (float4)((float)dot(a, vload4(0, b0 + k)), (float)dot(a, vload4(0, b1 + k)),
+		                (float)dot(a, vload4(0, b2 + k)), (float)dot(a, vload4(0, b3 + k)));
+#else
+		const float4 a = ALOAD4(ap, k);
+		acc += (float4)(dot(a, BLOAD4(b0, k)), dot(a, BLOAD4(b1, k)),
+		                dot(a, BLOAD4(b2, k)), dot(a, BLOAD4(b3, k)));
+#endif
+	}
+	for (int k = k4 + t; k < K; k += MM_C4L) {
+		const float a = ALOAD(ap, k);
+		acc = fma((float4)(a), (float4)(BLOAD(b0, k), BLOAD(b1, k), BLOAD(b2, k), BLOAD(b3, k)), acc);
+	}
+	const float s = mm_reduce4(acc, red, t);
+	if (t < 4 && n0 + t < N)
+		mm_put(C, m * cm + (n0 + t) * cn, Bias, m * brm + (n0 + t) * brn, s, alpha, beta);
 }
 
 // mm_tiled: work-group (16, 16) computes a 64x64 block of C; work-item

@@ -432,6 +432,8 @@ func (l *Lib) pick(g gemm, gpu bool) (gemm, string) {
 		switch {
 		case g.m > 4:
 			return g, "mm_tiled"
+		case dot(g) && g.m == 1:
+			return g, "mm_gemv_c4"
 		case dot(g):
 			return g, "mm_gemv_wg"
 		case !axpy(g) && axpy(g.transposed()):
@@ -529,6 +531,20 @@ func (g gemm) options(gpu bool) string {
 	return strings.Join(o, " ")
 }
 
+// gemvOptions are mm_gemv_c4's extra build options: the subgroup
+// reduction where the device has subgroups, half arithmetic where it has
+// cl_khr_fp16 and both operands are fp16.
+func (g gemm) gemvOptions(subgroups, fp16 bool) string {
+	o := ""
+	if subgroups {
+		o += " -DMM_SG"
+	}
+	if fp16 && g.at == F16 && g.bt == F16 {
+		o += " -DMM_HALF"
+	}
+	return o
+}
+
 // mmBlocking reads RB and CB (or VB) from a kernel name ending in "_RxC".
 func mmBlocking(name string) (int, int) {
 	var r, c int
@@ -543,8 +559,12 @@ func (l *Lib) gemm(g gemm) error {
 	}
 	info := l.info()
 	g, name := l.pick(g, info.Type == "GPU")
-	gpu := name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_naive" && info.Type == "GPU"
-	k, err := l.kernel("matmul", matmulSrc, g.options(gpu), name)
+	gpu := name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_gemv_c4" || name == "mm_naive" && info.Type == "GPU"
+	opts := g.options(gpu)
+	if name == "mm_gemv_c4" {
+		opts += g.gemvOptions(info.Subgroups, info.FP16)
+	}
+	k, err := l.kernel("matmul", matmulSrc, opts, name)
 	if err != nil {
 		return err
 	}
@@ -555,6 +575,8 @@ func (l *Lib) gemm(g gemm) error {
 		global, local = []int{roundUp(g.n, 64) / 4, roundUp(g.m, 64) / 4, batch}, []int{16, 16, 1}
 	case name == "mm_gemv_wg":
 		global, local = []int{g.n * 64, (g.m + 3) / 4, batch}, []int{64, 1, 1}
+	case name == "mm_gemv_c4":
+		global, local = []int{(g.n + 3) / 4 * 64, g.m, batch}, []int{64, 1, 1}
 	case name == "mm_naive":
 		global = []int{g.n, g.m, batch}
 	case strings.HasPrefix(name, "mm_axpy_"):

@@ -125,6 +125,7 @@ func TestMatMulVariants(t *testing.T) {
 		"mm_axpy_1x16": {{false, false}, {true, false}}, "mm_axpy_4x4": {{false, false}, {true, false}},
 		"mm_naive":   {{false, false}, {true, true}},
 		"mm_gemv_wg": {{false, true}},
+		"mm_gemv_c4": {{false, true}},
 		"mm_tiled":   {{false, false}, {false, true}, {true, false}, {true, true}},
 	}
 	for name, layouts := range variants {

@@ -353,3 +353,181 @@ qmv_wg(QMM_PARAMS) {
 	if (l < 4 && m0 + l < M)
 		qput(C, offC + (m0 + l) * ldc + n, Bias, offBias + n, hasBias, red[l][0]);
 }
+
+// ---------------------------------------------------------------------------
+// The phone decode GEMV on the four-column tiled layout (QLayoutTile4,
+// quant.go's RepackQTile4): columns are taken in blocks of four (the last
+// block padded with zero columns); block b's codes are QTB = (Kstored/32)*16
+// words from Q[offQ + b*ldq], chunk e (words 4e..4e+3 of every column of
+// the block, i.e. weights k = g*QG + t*QW + h + 0..3 with g = 4e/QW,
+// h = 4e mod QW, t = 0..7) at words 16e + 4c .. 16e + 4c + 3 for column c;
+// the group parameters of block b, group g are the eight floats
+// P[offP + b*ldp + 8g + 2c + {0, 1}].
+//
+// qmt_r1 runs a work-group of QTL lanes per column block and row: lane
+// l takes chunks l, l + QTL, ..., so neighbouring lanes read neighbouring
+// 64-byte runs (one uint16 load covers all four columns), and each
+// activation load serves four columns. A lane's RB x 4 partial sums meet
+// through sub_group_reduce_add and one local array when the device has
+// subgroups (-DQ_SG, set from the extension string), otherwise through a
+// local-memory reduction of three barriers. With -DQ_HALF on a device with
+// cl_khr_fp16 the weights dequantise with as_half and each chunk's 32
+// products per column are summed in half, then added to float sums
+// (conversions as scalar casts: libclc, which the register gate compiles
+// against, has no vector half conversions).
+
+#define QTL 64
+
+#if defined(Q_SG) &&                                                           \
+    (defined(cl_khr_subgroups) || defined(cl_intel_subgroups) ||               \
+     defined(__opencl_c_subgroups))
+#if defined(cl_khr_subgroups)
+#pragma OPENCL EXTENSION cl_khr_subgroups : enable
+#elif defined(cl_intel_subgroups)
+#pragma OPENCL EXTENSION cl_intel_subgroups : enable
+#endif
+#define QT_SUBGROUPS 1
+#endif
+
+#ifdef Q_HALF_MATH
+// The four columns' nibble t of chunk u (uint16) dequantised and dotted
+// with the RB activation half4s a[r], accumulated in half.
+#define QT_DEQ4(u4, t, d, m)                                                   \
+	fma(as_half4(convert_ushort4(QHSH##t(u4) & 0x3C0u) | (ushort4)(0x3C00)),   \
+	    (half4)(d), (half4)(m))
+#define QT_STEP(t, RB)                                                         \
+	{                                                                          \
+		half4 av[RB];                                                          \
+		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
+		    av[r] = vload4(0, ap[r] + kb + (t) * QW);                          \
+		const half4 w0 = QT_DEQ4(u.s0123, t, ph.s0, ph.s1);                    \
+		const half4 w1 = QT_DEQ4(u.s4567, t, ph.s2, ph.s3);                    \
+		const half4 w2 = QT_DEQ4(u.s89ab, t, ph.s4, ph.s5);                    \
+		const half4 w3 = QT_DEQ4(u.scdef, t, ph.s6, ph.s7);                    \
+		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
+		    hacc[r] += (half4)(dot(av[r], w0), dot(av[r], w1),                 \
+		                       dot(av[r], w2), dot(av[r], w3));                \
+	}
+#define QT_CHUNK(RB)                                                           \
+	{                                                                          \
+		const half8 ph = (half8)((half)pr.s0, (half)pr.s1, (half)pr.s2,        \
+		                         (half)pr.s3, (half)pr.s4, (half)pr.s5,        \
+		                         (half)pr.s6, (half)pr.s7);                    \
+		half4 hacc[RB];                                                        \
+		_Pragma("unroll") for (int r = 0; r < RB; r++) hacc[r] = (half4)(0.0h); \
+		QT_STEP(0, RB) QT_STEP(1, RB) QT_STEP(2, RB) QT_STEP(3, RB)            \
+		QT_STEP(4, RB) QT_STEP(5, RB) QT_STEP(6, RB) QT_STEP(7, RB)            \
+		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
+		    acc[r] += (float4)((float)hacc[r].x, (float)hacc[r].y,             \
+		                       (float)hacc[r].z, (float)hacc[r].w);            \
+	}
+#else
+#define QT_DEQ4(u4, t, d, m)                                                   \
+	DEQ(float4, as_float4, convert_float4, u4, t, d, m)
+// acc[r] holds the four columns' sums of row r; dot keeps one column's
+// four products together before they meet its sum.
+#define QT_STEP(t, RB)                                                         \
+	{                                                                          \
+		const float4 w0 = QT_DEQ4(u.s0123, t, pr.s0, pr.s1);                   \
+		const float4 w1 = QT_DEQ4(u.s4567, t, pr.s2, pr.s3);                   \
+		const float4 w2 = QT_DEQ4(u.s89ab, t, pr.s4, pr.s5);                   \
+		const float4 w3 = QT_DEQ4(u.scdef, t, pr.s6, pr.s7);                   \
+		_Pragma("unroll") for (int r = 0; r < RB; r++) {                       \
+			const float4 a = ALOAD4(ap[r], kb + (t) * QW);                     \
+			acc[r] += (float4)(dot(a, w0), dot(a, w1), dot(a, w2), dot(a, w3)); \
+		}                                                                      \
+	}
+#define QT_CHUNK(RB)                                                           \
+	QT_STEP(0, RB) QT_STEP(1, RB) QT_STEP(2, RB) QT_STEP(3, RB)                \
+	QT_STEP(4, RB) QT_STEP(5, RB) QT_STEP(6, RB) QT_STEP(7, RB)
+#endif
+
+// QT_REDUCE leaves in red[i][0] (i = 4r + c) the work-group's sum of
+// output i, for the lanes' values acc[r].sc.
+#ifdef QT_SUBGROUPS
+#define QT_REDUCE(RB)                                                          \
+	__local float red[RB * 4][QTL];                                            \
+	{                                                                          \
+		const int sg = get_sub_group_id(), ns = get_num_sub_groups();          \
+		const int first = get_sub_group_local_id() == 0;                       \
+		_Pragma("unroll") for (int r = 0; r < RB; r++) {                       \
+			const float4 v = (float4)(sub_group_reduce_add(acc[r].x),          \
+			                          sub_group_reduce_add(acc[r].y),          \
+			                          sub_group_reduce_add(acc[r].z),          \
+			                          sub_group_reduce_add(acc[r].w));         \
+			if (first) {                                                       \
+				red[4 * r][sg] = v.x;                                          \
+				red[4 * r + 1][sg] = v.y;                                      \
+				red[4 * r + 2][sg] = v.z;                                      \
+				red[4 * r + 3][sg] = v.w;                                      \
+			}                                                                  \
+		}                                                                      \
+		barrier(CLK_LOCAL_MEM_FENCE);                                          \
+		if (l < RB * 4) {                                                      \
+			float s = red[l][0];                                               \
+			for (int j = 1; j < ns; j++) s += red[l][j];                       \
+			red[l][0] = s;                                                     \
+		}                                                                      \
+	}
+#else
+// Three barriers: every lane stores its RB*4 sums; then QTL / (RB*4) lanes
+// per output each add a contiguous run; then one lane per output adds
+// those.
+#define QT_REDUCE(RB)                                                          \
+	__local float red[RB * 4][QTL];                                            \
+	{                                                                          \
+		_Pragma("unroll") for (int r = 0; r < RB; r++) {                       \
+			red[4 * r][l] = acc[r].x;                                          \
+			red[4 * r + 1][l] = acc[r].y;                                      \
+			red[4 * r + 2][l] = acc[r].z;                                      \
+			red[4 * r + 3][l] = acc[r].w;                                      \
+		}                                                                      \
+		barrier(CLK_LOCAL_MEM_FENCE);                                          \
+		const int lpo = QTL / (RB * 4), run = QTL / lpo;                       \
+		const int i = l / lpo, part = l % lpo;                                 \
+		float s = 0.0f;                                                        \
+		for (int j = 0; j < run; j++) s += red[i][part * run + j];             \
+		barrier(CLK_LOCAL_MEM_FENCE);                                          \
+		red[i][part] = s;                                                      \
+		barrier(CLK_LOCAL_MEM_FENCE);                                          \
+		if (l < RB * 4) {                                                      \
+			s = red[l][0];                                                     \
+			for (int j = 1; j < lpo; j++) s += red[l][j];                      \
+			red[l][0] = s;                                                     \
+		}                                                                      \
+	}
+#endif
+
+#define QMT_KERNEL(NAME, RB)                                                   \
+	__kernel __attribute__((reqd_work_group_size(QTL, 1, 1))) void NAME(       \
+	    QMM_PARAMS) {                                                          \
+		const int blk = get_group_id(0), m0 = get_group_id(1) * RB;            \
+		const int l = get_local_id(0);                                         \
+		__global const uint *qb = Q + offQ + blk * ldq;                        \
+		__global const float *pb = P + offP + blk * ldp;                       \
+		__global const store_t *ap[RB];                                        \
+		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
+		    ap[r] = A + offA + min(m0 + r, M - 1) * lda;                       \
+		float4 acc[RB];                                                        \
+		_Pragma("unroll") for (int r = 0; r < RB; r++) acc[r] = (float4)(0.0f); \
+		const int chunks = K / 32;                                             \
+		for (int e = l; e < chunks; e += QTL) {                                \
+			const int g = (4 * e) / QW, kb = g * QG + (4 * e) % QW;            \
+			const uint16 u = vload16(e, qb);                                   \
+			const float8 pr = vload8(g, pb);                                   \
+			QT_CHUNK(RB)                                                       \
+		}                                                                      \
+		QT_REDUCE(RB)                                                          \
+		if (l < RB * 4) {                                                      \
+			const int m = m0 + l / 4, n = blk * 4 + l % 4;                     \
+			if (m < M && n < N)                                                \
+				qput(C, offC + m * ldc + n, Bias, offBias + n, hasBias,        \
+				     red[l][0]);                                               \
+		}                                                                      \
+	}
+
+// One row per work-group (dimension 1 of the launch takes the rows): the
+// four-row variant kept 80-154 VGPRs live on the register gate's target,
+// two rows 64-116, over the 64 a phone GPU allows, so GPU prefill on a
+// tiled weight reads it once per row until the phone GEMM replaces it.
+QMT_KERNEL(qmt_r1, 1)

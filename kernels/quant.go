@@ -2,7 +2,6 @@ package kernels
 
 import (
 	_ "embed"
-	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -20,6 +19,9 @@ var quantSrc string
 type QBuf struct {
 	Format quant.Format
 	Group  int
+	// Layout is how the codes and parameters are ordered: QLayoutColumns
+	// (the zero value, graph/quant's own order) or QLayoutTile4.
+	Layout QLayout
 	// K and N are the stored shape; a launch may use a top-left corner.
 	K, N int
 	// Q holds the N*K/8 uint32 code words; Q.Off counts 32-bit words.
@@ -28,20 +30,24 @@ type QBuf struct {
 	P Buf
 }
 
-// UploadQ copies p to a new device buffer (codes, then parameters) and
-// returns it as a QBuf; Release frees it.
+// UploadQ copies p to a new device buffer (codes, then parameters) in the
+// layout the device's kernels read fastest (QuantLayout) and returns it as
+// a QBuf; Release frees it.
 func (l *Lib) UploadQ(p *quant.Packed) (QBuf, error) {
+	return l.uploadQAs(p, l.QuantLayout())
+}
+
+// uploadQAs is UploadQ in a given layout (tests use both on one device).
+func (l *Lib) uploadQAs(p *quant.Packed, layout QLayout) (QBuf, error) {
 	if err := p.Validate(); err != nil {
 		return QBuf{}, fmt.Errorf("kernels: UploadQ: %w", err)
 	}
-	raw := make([]byte, 4*(len(p.Words)+len(p.Params)))
-	for i, w := range p.Words {
-		binary.LittleEndian.PutUint32(raw[4*i:], w)
+	words, params := p.Words, p.Params
+	if layout == QLayoutTile4 {
+		words, params = RepackQTile4(p)
 	}
-	base := 4 * len(p.Words)
-	for i, v := range p.Params {
-		binary.LittleEndian.PutUint32(raw[base+4*i:], math.Float32bits(v))
-	}
+	raw := QLayoutBytes(words, params)
+	base := 4 * len(words)
 	mem, err := l.dev.Alloc(len(raw))
 	if err != nil {
 		return QBuf{}, fmt.Errorf("kernels: UploadQ [%d, %d] %s: %w", p.K, p.N, p.Format, err)
@@ -50,8 +56,8 @@ func (l *Lib) UploadQ(p *quant.Packed) (QBuf, error) {
 		mem.Release()
 		return QBuf{}, fmt.Errorf("kernels: UploadQ [%d, %d] %s: %w", p.K, p.N, p.Format, err)
 	}
-	return QBuf{Format: p.Format, Group: p.Group, K: p.K, N: p.N,
-		Q: Buf{Mem: mem, Off: 0}, P: Buf{Mem: mem, Off: len(p.Words)}}, nil
+	return QBuf{Format: p.Format, Group: p.Group, Layout: layout, K: p.K, N: p.N,
+		Q: Buf{Mem: mem, Off: 0}, P: Buf{Mem: mem, Off: base / 4}}, nil
 }
 
 // Release frees the buffers of w (once, when Q and P share one).
@@ -99,6 +105,9 @@ func (p QMatMulParams) resolve(w QBuf, hasBias bool) (qmm, error) {
 	if !w.Format.FourBit() {
 		return g, fmt.Errorf("unknown weight format %d", uint32(w.Format))
 	}
+	if w.Layout != QLayoutColumns && w.Layout != QLayoutTile4 {
+		return g, fmt.Errorf("unknown weight layout %d", int(w.Layout))
+	}
 	if w.Group < 32 || w.Group%32 != 0 {
 		return g, fmt.Errorf("group size %d is not a positive multiple of 32", w.Group)
 	}
@@ -131,9 +140,21 @@ func (p QMatMulParams) resolve(w QBuf, hasBias bool) (qmm, error) {
 
 func (g qmm) empty() bool { return g.m == 0 || g.n == 0 }
 
-// ldq and ldp are the stored column strides of the codes and parameters.
-func (g qmm) ldq() int { return g.w.K / 8 }
-func (g qmm) ldp() int { return 2 * (g.w.K / g.w.Group) }
+// ldq and ldp are the stored strides of the codes and parameters: per
+// column, or per block of four columns in QLayoutTile4.
+func (g qmm) ldq() int {
+	if g.w.Layout == QLayoutTile4 {
+		return 4 * (g.w.K / 8)
+	}
+	return g.w.K / 8
+}
+
+func (g qmm) ldp() int {
+	if g.w.Layout == QLayoutTile4 {
+		return 8 * (g.w.K / g.w.Group)
+	}
+	return 2 * (g.w.K / g.w.Group)
+}
 
 // qOperand is one array a quantized product touches: its buffer, element
 // size in bytes, and one past the last element it reaches.
@@ -160,10 +181,15 @@ func (g qmm) operands() []qOperand {
 	}
 	ops := []qOperand{{"C", g.c, g.s.Size(), qEnd(g.m, g.ldc, g.n)}}
 	if g.k > 0 {
+		// Columns, or blocks of four columns, each reading its prefix.
+		cols, cw, cp := g.n, g.k/8, 2*(g.k/g.w.Group)
+		if g.w.Layout == QLayoutTile4 {
+			cols, cw, cp = (g.n+3)/4, 4*cw, 4*cp
+		}
 		ops = append(ops,
 			qOperand{"A", g.a, g.s.Size(), qEnd(g.m, g.lda, g.k)},
-			qOperand{"Q (codes)", g.w.Q, 4, qEnd(g.n, g.ldq(), g.k/8)},
-			qOperand{"P (group parameters)", g.w.P, 4, qEnd(g.n, g.ldp(), 2*(g.k/g.w.Group))})
+			qOperand{"Q (codes)", g.w.Q, 4, qEnd(cols, g.ldq(), cw)},
+			qOperand{"P (group parameters)", g.w.P, 4, qEnd(cols, g.ldp(), cp)})
 	}
 	if g.hasBias {
 		ops = append(ops, qOperand{"bias", g.bias, g.bs.Size(), g.n})
@@ -223,6 +249,11 @@ func (l *Lib) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) error {
 
 // qpick chooses the kernel variant and its (rows, columns) per work-item.
 func (l *Lib) qpick(g qmm) (string, int, int) {
+	if g.w.Layout == QLayoutTile4 {
+		// Only the tiled kernel reads this layout (qForce does not apply);
+		// it takes one row per work-group.
+		return "qmt_r1", 1, 4
+	}
 	name := qForce
 	if name == "" {
 		gpu := l.info().Type == "GPU"
@@ -245,7 +276,7 @@ func (l *Lib) qpick(g qmm) (string, int, int) {
 
 // options are the build options of g's program: one program per format,
 // group size and storages holds every variant.
-func (g qmm) options(fp16 bool) string {
+func (g qmm) options(fp16, subgroups bool) string {
 	o := fmt.Sprintf("-DQG=%d", g.w.Group)
 	if g.w.Format == quant.E0M4 {
 		o += " -DQ_E0M4"
@@ -261,20 +292,27 @@ func (g qmm) options(fp16 bool) string {
 	if g.hasBias && g.bs == F16 {
 		o += " -DBIAS_F16"
 	}
+	if g.w.Layout == QLayoutTile4 && subgroups {
+		o += " -DQ_SG"
+	}
 	return o
 }
 
 // qmm launches a checked, non-empty product.
 func (l *Lib) qmm(g qmm) error {
 	name, rb, cb := l.qpick(g)
-	k, err := l.kernel("quant", quantSrc, g.options(l.info().FP16), name)
+	inf := l.info()
+	k, err := l.kernel("quant", quantSrc, g.options(inf.FP16, inf.Subgroups), name)
 	if err != nil {
 		return err
 	}
 	var global, local []int
-	if name == "qmv_wg" {
+	switch name {
+	case "qmv_wg":
 		global, local = []int{g.n * 64, (g.m + 3) / 4}, []int{64, 1}
-	} else {
+	case "qmt_r1":
+		global, local = []int{(g.n + 3) / 4 * qtLanes, (g.m + rb - 1) / rb}, []int{qtLanes, 1}
+	default:
 		global = []int{(g.n + cb - 1) / cb, (g.m + rb - 1) / rb}
 	}
 	bias, hasBias := g.bias, int32(0)

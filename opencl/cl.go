@@ -83,6 +83,17 @@ const (
 	clCtxPrioHintQCOM        = 0x40C9 // CL_CONTEXT_PRIORITY_HINT_QCOM (cl_qcom_priority_hint)
 	clPrioHighQCOM           = 0x40CA
 	clPrioLowQCOM            = 0x40CC
+	// cl_qcom_perf_hint (Qualcomm's public extension text): the context
+	// property CL_CONTEXT_PERF_HINT_QCOM and its cl_perf_hint values.
+	clCtxPerfHintQCOM    = 0x40C2
+	clPerfHintHighQCOM   = 0x40C3
+	clPerfHintNormalQCOM = 0x40C4
+	clPerfHintLowQCOM    = 0x40C5
+
+	// clGetKernelWorkGroupInfo queries.
+	clKernelWorkGroupSize  = 0x11B0
+	clKernelCompileWGSize  = 0x11B1
+	clKernelPrivateMemSize = 0x11B4
 )
 
 // fns holds the entry points, filled by load before any device exists.
@@ -94,6 +105,7 @@ var fns struct {
 	CreateProgramWithSource, CreateProgramWithBinary, BuildProgram                 uintptr
 	GetProgramBuildInfo, GetProgramInfo, ReleaseProgram                            uintptr
 	CreateKernel, GetKernelInfo, ReleaseKernel, SetKernelArg, EnqueueNDRangeKernel uintptr
+	GetKernelWorkGroupInfo                                                         uintptr
 	Flush, Finish, GetEventInfo, GetEventProfilingInfo, ReleaseEvent               uintptr
 	// CreateCommandQueueWithProperties is OpenCL 2.0; 0 when the library
 	// lacks it.
@@ -123,6 +135,7 @@ func required() []struct {
 		{"clGetProgramInfo", &f.GetProgramInfo}, {"clReleaseProgram", &f.ReleaseProgram},
 		{"clCreateKernel", &f.CreateKernel}, {"clGetKernelInfo", &f.GetKernelInfo},
 		{"clReleaseKernel", &f.ReleaseKernel}, {"clSetKernelArg", &f.SetKernelArg},
+		{"clGetKernelWorkGroupInfo", &f.GetKernelWorkGroupInfo},
 		{"clEnqueueNDRangeKernel", &f.EnqueueNDRangeKernel}, {"clFlush", &f.Flush},
 		{"clFinish", &f.Finish}, {"clGetEventInfo", &f.GetEventInfo},
 		{"clGetEventProfilingInfo", &f.GetEventProfilingInfo}, {"clReleaseEvent", &f.ReleaseEvent},

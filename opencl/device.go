@@ -72,6 +72,11 @@ type Options struct {
 	// Profile enables event profiling: Launch records an event per kernel
 	// and Profile returns their device timestamps.
 	Profile bool
+	// FlushEvery makes Launch call clFlush after every FlushEvery launches,
+	// so that the device starts on a long graph while the rest is still
+	// being enqueued: 0 = DefaultFlushEvery, negative = never (only Flush
+	// and Finish submit).
+	FlushEvery int
 	// CacheDir holds compiled program binaries: "" = os.UserCacheDir()/tlite/kernels
 	// (os.TempDir()/tlite/kernels when there is none), "-" = no cache.
 	CacheDir string
@@ -117,7 +122,11 @@ type Info struct {
 	PriorityExt string
 	// Priority is the priority Open applied: "low" or "high" when a hint
 	// reached the driver, "default" otherwise (List always says "default").
-	Priority   string
+	Priority string
+	// PerfHint is the cl_qcom_perf_hint Open applied: "high" for a
+	// low-priority context on a Qualcomm device (so that the driver does
+	// not also clock it down), "" otherwise.
+	PerfHint   string
 	Extensions []string
 }
 
@@ -144,10 +153,12 @@ type Device struct {
 	// queueArg is []uintptr{queue}, the argument list of clFlush and
 	// clFinish; only read after Open, so concurrent callers share it.
 	queueArg []uintptr
-	pending  []pendingLaunch
-	done     []Record
-	base     uint64 // device time of the first profiled start
-	hasBase  bool
+	// flushEvery and unflushed implement Options.FlushEvery (under mu).
+	flushEvery, unflushed int
+	pending               []pendingLaunch
+	done                  []Record
+	base                  uint64 // device time of the first profiled start
+	hasBase               bool
 
 	stats Stats
 	// live objects, released by Close
@@ -504,11 +515,16 @@ func Open(opts Options) (*Device, error) {
 			khr = clQueuePrioHighK
 		}
 	}
+	perf := perfHintFor(opts.Priority, inf.Extensions)
 	var code int32
-	d.ctx, code = createContext(d.platform, d.id, qcom)
+	d.ctx, code = createContext(d.platform, d.id, qcom, perf)
+	if code != clSuccess && perf != 0 {
+		perf = 0
+		d.ctx, code = createContext(d.platform, d.id, qcom, 0)
+	}
 	if code != clSuccess && qcom != 0 {
 		qcom = 0
-		d.ctx, code = createContext(d.platform, d.id, 0)
+		d.ctx, code = createContext(d.platform, d.id, 0, 0)
 	}
 	if code != clSuccess {
 		return nil, fmt.Errorf("opencl: open %s (%s): %w", inf.Index, inf.Name, clErr("clCreateContext", code))
@@ -527,16 +543,50 @@ func Open(opts Options) (*Device, error) {
 	if qcom != 0 || khr != 0 {
 		d.info.Priority = opts.Priority.String()
 	}
+	if perf != 0 {
+		d.info.PerfHint = "high"
+	}
+	d.flushEvery = opts.FlushEvery
+	if d.flushEvery == 0 {
+		d.flushEvery = DefaultFlushEvery
+	}
 	return d, nil
 }
 
-// createContext creates a one-device context; qcomHint != 0 adds
-// CL_CONTEXT_PRIORITY_HINT_QCOM with that value.
-func createContext(p, d handle, qcomHint uint64) (handle, int32) {
-	props := []uintptr{clContextPlatform, p, 0, 0, 0}
-	if qcomHint != 0 {
-		props[2], props[3] = clCtxPrioHintQCOM, uintptr(qcomHint)
+// DefaultFlushEvery is Options.FlushEvery's default: a decoder step of a
+// small model enqueues a few hundred kernels, so the device gets its first
+// batch after 64 rather than after all of them.
+const DefaultFlushEvery = 64
+
+// perfHintFor is the cl_qcom_perf_hint value Open asks for: HIGH for a
+// low-priority context on a device that has the extension (Qualcomm's
+// drivers may otherwise run a low-priority context at low clocks, which
+// would make a background model slow rather than merely polite), 0 (none)
+// otherwise.
+func perfHintFor(p Priority, exts []string) uint64 {
+	if p != PriorityLow || !slices.Contains(exts, "cl_qcom_perf_hint") {
+		return 0
 	}
+	return clPerfHintHighQCOM
+}
+
+// contextProps is the zero-terminated property list of a one-device
+// context on platform p: prioHint != 0 adds CL_CONTEXT_PRIORITY_HINT_QCOM,
+// perfHint != 0 CL_CONTEXT_PERF_HINT_QCOM, with those values.
+func contextProps(p handle, prioHint, perfHint uint64) []uintptr {
+	props := []uintptr{clContextPlatform, p}
+	if prioHint != 0 {
+		props = append(props, clCtxPrioHintQCOM, uintptr(prioHint))
+	}
+	if perfHint != 0 {
+		props = append(props, clCtxPerfHintQCOM, uintptr(perfHint))
+	}
+	return append(props, 0)
+}
+
+// createContext creates a one-device context with contextProps' hints.
+func createContext(p, d handle, qcomHint, perfHint uint64) (handle, int32) {
+	props := contextProps(p, qcomHint, perfHint)
 	devs := []handle{d}
 	var code int32
 	ctx := clCreate(fns.CreateContext, uintptr(unsafe.Pointer(&props[0])), 1, uintptr(unsafe.Pointer(&devs[0])), 0, 0, uintptr(unsafe.Pointer(&code)))

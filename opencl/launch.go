@@ -16,6 +16,7 @@ type Local int
 // Stats counts the device's work since Open.
 type Stats struct {
 	Launches     int64 // kernels enqueued
+	Flushes      int64 // clFlush calls Launch made (Options.FlushEvery)
 	BytesWritten int64 // by Write
 	BytesRead    int64 // by Read
 	BytesCopied  int64 // by Copy
@@ -96,6 +97,9 @@ func (d *Device) Launch(k *Kernel, global, local []int, args ...any) error {
 	if len(args) != k.nargs {
 		return fmt.Errorf("opencl: launch %s: %d arguments given, the kernel takes %d", k.name, len(args), k.nargs)
 	}
+	if err := k.checkLocal(local); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed || k.released || k.p.d != d {
@@ -170,6 +174,18 @@ func (d *Device) Launch(k *Kernel, global, local []int, args ...any) error {
 		return fmt.Errorf("opencl: launch %s (global %s, local %s): %w", k.name, dims(global), dims(local), clErr("clEnqueueNDRangeKernel", code))
 	}
 	d.stats.Launches++
+	// A long graph enqueued without a flush may leave the GPU idle until
+	// the final Finish; submit every flushEvery launches.
+	if d.flushEvery > 0 {
+		d.unflushed++
+		if d.unflushed >= d.flushEvery {
+			d.unflushed = 0
+			d.stats.Flushes++
+			if code := callArgs(fns.Flush, d.queueArg); code != clSuccess {
+				return fmt.Errorf("opencl: launch %s: %w", k.name, clErr("clFlush", code))
+			}
+		}
+	}
 	if d.profile {
 		d.pending = append(d.pending, pendingLaunch{ev: d.ev[0], label: d.label, kernel: k.name})
 		if len(d.pending) >= maxPending {

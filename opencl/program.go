@@ -319,6 +319,55 @@ type Kernel struct {
 	name     string
 	nargs    int
 	released bool
+	// wgSize is CL_KERNEL_WORK_GROUP_SIZE, reqd the compiled
+	// reqd_work_group_size (zeros when none), priv
+	// CL_KERNEL_PRIVATE_MEM_SIZE: asked once, after the build, so that a
+	// launch whose local size the kernel cannot take fails with the sizes
+	// named rather than CL_INVALID_WORK_GROUP_SIZE.
+	wgSize int
+	reqd   [3]int
+	priv   int64
+}
+
+// WorkGroupSize is CL_KERNEL_WORK_GROUP_SIZE: the most work-items a
+// work-group of this kernel may have on its device (0 if the driver did
+// not say).
+func (k *Kernel) WorkGroupSize() int { return k.wgSize }
+
+// RequiredWorkGroupSize is the kernel's reqd_work_group_size attribute
+// (CL_KERNEL_COMPILE_WORK_GROUP_SIZE); all zeros when it has none.
+func (k *Kernel) RequiredWorkGroupSize() [3]int { return k.reqd }
+
+// PrivateMemSize is CL_KERNEL_PRIVATE_MEM_SIZE: the private memory, in
+// bytes, one work-item uses (register spills show here on GPUs).
+func (k *Kernel) PrivateMemSize() int64 { return k.priv }
+
+// checkLocal reports a local size the kernel cannot be launched with.
+func (k *Kernel) checkLocal(local []int) error {
+	if local == nil {
+		return nil
+	}
+	n := 1
+	for _, l := range local {
+		n *= l
+	}
+	if k.reqd != [3]int{} {
+		for i := 0; i < 3; i++ {
+			want, got := k.reqd[i], 1
+			if i < len(local) {
+				got = local[i]
+			}
+			if want != got {
+				return fmt.Errorf("opencl: launch %s: local size %s, but the kernel was compiled with reqd_work_group_size(%d, %d, %d)",
+					k.name, dims(local), k.reqd[0], k.reqd[1], k.reqd[2])
+			}
+		}
+	}
+	if k.wgSize > 0 && n > k.wgSize {
+		return fmt.Errorf("opencl: launch %s: local size %s is %d work-items; CL_KERNEL_WORK_GROUP_SIZE is %d on this device (%d bytes of private memory per work-item)",
+			k.name, dims(local), n, k.wgSize, k.priv)
+	}
+	return nil
 }
 
 // Name is the kernel's function name.
@@ -346,6 +395,7 @@ func (p *Program) Kernel(name string) (*Kernel, error) {
 		return nil, fmt.Errorf("opencl: kernel %s: %w", name, clErr("clGetKernelInfo(CL_KERNEL_NUM_ARGS)", code))
 	}
 	kern := &Kernel{p: p, k: k, name: name, nargs: int(nargs)}
+	kern.queryWorkGroup(d.id)
 	p.kernels = append(p.kernels, kern)
 	return kern, nil
 }
@@ -358,4 +408,23 @@ func (p *Program) Binary() ([]byte, error) {
 		return nil, fmt.Errorf("opencl: program binary: %w", clErr("clGetProgramInfo(CL_PROGRAM_BINARIES)", code))
 	}
 	return bin, nil
+}
+
+// queryWorkGroup fills the kernel's work-group limits; a query the driver
+// fails leaves its field zero (unchecked) rather than failing the kernel.
+func (k *Kernel) queryWorkGroup(dev handle) {
+	var wg uintptr
+	if clCall(fns.GetKernelWorkGroupInfo, k.k, dev, clKernelWorkGroupSize, unsafe.Sizeof(wg), uintptr(unsafe.Pointer(&wg)), 0) == clSuccess {
+		k.wgSize = int(wg)
+	}
+	var reqd [3]uintptr
+	if clCall(fns.GetKernelWorkGroupInfo, k.k, dev, clKernelCompileWGSize, unsafe.Sizeof(reqd), uintptr(unsafe.Pointer(&reqd[0])), 0) == clSuccess {
+		for i, r := range reqd {
+			k.reqd[i] = int(r)
+		}
+	}
+	var priv uint64
+	if clCall(fns.GetKernelWorkGroupInfo, k.k, dev, clKernelPrivateMemSize, unsafe.Sizeof(priv), uintptr(unsafe.Pointer(&priv)), 0) == clSuccess {
+		k.priv = int64(priv)
+	}
 }

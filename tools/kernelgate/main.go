@@ -9,7 +9,8 @@
 //     OpenCL C 1.2, 2.0 and 3.0 with cl_khr_fp16 on and off, translated to
 //     SPIR-V by llvm-spirv and validated by spirv-val. Every optional
 //     extension and feature is off except fp16 when on (-cl-ext=-all), the
-//     smallest device each version allows.
+//     smallest device each version allows, and subgroups for programs
+//     built for a device that has them (-DQ_SG, see extFlag).
 //   - params: each kernel within SPIR-V's 255 function parameters and the
 //     1 KiB of arguments CL_DEVICE_MAX_PARAMETER_SIZE guarantees.
 //   - regs: each kernel a GPU selects (built under a gpu profile and not
@@ -40,6 +41,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -322,13 +324,27 @@ func fp16Word(on bool) string {
 }
 
 // extFlag turns every optional extension and feature off but cl_khr_fp16
-// when fp16 is on.
-func extFlag(fp16 bool) string {
+// when fp16 is on, and subgroups (cl_khr_subgroups and OpenCL C 3.0's
+// __opencl_c_subgroups) when the program was built for a device that has
+// them: its launcher then passes one of subgroupOptions, and the kernels' subgroup
+// code is compiled and validated rather than their fallback.
+func extFlag(fp16 bool, options string) string {
+	f := "-cl-ext=-all"
 	if fp16 {
-		return "-cl-ext=-all,+cl_khr_fp16"
+		f += ",+cl_khr_fp16"
 	}
-	return "-cl-ext=-all"
+	for _, o := range strings.Fields(options) {
+		if slices.Contains(subgroupOptions, o) {
+			f += ",+cl_khr_subgroups,+__opencl_c_subgroups"
+			break
+		}
+	}
+	return f
 }
+
+// subgroupOptions are the build options kernels' launchers add where the
+// device lists subgroups (quant.cl's tiled GEMV, matmul.cl's mm_gemv_c4).
+var subgroupOptions = []string{"-DQ_SG", "-DMM_SG"}
 
 func runTool(name string, args ...string) error {
 	cmd := exec.Command(name, args...)
@@ -363,7 +379,7 @@ func compileCheck(work string, i int, p *program, src, std string, fp16 bool) []
 	r := &Result{Check: "compile", Std: std, FP16: fp16,
 		Key: fmt.Sprintf("compile %s %s %s [%s]", std, fp16Word(fp16), p.family, p.options)}
 	args := []string{"-x", "cl", "-cl-std=" + std, "-target", "spir64-unknown-unknown",
-		"-Xclang", "-finclude-default-header", "-Xclang", extFlag(fp16), "-O0", "-c", "-emit-llvm"}
+		"-Xclang", "-finclude-default-header", "-Xclang", extFlag(fp16, p.options), "-O0", "-c", "-emit-llvm"}
 	args = append(args, strings.Fields(p.options)...)
 	args = append(args, "-o", base+".bc", src)
 	err := runTool(clangBin, args...)

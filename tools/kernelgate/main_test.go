@@ -92,3 +92,23 @@ func TestAllowlist(t *testing.T) {
 		t.Error("a line without \" | reason\" was accepted")
 	}
 }
+
+// TestExtFlag: subgroups are enabled only for programs built with the
+// subgroup option (as a whole word), fp16 only when asked.
+func TestExtFlag(t *testing.T) {
+	for _, tc := range []struct {
+		fp16    bool
+		options string
+		want    string
+	}{
+		{false, "-DQG=128 -DQ_E0M4", "-cl-ext=-all"},
+		{true, "-DQG=128", "-cl-ext=-all,+cl_khr_fp16"},
+		{true, "-DQG=128 -DQ_SG", "-cl-ext=-all,+cl_khr_fp16,+cl_khr_subgroups,+__opencl_c_subgroups"},
+		{false, "-DQ_SGX", "-cl-ext=-all"},
+		{false, "-DMM_GPU -DMM_SG", "-cl-ext=-all,+cl_khr_subgroups,+__opencl_c_subgroups"},
+	} {
+		if got := extFlag(tc.fp16, tc.options); got != tc.want {
+			t.Errorf("extFlag(%v, %q) = %q, want %q", tc.fp16, tc.options, got, tc.want)
+		}
+	}
+}

@@ -72,7 +72,7 @@ func runConformance(args []string) error {
 	if opts.Device != "go" {
 		// One device for all cases (they share compiled programs), and no
 		// table of refusals when there is no OpenCL platform at all.
-		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile})
+		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile, FlushEvery: opts.FlushEvery})
 		if err != nil {
 			return fmt.Errorf("conformance needs an OpenCL device (or --device go for the pure-Go CPU device): %w", err)
 		}

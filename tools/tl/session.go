@@ -12,34 +12,57 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/opencl"
 )
 
 // sessionFlags are the flags every command that opens a session shares.
 type sessionFlags struct {
-	device    *string
-	precision *string
-	max       *string
-	profile   *bool
+	device     *string
+	precision  *string
+	max        *string
+	profile    *bool
+	priority   *string
+	flushEvery *int
 }
 
 func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
 	return &sessionFlags{
-		device:    fs.String("device", "", `backend: "" (OpenCL, GPU first), "go" (pure-Go CPU), or an OpenCL device ("cpu", "gpu", "0:1", part of a name); env TLITE_DEVICE`),
-		precision: fs.String("precision", "fp32", "activation storage: fp32 or fp16"),
-		max:       fs.String("max", "", "declared symbol maxima that size the memory plan, e.g. seq=2048,past=4096"),
-		profile:   fs.Bool("profile", false, "print a per-op table from device profiling"),
+		device:     fs.String("device", "", `backend: "" (OpenCL, GPU first), "go" (pure-Go CPU), or an OpenCL device ("cpu", "gpu", "0:1", part of a name); env TLITE_DEVICE`),
+		precision:  fs.String("precision", "fp32", "activation storage: fp32 or fp16"),
+		max:        fs.String("max", "", "declared symbol maxima that size the memory plan, e.g. seq=2048,past=4096"),
+		profile:    fs.Bool("profile", false, "print a per-op table from device profiling"),
+		priority:   fs.String("priority", "normal", `OpenCL queue priority: low (yield to the UI; on Qualcomm also the HIGH perf hint), normal or high; applied where the device has a priority extension`),
+		flushEvery: fs.Int("flush-every", 0, "submit queued kernels every N launches while a step is enqueued (0 = 64, negative = only at the end)"),
 	}
 }
 
+// parsePriority reads --priority.
+func parsePriority(s string) (opencl.Priority, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "low":
+		return opencl.PriorityLow, nil
+	case "normal", "default", "":
+		return opencl.PriorityDefault, nil
+	case "high":
+		return opencl.PriorityHigh, nil
+	}
+	return opencl.PriorityDefault, fmt.Errorf("--priority %q: want low, normal or high", s)
+}
+
 // sessionValued lists the session flags that take a value, for splitArgs.
-var sessionValued = map[string]bool{"device": true, "precision": true, "max": true}
+var sessionValued = map[string]bool{"device": true, "precision": true, "max": true, "priority": true, "flush-every": true}
 
 func (f *sessionFlags) options() (engine.Options, error) {
 	dev := *f.device
 	if dev == "" {
 		dev = os.Getenv("TLITE_DEVICE") // "go" must reach the engine, which only OpenCL reads it for
 	}
-	opts := engine.Options{Device: dev, Profile: *f.profile}
+	opts := engine.Options{Device: dev, Profile: *f.profile, FlushEvery: *f.flushEvery}
+	pr, err := parsePriority(*f.priority)
+	if err != nil {
+		return opts, err
+	}
+	opts.Priority = pr
 	switch strings.ToLower(*f.precision) {
 	case "fp32", "f32":
 		opts.Precision = engine.FP32

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A/B benchmark of the phone kernels against the ones they replace
+# (kernels' BenchmarkPhoneGEMV and BenchmarkAttentionSplitDecode): each
+# round runs every "old" and "new" sub-benchmark in alternation, each in
+# its own process, and prints the benchmark line (ns/op and cpu-ms/op, the
+# device threads' CPU time per launch, which waiting for a core on a shared
+# machine does not inflate) with the 1-minute load average.
+# Usage: tools/phonebench.sh [rounds, default 3] [benchtime, default 10x]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tools/env.sh
+rounds=${1:-3}
+bt=${2:-10x}
+bin=$(mktemp)
+trap 'rm -f "$bin"' EXIT
+go test -c -o "$bin" ./kernels/
+pats=(
+  '^BenchmarkPhoneGEMV$/^4096x4096$/^e0m4$'
+  '^BenchmarkPhoneGEMV$/^11008x4096$/^e0m4$'
+  '^BenchmarkPhoneGEMV$/^4096x4096$/^f16$'
+  '^BenchmarkAttentionSplitDecode$'
+)
+for r in $(seq "$rounds"); do
+  for p in "${pats[@]}"; do
+    for v in old new; do
+      load=$(cut -d' ' -f1 /proc/loadavg)
+      line=$("$bin" -test.run '^$' -test.bench "$p/^$v\$" -test.benchtime "$bt" 2>&1 | grep -E '^Benchmark' | tail -1)
+      echo "round $r load $load $line"
+    done
+  done
+done

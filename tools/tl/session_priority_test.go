@@ -1,0 +1,47 @@
+package main
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/tlite/tlite/opencl"
+)
+
+// TestPriorityFlag: --priority maps to the OpenCL priority hint and
+// --flush-every to engine.Options.FlushEvery; a bad value is refused.
+func TestPriorityFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want opencl.Priority
+		bad  bool
+	}{
+		{nil, opencl.PriorityDefault, false},
+		{[]string{"--priority", "low"}, opencl.PriorityLow, false},
+		{[]string{"--priority=HIGH"}, opencl.PriorityHigh, false},
+		{[]string{"--priority", "normal", "--flush-every", "8"}, opencl.PriorityDefault, false},
+		{[]string{"--priority", "urgent"}, 0, true},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		sf := addSessionFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		opts, err := sf.options()
+		if tc.bad {
+			if err == nil || !strings.Contains(err.Error(), "--priority") {
+				t.Errorf("%v: error %v", tc.args, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if opts.Priority != tc.want {
+			t.Errorf("%v: priority %v, want %v", tc.args, opts.Priority, tc.want)
+		}
+		if len(tc.args) == 4 && opts.FlushEvery != 8 {
+			t.Errorf("%v: FlushEvery %d", tc.args, opts.FlushEvery)
+		}
+	}
+}
