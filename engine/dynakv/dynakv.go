@@ -64,6 +64,15 @@ type Config struct {
 	// local-update baseline attends its window [option; default 0, the
 	// paper names no such window].
 	Recent int
+	// Prefetch turns on Pipeline 2 (prefetch.go): at the end of each
+	// layer's hook the next layer's likely clusters are read ahead.
+	Prefetch bool
+	// PrefetchFactor bounds a layer's prefetch at this multiple of its
+	// retrieval budget in bytes [ours; default 1.25]; PrefetchRecent
+	// names the steps within which an updated cluster is a candidate
+	// [ours; default 2].
+	PrefetchFactor float64
+	PrefetchRecent int
 	// Shadow keeps every key in DRAM, outside the system, to measure
 	// attention recall against full attention.
 	Shadow bool
@@ -99,6 +108,13 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.RecentSteps, 16)
 	def(&c.HotSteps, 32)
 	def(&c.MaxHot, 64)
+	def(&c.PrefetchRecent, 2)
+	if c.PrefetchFactor == 0 {
+		c.PrefetchFactor = 1.25
+	}
+	if c.PrefetchFactor < 0 || math.IsNaN(c.PrefetchFactor) {
+		return c, fmt.Errorf("dynakv: prefetch factor %v; want > 0", c.PrefetchFactor)
+	}
 	if c.ReservedFrac == 0 {
 		c.ReservedFrac = 0.25
 	}
@@ -135,6 +151,10 @@ type cluster struct {
 	pool    *pool
 	side    int
 	updated int
+	// selAt is the step this cluster (or the parent it split from) was
+	// last selected, selRank its rank in that selection: the prefetcher's
+	// candidates.
+	selAt, selRank int
 }
 
 func (c *cluster) size() int { return len(c.members) + len(c.buf) }
@@ -162,6 +182,10 @@ type layerState struct {
 	free       []poolSide // pool sides without a cluster
 	prefilled  bool
 	hot        map[*cluster]bool
+	// pf is the layer's prefetch (Pipeline 2); lastSel the step of its
+	// last selection.
+	pf      *prefetch
+	lastSel int
 }
 
 type poolSide struct {
@@ -225,6 +249,9 @@ func New(cfg Config, layers, heads, kvHeads, dim int) (*System, error) {
 
 // Close releases the reader pool and removes the pool files.
 func (s *System) Close() error {
+	for _, l := range s.layers {
+		s.endPrefetch(l)
+	}
 	if s.rd != nil {
 		s.rd.Close()
 	}
@@ -576,11 +603,20 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 	qbar := make([]float32, D)
 	for h, hs := range l.hs {
 		groupMean(qbar, q[h*G*D:(h+1)*G*D], G, D)
-		for _, i := range s.selectClusters(hs.clusters, qbar, hs.total) {
-			sel[h] = append(sel[h], hs.clusters[i])
+		for r, i := range s.selectClusters(hs.clusters, qbar, hs.total) {
+			c := hs.clusters[i]
+			c.selAt, c.selRank = s.step, r
+			sel[h] = append(sel[h], c)
 		}
+		s.st.seqOrder(l, hs, sel[h])
 	}
+	l.lastSel = s.step
 	t1 := time.Now()
+	wait, err := s.joinPrefetch(l)
+	if err != nil {
+		return nil, err
+	}
+	s.st.tPfWait += wait
 	// 3. Read what the cache does not hold, in one batch.
 	var all []*cluster
 	for _, cs := range sel {
@@ -710,6 +746,8 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 	if err := s.coolDown(l); err != nil {
 		return nil, err
 	}
+	s.endPrefetch(l)
+	s.startPrefetch((layer + 1) % len(s.layers))
 	t4 := time.Now()
 	s.st.tScore += t1.Sub(t0)
 	s.st.tIO += t2.Sub(t1)
@@ -723,18 +761,17 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 // every cache miss as one batch, runs of adjacent extents coalesced.
 func (s *System) load(l *layerState, cs []*cluster) (map[*cluster][][]float32, error) {
 	out := make(map[*cluster][][]float32, len(cs))
-	type want struct {
-		c        *cluster
-		have     [][]float32
-		lo, hi   int64 // byte extent of the missing flushed entries
-		from, to int   // members read
-	}
-	var wants []*want
+	var wants []*readWant
 	for _, c := range cs {
 		if _, dup := out[c]; dup {
 			continue
 		}
 		out[c] = nil
+		if kv, ok := s.takePrefetched(l, c); ok {
+			s.cache.put(c, kv, s.step)
+			out[c] = append(make([][]float32, 0, c.flushed), kv...)
+			continue
+		}
 		cached := s.cache.get(c, s.step)
 		if len(cached) > c.flushed {
 			cached = cached[:c.flushed]
@@ -752,37 +789,12 @@ func (s *System) load(l *layerState, cs []*cluster) (map[*cluster][][]float32, e
 		} else {
 			s.st.misses++
 		}
-		w := &want{c: c, have: cached, from: len(cached), to: c.flushed}
-		st := l.store
-		if c.side == 0 {
-			w.lo = c.pool.off + int64(w.from)*int64(st.entry)
-			w.hi = c.pool.off + int64(w.to)*int64(st.entry)
-		} else {
-			w.lo = c.pool.off + int64(st.capacity-w.to)*int64(st.entry)
-			w.hi = c.pool.off + int64(st.capacity-w.from)*int64(st.entry)
-		}
+		w := l.want(c, cached)
 		wants = append(wants, w)
 		s.st.usefulRead += w.hi - w.lo
 	}
-	sort.Slice(wants, func(a, b int) bool { return wants[a].lo < wants[b].lo })
-	// Coalesce into block-aligned requests.
-	type run struct {
-		lo, hi int64
-		ws     []*want
-	}
-	var runs []*run
-	for _, w := range wants {
-		lo, hi := w.lo&^(flash.BlockSize-1), (w.hi+flash.BlockSize-1)&^(flash.BlockSize-1)
-		if k := len(runs); k > 0 && lo <= runs[k-1].hi {
-			runs[k-1].hi = max(runs[k-1].hi, hi)
-			runs[k-1].ws = append(runs[k-1].ws, w)
-			continue
-		}
-		runs = append(runs, &run{lo: lo, hi: hi, ws: []*want{w}})
-	}
-	reqs := make([]flash.Request, len(runs))
-	for i, r := range runs {
-		reqs[i] = flash.Request{File: l.store.f, Off: r.lo, Dst: flash.AlignedBuf(int(r.hi - r.lo))}
+	runs, reqs := l.plan(wants)
+	for _, r := range runs {
 		s.st.plannedRead += r.hi - r.lo
 	}
 	if len(reqs) > 0 {
@@ -790,23 +802,10 @@ func (s *System) load(l *layerState, cs []*cluster) (map[*cluster][][]float32, e
 			return nil, err
 		}
 	}
-	for i, r := range runs {
-		for _, w := range r.ws {
-			b := reqs[i].Dst[w.lo-r.lo : w.hi-r.lo]
-			n := w.to - w.from
-			got := make([][]float32, n)
-			for j := 0; j < n; j++ {
-				at := j
-				if w.c.side == 1 {
-					at = n - 1 - j
-				}
-				got[j] = getFloats(b[at*l.store.entry:(at+1)*l.store.entry], 2*l.dim)
-			}
-			full := append(append([][]float32(nil), w.have...), got...)
-			s.cache.put(w.c, full, s.step)
-			out[w.c] = full
-		}
-	}
+	l.scatter(runs, reqs, func(c *cluster, full [][]float32) {
+		s.cache.put(c, full, s.step)
+		out[c] = full
+	})
 	for c := range out {
 		if len(out[c]) != c.flushed {
 			return nil, fmt.Errorf("dynakv: cluster %d: %d of its %d flushed entries loaded", c.id, len(out[c]), c.flushed)
@@ -836,6 +835,7 @@ func (s *System) update(l *layerState, hs *headState, pos int, kv []float32, res
 		if err := s.appendEntry(l, c, pos, kv); err != nil {
 			return err
 		}
+		s.st.packedAppend(hs, best, l.store.entry)
 		if resident[c] {
 			data[c] = append(data[c], kv)
 		}
@@ -966,6 +966,9 @@ func (s *System) split(l *layerState, hs *headState, c *cluster, members [][]flo
 		d[lb] = append(d[lb], kvAll[i])
 	}
 	kids := append(s.carve(p[0], d[0], D), s.carve(p[1], d[1], D)...)
+	s.st.packedSplit(hs, c, len(posAll), l.store.entry)
+	w0 := l.store.written
+	defer func() { s.st.dualSplit(l.store.written-w0, kids, l.store.entry) }()
 	s.cache.drop(c)
 	delete(l.hot, c)
 	c.pool.owner[c.side] = nil
@@ -976,6 +979,7 @@ func (s *System) split(l *layerState, hs *headState, c *cluster, members [][]flo
 			ps = l.freeSide()
 		}
 		kid.updated = s.step
+		kid.selAt, kid.selRank = c.selAt, c.selRank
 		hot := len(l.hot) < s.cfg.MaxHot
 		entries := kid.tail
 		if err := s.place(l, kid, ps, entries, hot); err != nil {
