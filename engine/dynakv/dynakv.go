@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"sort"
 	"time"
@@ -73,6 +74,9 @@ type Config struct {
 	// [ours; default 2].
 	PrefetchFactor float64
 	PrefetchRecent int
+	// CentroidsOnFlash keeps the representatives used for scoring in a
+	// per-layer file, read one layer ahead (Pipeline 1, reps.go).
+	CentroidsOnFlash bool
 	// Shadow keeps every key in DRAM, outside the system, to measure
 	// attention recall against full attention.
 	Shadow bool
@@ -155,6 +159,9 @@ type cluster struct {
 	// last selected, selRank its rank in that selection: the prefetcher's
 	// candidates.
 	selAt, selRank int
+	// repSlot is 1 + the cluster's slot in the layer's representative
+	// file (CentroidsOnFlash), 0 for none.
+	repSlot int
 }
 
 func (c *cluster) size() int { return len(c.members) + len(c.buf) }
@@ -186,6 +193,7 @@ type layerState struct {
 	// last selection.
 	pf      *prefetch
 	lastSel int
+	reps    *repStore // CentroidsOnFlash
 }
 
 type poolSide struct {
@@ -238,6 +246,13 @@ func New(cfg Config, layers, heads, kvHeads, dim int) (*System, error) {
 			return nil, err
 		}
 		ls := &layerState{idx: l, heads: heads, kvh: kvHeads, dim: dim, store: st, hot: map[*cluster]bool{}}
+		if cfg.CentroidsOnFlash {
+			if ls.reps, err = newRepStore(cfg.Dir, l, dim, s.fstats); err != nil {
+				st.close()
+				s.Close()
+				return nil, err
+			}
+		}
 		for h := 0; h < kvHeads; h++ {
 			ls.hs = append(ls.hs, &headState{})
 		}
@@ -251,6 +266,9 @@ func New(cfg Config, layers, heads, kvHeads, dim int) (*System, error) {
 func (s *System) Close() error {
 	for _, l := range s.layers {
 		s.endPrefetch(l)
+		if l.reps != nil && l.reps.batch != nil {
+			l.reps.batch.Wait()
+		}
 	}
 	if s.rd != nil {
 		s.rd.Close()
@@ -259,6 +277,15 @@ func (s *System) Close() error {
 	for _, l := range s.layers {
 		if err := l.store.close(); err != nil && first == nil {
 			first = err
+		}
+		if l.reps != nil {
+			err := l.reps.f.Close()
+			if rerr := os.Remove(l.reps.f.Path()); err == nil {
+				err = rerr
+			}
+			if err != nil && first == nil {
+				first = err
+			}
 		}
 	}
 	return first
@@ -362,6 +389,13 @@ func (s *System) Prefill(layer int, positions []int, q, k, v []float32) error {
 			}
 		}
 	}
+	if l.reps != nil {
+		w, err := l.reps.flush()
+		if err != nil {
+			return err
+		}
+		s.st.prefillWritten += w
+	}
 	s.st.prefillWritten += l.store.written
 	l.store.written = 0
 	l.prefilled = true
@@ -408,7 +442,7 @@ func (s *System) arrange(l *layerState, hs *headState, cs []*cluster, q []float3
 	qbar := make([]float32, D)
 	for i := 0; i < n; i++ {
 		groupMean(qbar, q[(i*l.heads+h*G)*D:(i*l.heads+(h+1)*G)*D], G, D)
-		sel := s.selectClusters(cs, qbar, n)
+		sel := s.selectClusters(cs, qbar, n, nil)
 		for a := 0; a < len(sel); a++ {
 			for b := a + 1; b < len(sel); b++ {
 				f[sel[a]][sel[b]]++
@@ -492,6 +526,9 @@ func (s *System) arrange(l *layerState, hs *headState, cs []*cluster, q []float3
 func (s *System) place(l *layerState, c *cluster, ps poolSide, kv [][]float32, hot bool) error {
 	c.pool, c.side = ps.p, ps.side
 	ps.p.owner[ps.side] = c
+	if l.reps != nil {
+		l.reps.assign(c)
+	}
 	n := len(c.members)
 	per := l.store.perPage
 	full := n - n%per
@@ -553,7 +590,7 @@ func groupMean(dst, q []float32, G, D int) {
 
 // selectClusters takes clusters by descending score q̄·r_j until their
 // entries reach the budget of total; it returns their indices.
-func (s *System) selectClusters(cs []*cluster, qbar []float32, total int) []int {
+func (s *System) selectClusters(cs []*cluster, qbar []float32, total int, reps []float32) []int {
 	type sc struct {
 		i int
 		v float64
@@ -561,8 +598,15 @@ func (s *System) selectClusters(cs []*cluster, qbar []float32, total int) []int 
 	scores := make([]sc, len(cs))
 	for i, c := range cs {
 		var dot float64
-		for d, x := range qbar {
-			dot += float64(x) * c.w.mean[d]
+		if reps != nil {
+			r := reps[(c.repSlot-1)*len(qbar) : c.repSlot*len(qbar)]
+			for d, x := range qbar {
+				dot += float64(x) * float64(r[d])
+			}
+		} else {
+			for d, x := range qbar {
+				dot += float64(x) * c.w.mean[d]
+			}
 		}
 		scores[i] = sc{i, dot}
 	}
@@ -597,13 +641,30 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 		s.step++
 		s.st.steps++
 	}
+	// 0. The representatives: from DRAM, or (Pipeline 1) the array read
+	// ahead from flash.
+	var reps []float32
+	if l.reps != nil {
+		var wait time.Duration
+		var err error
+		if reps, wait, err = s.repsFor(l); err != nil {
+			return nil, err
+		}
+		s.st.tRepsWait += wait
+		s.st.tIO += wait
+		if s.cfg.Debug {
+			if err := checkReps(l, reps); err != nil {
+				return nil, err
+			}
+		}
+	}
 	t0 := time.Now()
 	// 1–2. Score the representatives and select clusters per head.
 	sel := make([][]*cluster, l.kvh)
 	qbar := make([]float32, D)
 	for h, hs := range l.hs {
 		groupMean(qbar, q[h*G*D:(h+1)*G*D], G, D)
-		for r, i := range s.selectClusters(hs.clusters, qbar, hs.total) {
+		for r, i := range s.selectClusters(hs.clusters, qbar, hs.total, reps) {
 			c := hs.clusters[i]
 			c.selAt, c.selRank = s.step, r
 			sel[h] = append(sel[h], c)
@@ -747,6 +808,17 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 		return nil, err
 	}
 	s.endPrefetch(l)
+	if l.reps != nil {
+		s.dropReps(l)
+		w, err := l.reps.flush()
+		if err != nil {
+			return nil, err
+		}
+		s.st.repsWritten += w
+		if next := s.layers[(layer+1)%len(s.layers)]; next.prefilled {
+			s.startRepsRead(next)
+		}
+	}
 	s.startPrefetch((layer + 1) % len(s.layers))
 	t4 := time.Now()
 	s.st.tScore += t1.Sub(t0)
@@ -907,6 +979,9 @@ func (s *System) appendEntry(l *layerState, c *cluster, pos int, kv []float32) e
 	c.w = c.w.add(kv[:l.dim])
 	c.tail = append(c.tail, kv)
 	c.updated = s.step
+	if l.reps != nil {
+		l.reps.assign(c)
+	}
 	n := len(c.members)
 	s.st.appended += int64(st.entry)
 	if n%st.perPage == 0 || !hot {
@@ -972,6 +1047,11 @@ func (s *System) split(l *layerState, hs *headState, c *cluster, members [][]flo
 	s.cache.drop(c)
 	delete(l.hot, c)
 	c.pool.owner[c.side] = nil
+	if l.reps != nil {
+		// The first child takes the parent's slot.
+		kids[0].repSlot = c.repSlot
+		c.repSlot = 0
+	}
 	home := poolSide{c.pool, c.side}
 	for i, kid := range kids {
 		ps := home

@@ -226,5 +226,8 @@ func (s *System) settle() {
 		if l.pf != nil && l.pf.data == nil {
 			l.pf.batch.Wait()
 		}
+		if l.reps != nil && l.reps.batch != nil {
+			l.reps.batch.Wait()
+		}
 	}
 }

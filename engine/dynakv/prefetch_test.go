@@ -16,13 +16,14 @@ func TestPrefetchChangesNothingButReads(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		cache int64
-	}{{"nocache", 0}, {"gds", 32 << 10}} {
+		reps  bool
+	}{{"nocache", 0, false}, {"gds", 32 << 10, false}, {"reps-on-flash", 0, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var outs [2][][]float32
 			var reps [2]Report
 			for run, pf := range []bool{false, true} {
 				sys, err := New(Config{Dir: t.TempDir(), Budget: 0.15, SMax: 32, BMax: 8, InitDiv: 12, Lambda: 0.7,
-					HotSteps: 8, MaxHot: 6, CacheBytes: tc.cache, Prefetch: pf, Debug: true}, L, H, KVH, D)
+					HotSteps: 8, MaxHot: 6, CacheBytes: tc.cache, Prefetch: pf, CentroidsOnFlash: tc.reps, Debug: true}, L, H, KVH, D)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -63,8 +64,8 @@ func TestPrefetchChangesNothingButReads(t *testing.T) {
 				}
 				reps[run] = sys.Report()
 				snap := sys.ReadSnapshot().Read
-				if want := sys.PlannedReadBytes() + sys.st.pfPlanned; snap.Bytes != want {
-					t.Fatalf("prefetch %v: read %d bytes, planned %d on demand + %d ahead", pf, snap.Bytes, sys.PlannedReadBytes(), sys.st.pfPlanned)
+				if want := sys.PlannedReadBytes() + sys.st.pfPlanned + sys.st.repsRead; snap.Bytes != want {
+					t.Fatalf("prefetch %v: read %d bytes, planned %d on demand + %d ahead + %d representatives", pf, snap.Bytes, sys.PlannedReadBytes(), sys.st.pfPlanned, sys.st.repsRead)
 				}
 				if err := sys.VerifyData(func(l, h, p int) []float32 { return sy.kv[[3]int{l, h, p}] }); err != nil {
 					t.Fatal(err)
@@ -85,9 +86,17 @@ func TestPrefetchChangesNothingButReads(t *testing.T) {
 			if off.PrefetchBytesPerToken != 0 || off.PrefetchHitsPerToken != 0 {
 				t.Fatalf("prefetch off read %v bytes ahead per token", off.PrefetchBytesPerToken)
 			}
+			if tc.reps {
+				// Representatives from flash: read every step, at most two
+				// layers' arrays resident, fewer than all layers' in DRAM.
+				all := int64(on.FinalClusters) * D * 4
+				if on.RepsReadPerToken == 0 || on.RepsDRAMBytes == 0 || on.RepsDRAMBytes >= all {
+					t.Fatalf("representatives on flash: %v bytes read per token, %d resident at most, %d for all layers", on.RepsReadPerToken, on.RepsDRAMBytes, all)
+				}
+			}
 			// What the hooks read on demand must shrink by what the prefetch served.
-			if on.ReadBytesPerToken-on.PrefetchBytesPerToken >= off.ReadBytesPerToken {
-				t.Fatalf("on-demand bytes per token %v with prefetch, %v without", on.ReadBytesPerToken-on.PrefetchBytesPerToken, off.ReadBytesPerToken)
+			if on.ReadBytesPerToken-on.PrefetchBytesPerToken-on.RepsReadPerToken >= off.ReadBytesPerToken-off.RepsReadPerToken {
+				t.Fatalf("on-demand bytes per token %v with prefetch, %v without", on.ReadBytesPerToken-on.PrefetchBytesPerToken-on.RepsReadPerToken, off.ReadBytesPerToken-off.RepsReadPerToken)
 			}
 			t.Logf("accuracy %.3f, bytes/token %.0f → %.0f (%.0f ahead)", on.PrefetchAccuracy, off.ReadBytesPerToken, on.ReadBytesPerToken, on.PrefetchBytesPerToken)
 		})

@@ -31,6 +31,10 @@ type Stats struct {
 	// entry bytes used, clusters used, time waited in hooks.
 	pfPlanned, pfUseful, pfUsed, pfHits int64
 	tPfWait                             time.Duration
+	// Pipeline 1 (reps.go): bytes read and written, arrays resident now
+	// and at most, time waited.
+	repsRead, repsWritten, repsResident, repsPeak int64
+	tRepsWait                                     time.Duration
 	// Layout counterfactuals (layout.go).
 	seqRuns, seqEntries, seqOps, seqBytes int64
 	appends, splits                       int64
@@ -124,6 +128,15 @@ type Report struct {
 	PackedSplitWritten float64 `json:"packed_split_written_bytes"`
 	PackedSplitMoved   float64 `json:"packed_split_shifted_bytes"`
 	PackedAppendMoved  float64 `json:"packed_append_shifted_bytes"`
+	// Representatives (Pipeline 1): DRAM bytes of the scoring arrays (at
+	// most, with CentroidsOnFlash; all layers' float32 centroids without),
+	// bytes read and written per token (included in the flash totals) and
+	// the wait for them per token (included in IOMs).
+	RepsOnFlash         bool    `json:"reps_on_flash"`
+	RepsDRAMBytes       int64   `json:"reps_dram_bytes"`
+	RepsReadPerToken    float64 `json:"reps_read_bytes_per_token"`
+	RepsWrittenPerToken float64 `json:"reps_written_bytes_per_token"`
+	RepsWaitMs          float64 `json:"reps_wait_ms"`
 	// Label says what the I/O numbers measure.
 	Label string `json:"io_label"`
 }
@@ -143,7 +156,15 @@ func (s *System) Report() Report {
 	if len(s.layers) > 0 {
 		entry = s.layers[0].store.entry
 	}
-	return s.st.report(s.fstats.Snapshot(), entry, clusters, written)
+	r := s.st.report(s.fstats.Snapshot(), entry, clusters, written)
+	if len(s.layers) > 0 {
+		r.RepsOnFlash = s.cfg.CentroidsOnFlash
+		r.RepsDRAMBytes = int64(clusters) * int64(s.layers[0].dim) * 4
+		if r.RepsOnFlash {
+			r.RepsDRAMBytes = s.st.repsPeak
+		}
+	}
+	return r
 }
 
 func (st *Stats) report(snap flash.Snapshot, entry, clusters int, written int64) Report {
@@ -184,6 +205,9 @@ func (st *Stats) report(snap flash.Snapshot, entry, clusters int, written int64)
 	for i := range st.driftSum {
 		r.Drift = append(r.Drift, st.driftSum[i]/float64(max(st.driftN[i], 1)))
 	}
+	r.RepsReadPerToken = float64(st.repsRead) / n
+	r.RepsWrittenPerToken = float64(st.repsWritten) / n
+	r.RepsWaitMs = float64(st.tRepsWait) / 1e6 / n
 	r.PrefetchBytesPerToken = float64(st.pfPlanned) / n
 	if st.pfUseful > 0 {
 		r.PrefetchAccuracy = float64(st.pfUsed) / float64(st.pfUseful)
