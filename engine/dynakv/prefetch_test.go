@@ -12,7 +12,7 @@ import (
 // plans), that the prefetch stays within its byte bound per layer, and
 // that the invariant holds after every step with it on.
 func TestPrefetchChangesNothingButReads(t *testing.T) {
-	const L, H, KVH, D, L0, steps = 3, 4, 2, 32, 96, 60
+	const L, H, KVH, D, L0, steps = 2, 4, 2, 32, 64, 40
 	for _, tc := range []struct {
 		name  string
 		cache int64
