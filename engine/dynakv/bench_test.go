@@ -28,7 +28,18 @@ func BenchmarkPrefetchAB(b *testing.B) {
 			b.Fatalf("DYNAKV_AB_TOKENS=%q: want an integer ≥ 300", v)
 		}
 	}
+	// DYNAKV_AB_ARM=reps compares representatives in DRAM (off) with
+	// representatives on flash (on), both with the prefetcher;
+	// DYNAKV_AB_FACTOR sets Config.PrefetchFactor.
+	reps := os.Getenv("DYNAKV_AB_ARM") == "reps"
 	extra := Config{}
+	if v := os.Getenv("DYNAKV_AB_FACTOR"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			b.Fatalf("DYNAKV_AB_FACTOR=%q: want a positive number", v)
+		}
+		extra.PrefetchFactor = f
+	}
 	if os.Getenv("POCL_WORK_GROUP_SPECIALIZATION") == "" {
 		os.Setenv("POCL_WORK_GROUP_SPECIALIZATION", "0")
 	}
@@ -54,6 +65,9 @@ func BenchmarkPrefetchAB(b *testing.B) {
 	run := func(pf bool) (Eval, Report) {
 		cfg := extra
 		cfg.Dir, cfg.Budget, cfg.Prefetch = b.TempDir(), 0.10, pf
+		if reps {
+			cfg.Prefetch, cfg.CentroidsOnFlash = true, pf
+		}
 		sys, err := New(cfg, st.Session().CacheAttentionLayers(), 8, info.Layers[0].KVHeads, info.Layers[0].HeadDim)
 		if err != nil {
 			b.Fatal(err)
@@ -82,15 +96,18 @@ func BenchmarkPrefetchAB(b *testing.B) {
 					k = 1
 				}
 				io[k], step[k] = r.IOMs, ev.StepMs
-				b.Logf("round %d prefetch=%v: step %.2f ms, hook I/O wait %.3f ms/token (prefetch wait %.3f), read %.0f B/token (%.0f ahead), %.1f ops/token, run %.1f entries, accuracy %.3f, %.1f prefetched clusters used/token, ppl %.2f, score %.3f attn %.3f update %.3f ms/token | seq-order %.1f ops/token %.0f B/token run %.2f | split: dual wrote %.0f moved %.0f B, packed rewrote %.0f shifted %.0f B; append: packed shifted %.0f B",
+				b.Logf("round %d arm on=%v: step %.2f ms, hook I/O wait %.3f ms/token (prefetch wait %.3f), read %.0f B/token (%.0f ahead), %.1f ops/token, run %.1f entries, accuracy %.3f coverage %.3f, %.1f prefetched clusters used/token, ppl %.2f, score %.3f attn %.3f update %.3f ms/token | seq-order %.1f ops/token %.0f B/token run %.2f | split: dual wrote %.0f moved %.0f B, packed rewrote %.0f shifted %.0f B; append: packed shifted %.0f B",
 					round+1, pf, ev.StepMs, r.IOMs, r.PrefetchWaitMs, r.ReadBytesPerToken, r.PrefetchBytesPerToken, r.ReadOpsPerToken, r.MeanRunEntries,
-					r.PrefetchAccuracy, r.PrefetchHitsPerToken, ev.Perplexity, r.ScoreMs, r.AttnMs, r.UpdateMs,
+					r.PrefetchAccuracy, r.PrefetchCoverage, r.PrefetchHitsPerToken, ev.Perplexity, r.ScoreMs, r.AttnMs, r.UpdateMs,
 					r.SeqOpsPerToken, r.SeqBytesPerToken, r.SeqMeanRunEntries, r.DualSplitWritten, r.DualSplitMoved, r.PackedSplitWritten, r.PackedSplitMoved, r.PackedAppendMoved)
+				if reps {
+					b.Logf("round %d reps on flash=%v: reps DRAM %d B, read %.0f B/token, written %.0f B/token, wait %.3f ms/token", round+1, pf, r.RepsDRAMBytes, r.RepsReadPerToken, r.RepsWrittenPerToken, r.RepsWaitMs)
+				}
 			}
 			b.Logf("round %d: on/off hook I/O wait %.3f, step time %.3f", round+1, io[1]/io[0], step[1]/step[0])
 		}
 		for _, l := range loss[1:] {
-			if l != loss[0] {
+			if l != loss[0] && !reps {
 				b.Fatalf("losses differ between runs: %v", loss)
 			}
 		}

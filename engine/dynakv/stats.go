@@ -113,6 +113,9 @@ type Report struct {
 	// inside the hooks per token (included in IOMs).
 	PrefetchBytesPerToken float64 `json:"prefetch_bytes_per_token"`
 	PrefetchAccuracy      float64 `json:"prefetch_accuracy"`
+	// PrefetchCoverage is the share of the flushed entry bytes the hooks
+	// needed from flash (not cached) that the prefetch had read.
+	PrefetchCoverage float64 `json:"prefetch_coverage"`
 	PrefetchHitsPerToken  float64 `json:"prefetch_hits_per_token"`
 	PrefetchWaitMs        float64 `json:"prefetch_wait_ms"`
 	// Layout counterfactuals of the same selections (layout.go): a
@@ -211,6 +214,7 @@ func (st *Stats) report(snap flash.Snapshot, entry, clusters int, written int64)
 	r.PrefetchBytesPerToken = float64(st.pfPlanned) / n
 	if st.pfUseful > 0 {
 		r.PrefetchAccuracy = float64(st.pfUsed) / float64(st.pfUseful)
+		r.PrefetchCoverage = float64(st.pfUsed) / float64(st.pfUsed+st.usefulRead)
 	}
 	r.PrefetchHitsPerToken = float64(st.pfHits) / n
 	r.PrefetchWaitMs = float64(st.tPfWait) / 1e6 / n
