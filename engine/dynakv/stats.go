@@ -115,9 +115,9 @@ type Report struct {
 	PrefetchAccuracy      float64 `json:"prefetch_accuracy"`
 	// PrefetchCoverage is the share of the flushed entry bytes the hooks
 	// needed from flash (not cached) that the prefetch had read.
-	PrefetchCoverage float64 `json:"prefetch_coverage"`
-	PrefetchHitsPerToken  float64 `json:"prefetch_hits_per_token"`
-	PrefetchWaitMs        float64 `json:"prefetch_wait_ms"`
+	PrefetchCoverage     float64 `json:"prefetch_coverage"`
+	PrefetchHitsPerToken float64 `json:"prefetch_hits_per_token"`
+	PrefetchWaitMs       float64 `json:"prefetch_wait_ms"`
 	// Layout counterfactuals of the same selections (layout.go): a
 	// sequence-order file's read operations and bytes per token and mean
 	// contiguous run (entries), and the bytes moved per split and per
