@@ -96,10 +96,10 @@ func BenchmarkPrefetchAB(b *testing.B) {
 					k = 1
 				}
 				io[k], step[k] = r.IOMs, ev.StepMs
-				b.Logf("round %d arm on=%v: step %.2f ms, hook I/O wait %.3f ms/token (prefetch wait %.3f), read %.0f B/token (%.0f ahead), %.1f ops/token, run %.1f entries, accuracy %.3f coverage %.3f, %.1f prefetched clusters used/token, ppl %.2f, score %.3f attn %.3f update %.3f ms/token | seq-order %.1f ops/token %.0f B/token run %.2f | split: dual wrote %.0f moved %.0f B, packed rewrote %.0f shifted %.0f B; append: packed shifted %.0f B",
+				b.Logf("round %d arm on=%v: step %.2f ms, hook I/O wait %.3f ms/token (prefetch wait %.3f), read %.0f B/token (%.0f ahead), %.1f ops/token, run %.1f entries, accuracy %.3f coverage %.3f, %.1f prefetched clusters used/token, ppl %.2f, score %.3f attn %.3f update %.3f ms/token | seq-order %.1f ops/token %.0f B/token run %.2f | split: dual wrote %.0f moved %.0f B, packed rewrote %.0f shifted %.0f B; append: packed shifted %.0f B | per token: packed shifted %.0f B, dual moved %.0f B",
 					round+1, pf, ev.StepMs, r.IOMs, r.PrefetchWaitMs, r.ReadBytesPerToken, r.PrefetchBytesPerToken, r.ReadOpsPerToken, r.MeanRunEntries,
 					r.PrefetchAccuracy, r.PrefetchCoverage, r.PrefetchHitsPerToken, ev.Perplexity, r.ScoreMs, r.AttnMs, r.UpdateMs,
-					r.SeqOpsPerToken, r.SeqBytesPerToken, r.SeqMeanRunEntries, r.DualSplitWritten, r.DualSplitMoved, r.PackedSplitWritten, r.PackedSplitMoved, r.PackedAppendMoved)
+					r.SeqOpsPerToken, r.SeqBytesPerToken, r.SeqMeanRunEntries, r.DualSplitWritten, r.DualSplitMoved, r.PackedSplitWritten, r.PackedSplitMoved, r.PackedAppendMoved, r.PackedMovedPerToken, r.DualMovedPerToken)
 				if reps {
 					b.Logf("round %d reps on flash=%v: reps DRAM %d B, read %.0f B/token, written %.0f B/token, wait %.3f ms/token", round+1, pf, r.RepsDRAMBytes, r.RepsReadPerToken, r.RepsWrittenPerToken, r.RepsWaitMs)
 				}

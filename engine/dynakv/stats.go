@@ -131,6 +131,10 @@ type Report struct {
 	PackedSplitWritten float64 `json:"packed_split_written_bytes"`
 	PackedSplitMoved   float64 `json:"packed_split_shifted_bytes"`
 	PackedAppendMoved  float64 `json:"packed_append_shifted_bytes"`
+	// Per decoded token: the bytes the packed layout shifts (appends and
+	// splits) and the bytes dual-head splits move to new pool sides.
+	PackedMovedPerToken float64 `json:"packed_moved_bytes_per_token"`
+	DualMovedPerToken   float64 `json:"dual_moved_bytes_per_token"`
 	// Representatives (Pipeline 1): DRAM bytes of the scoring arrays (at
 	// most, with CentroidsOnFlash; all layers' float32 centroids without),
 	// bytes read and written per token (included in the flash totals) and
@@ -228,6 +232,8 @@ func (st *Stats) report(snap flash.Snapshot, entry, clusters int, written int64)
 		r.DualSplitWritten, r.DualSplitMoved = float64(st.dualSplitWritten)/k, float64(st.dualSplitMoved)/k
 		r.PackedSplitWritten, r.PackedSplitMoved = float64(st.packedSplitWritten)/k, float64(st.packedSplitMoved)/k
 	}
+	r.PackedMovedPerToken = float64(st.packedAppendMoved+st.packedSplitMoved) / n
+	r.DualMovedPerToken = float64(st.dualSplitMoved) / n
 	if st.appends > 0 {
 		r.PackedAppendMoved = float64(st.packedAppendMoved) / float64(st.appends)
 	}
