@@ -32,7 +32,7 @@ func BenchmarkPrefetchAB(b *testing.B) {
 	// representatives on flash (on), both with the prefetcher;
 	// DYNAKV_AB_FACTOR sets Config.PrefetchFactor.
 	reps := os.Getenv("DYNAKV_AB_ARM") == "reps"
-	extra := Config{}
+	extra := Config{PrefetchByQuery: os.Getenv("DYNAKV_AB_BYQUERY") == "1"}
 	if v := os.Getenv("DYNAKV_AB_FACTOR"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f <= 0 {

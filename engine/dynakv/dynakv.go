@@ -74,6 +74,10 @@ type Config struct {
 	// [ours; default 2].
 	PrefetchFactor float64
 	PrefetchRecent int
+	// PrefetchByQuery picks the prefetch candidates by scoring the next
+	// layer's representatives with this layer's query (GQA group mean)
+	// instead of repeating the next layer's previous selection [ours].
+	PrefetchByQuery bool
 	// CentroidsOnFlash keeps the representatives used for scoring in a
 	// per-layer file, read one layer ahead (Pipeline 1, reps.go).
 	CentroidsOnFlash bool
@@ -159,6 +163,7 @@ type cluster struct {
 	// last selected, selRank its rank in that selection: the prefetcher's
 	// candidates.
 	selAt, selRank int
+	pfRank         int // rank by the previous layer's query (PrefetchByQuery)
 	// repSlot is 1 + the cluster's slot in the layer's representative
 	// file (CentroidsOnFlash), 0 for none.
 	repSlot int
@@ -661,8 +666,10 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 	t0 := time.Now()
 	// 1–2. Score the representatives and select clusters per head.
 	sel := make([][]*cluster, l.kvh)
-	qbar := make([]float32, D)
+	qbars := make([][]float32, l.kvh)
 	for h, hs := range l.hs {
+		qbar := make([]float32, D)
+		qbars[h] = qbar
 		groupMean(qbar, q[h*G*D:(h+1)*G*D], G, D)
 		for r, i := range s.selectClusters(hs.clusters, qbar, hs.total, reps) {
 			c := hs.clusters[i]
@@ -819,7 +826,7 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 			s.startRepsRead(next)
 		}
 	}
-	s.startPrefetch((layer + 1) % len(s.layers))
+	s.startPrefetch((layer+1)%len(s.layers), qbars)
 	t4 := time.Now()
 	s.st.tScore += t1.Sub(t0)
 	s.st.tIO += t2.Sub(t1)

@@ -113,7 +113,7 @@ type prefetch struct {
 
 // startPrefetch plans and submits layer m's prefetch (called at the end
 // of the previous layer's hook).
-func (s *System) startPrefetch(m int) {
+func (s *System) startPrefetch(m int, qbars [][]float32) {
 	l := s.layers[m]
 	if !s.cfg.Prefetch || !l.prefilled || l.pf != nil {
 		return
@@ -126,7 +126,32 @@ func (s *System) startPrefetch(m int) {
 	// Candidates: last step's selection, by rank across heads, then the
 	// recently updated, newest first.
 	var prev, recent []*cluster
+	if s.cfg.PrefetchByQuery && len(qbars) == len(l.hs) {
+		// Rank by this layer's query against the next layer's centroids.
+		for h, hs := range l.hs {
+			for r, i := range s.selectClusters(hs.clusters, qbars[h], hs.total, nil) {
+				c := hs.clusters[i]
+				c.pfRank = r
+				prev = append(prev, c)
+			}
+		}
+		sort.SliceStable(prev, func(a, b int) bool { return prev[a].pfRank < prev[b].pfRank })
+		in := map[*cluster]bool{}
+		for _, c := range prev {
+			in[c] = true
+		}
+		for _, hs := range l.hs {
+			for _, c := range hs.clusters {
+				if !in[c] && s.step-c.updated < s.cfg.PrefetchRecent {
+					recent = append(recent, c)
+				}
+			}
+		}
+	}
 	for _, hs := range l.hs {
+		if s.cfg.PrefetchByQuery {
+			break
+		}
 		for _, c := range hs.clusters {
 			switch {
 			case l.lastSel > 0 && c.selAt == l.lastSel:
@@ -136,7 +161,9 @@ func (s *System) startPrefetch(m int) {
 			}
 		}
 	}
-	sort.SliceStable(prev, func(a, b int) bool { return prev[a].selRank < prev[b].selRank })
+	if !s.cfg.PrefetchByQuery {
+		sort.SliceStable(prev, func(a, b int) bool { return prev[a].selRank < prev[b].selRank })
+	}
 	sort.SliceStable(recent, func(a, b int) bool { return recent[a].updated > recent[b].updated })
 	var wants []*readWant
 	var used int64

@@ -17,13 +17,14 @@ func TestPrefetchChangesNothingButReads(t *testing.T) {
 		name  string
 		cache int64
 		reps  bool
-	}{{"nocache", 0, false}, {"gds+reps-on-flash", 32 << 10, true}} {
+		byQ   bool
+	}{{"nocache", 0, false, false}, {"gds+reps-on-flash", 32 << 10, true, false}, {"by-query", 0, false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var outs [2][][]float32
 			var reps [2]Report
 			for run, pf := range []bool{false, true} {
 				sys, err := New(Config{Dir: t.TempDir(), Budget: 0.15, SMax: 32, BMax: 8, InitDiv: 12, Lambda: 0.7,
-					HotSteps: 8, MaxHot: 6, CacheBytes: tc.cache, Prefetch: pf, CentroidsOnFlash: tc.reps, Debug: true}, L, H, KVH, D)
+					HotSteps: 8, MaxHot: 6, CacheBytes: tc.cache, Prefetch: pf, CentroidsOnFlash: tc.reps, PrefetchByQuery: tc.byQ, Debug: true}, L, H, KVH, D)
 				if err != nil {
 					t.Fatal(err)
 				}
