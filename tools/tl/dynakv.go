@@ -65,6 +65,7 @@ func runDynaKV(cmd string, args []string) error {
 	depth := fs.Int("kv-qd", 4, "reader queue depth")
 	prefetch := fs.Bool("kv-prefetch", false, "Pipeline 2: read the next layer's likely clusters ahead while the device computes")
 	pfFactor := fs.Float64("kv-prefetch-factor", 1.25, "bound a layer's prefetch at this multiple of its retrieval budget in bytes")
+	pfQuery := fs.Bool("kv-prefetch-query", false, "rank prefetch candidates by the previous layer's query instead of the next layer's last selection")
 	repsFlash := fs.Bool("kv-reps-flash", false, "Pipeline 1: representatives in a per-layer file, read one layer ahead (default: DRAM)")
 	baseline := fs.String("kv-baseline", "", "run a comparison system instead: nocluster (exact token top-k), static (never split, sequence order) or local (recluster new entries every --kv-window)")
 	window := fs.Int("kv-window", 64, "W of --kv-baseline local")
@@ -161,7 +162,7 @@ func runDynaKV(cmd string, args []string) error {
 	total := int64(len(doc)+gen) * int64(layers*kvh) * int64(2*dim*4)
 	cfg := dynakv.Config{Dir: *dir, Budget: *budget, Lambda: *lambda, SMax: *smax, BMax: *bmax, QueueDepth: *depth,
 		CacheBytes: int64(*cacheRatio * float64(total)), CachePolicy: *policy, NoPairing: *noPair, NoDelay: *noDelay, Recent: *recent,
-		Prefetch: *prefetch, PrefetchFactor: *pfFactor, CentroidsOnFlash: *repsFlash,
+		Prefetch: *prefetch, PrefetchFactor: *pfFactor, PrefetchByQuery: *pfQuery, CentroidsOnFlash: *repsFlash,
 		AttendAllBuffers: *allBuf, Shadow: !*noFull, Seed: *seed}
 	var sys kvSystem
 	if *baseline != "" {
