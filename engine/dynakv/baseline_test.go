@@ -29,7 +29,7 @@ func fullAttention(sy *synth, layer, pos int, q []float32, scale float32) []floa
 // ρ = 1 it must equal full attention; at ρ = 0.1 it must not, and it must
 // read less than everything (except no-cluster, which reads every key).
 func TestBaselines(t *testing.T) {
-	const L, H, KVH, D, L0, steps = 1, 4, 2, 32, 64, 80
+	const L, H, KVH, D, L0, steps = 1, 4, 2, 32, 48, 40
 	for _, mode := range []string{NoCluster, Static, Local} {
 		for _, budget := range []float64{1, 0.1} {
 			b, err := NewBaseline(BaselineConfig{Mode: mode, Dir: t.TempDir(), Budget: budget, MaxContext: 256, Window: 16, Shadow: true}, L, H, KVH, D)
@@ -74,7 +74,7 @@ func TestBaselines(t *testing.T) {
 // itself, with splits happening and a recent window that must add nothing
 // twice (at ρ = 1 every recent entry is already retrieved).
 func TestSystemFullBudgetSynthetic(t *testing.T) {
-	const L, H, KVH, D, L0, steps = 1, 4, 2, 32, 64, 120
+	const L, H, KVH, D, L0, steps = 1, 4, 2, 32, 48, 60
 	sys, err := New(Config{Dir: t.TempDir(), Budget: 1, SMax: 16, BMax: 4, Lambda: 0.5, InitDiv: 10, Recent: 8}, L, H, KVH, D)
 	if err != nil {
 		t.Fatal(err)

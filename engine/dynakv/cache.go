@@ -13,6 +13,8 @@ type clusterCache interface {
 	// put caches c's flushed entries kv (replacing any copy) unless the
 	// policy has no room; recent says c was updated in the last T_u steps.
 	put(c *cluster, kv [][]float32, step int)
+	// peek returns the cached entries of c without counting an access.
+	peek(c *cluster) [][]float32
 	// drop forgets c (after a split).
 	drop(c *cluster)
 	// bytes is the DRAM the cache holds.
@@ -61,6 +63,13 @@ func (g *gdsCache) get(c *cluster, step int) [][]float32 {
 		it.h = g.clock + float64(it.hits)/float64(it.size)
 	}
 	return it.kv
+}
+
+func (g *gdsCache) peek(c *cluster) [][]float32 {
+	if it := g.items[c]; it != nil {
+		return it.kv
+	}
+	return nil
 }
 
 func (g *gdsCache) drop(c *cluster) {
@@ -153,6 +162,13 @@ func (l *lruCache) get(c *cluster, step int) [][]float32 {
 	return it.kv
 }
 
+func (l *lruCache) peek(c *cluster) [][]float32 {
+	if it := l.items[c]; it != nil {
+		return it.kv
+	}
+	return nil
+}
+
 func (l *lruCache) drop(c *cluster) {
 	if it := l.items[c]; it != nil {
 		l.order.Remove(it.elem)
@@ -182,4 +198,5 @@ type noCache struct{}
 func (noCache) get(*cluster, int) [][]float32  { return nil }
 func (noCache) put(*cluster, [][]float32, int) {}
 func (noCache) drop(*cluster)                  {}
+func (noCache) peek(*cluster) [][]float32      { return nil }
 func (noCache) bytes() int64                   { return 0 }

@@ -51,11 +51,22 @@
 // new entries wait, always attended, in a DRAM window of W = 64 and are
 // clustered on their own when it fills).
 //
-// Not implemented: the pipelines of §6.1 (representatives live in DRAM and
-// are never read from flash; no prefetch of the next layer's clusters while
-// the current layer computes: each layer's reads are waited for at its
-// hook), and the device KV cache is still allocated and written for the
-// whole context (only I/O is emulated; DRAM savings are not real here).
+// Pipelines (§6.1), both options: Pipeline 2 (Config.Prefetch,
+// prefetch.go) reads the next layer's likely clusters (its selection at
+// the previous step, then recently updated clusters [ours]) at the end of
+// each layer's hook, bounded at 1.25× the layer's retrieval budget in
+// bytes [ours]; the next hook waits for it after scoring and reads the
+// rest on demand. Pipeline 1 (Config.CentroidsOnFlash, reps.go) keeps the
+// scoring representatives in a per-layer file, written back per step and
+// read one layer ahead; the Welford statistics (float64 means included)
+// stay in DRAM for the updates, so its DRAM saving is computed for the
+// scoring arrays, not measured. The device KV cache is still allocated
+// and written for the whole context (only I/O is emulated; DRAM savings
+// are not real here).
+//
+// Layout counterfactuals (layout.go) count what the same selections and
+// splits would cost in sequence order and in a packed cluster-by-cluster
+// layout.
 //
 // Invariants (CheckInvariant, run after every step by the tests): every
 // entry of every (layer, head) is in exactly one place (a cluster's flash

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"sort"
 	"time"
@@ -64,6 +65,22 @@ type Config struct {
 	// local-update baseline attends its window [option; default 0, the
 	// paper names no such window].
 	Recent int
+	// Prefetch turns on Pipeline 2 (prefetch.go): at the end of each
+	// layer's hook the next layer's likely clusters are read ahead.
+	Prefetch bool
+	// PrefetchFactor bounds a layer's prefetch at this multiple of its
+	// retrieval budget in bytes [ours; default 1.25]; PrefetchRecent
+	// names the steps within which an updated cluster is a candidate
+	// [ours; default 2].
+	PrefetchFactor float64
+	PrefetchRecent int
+	// PrefetchByQuery picks the prefetch candidates by scoring the next
+	// layer's representatives with this layer's query (GQA group mean)
+	// instead of repeating the next layer's previous selection [ours].
+	PrefetchByQuery bool
+	// CentroidsOnFlash keeps the representatives used for scoring in a
+	// per-layer file, read one layer ahead (Pipeline 1, reps.go).
+	CentroidsOnFlash bool
 	// Shadow keeps every key in DRAM, outside the system, to measure
 	// attention recall against full attention.
 	Shadow bool
@@ -99,6 +116,13 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.RecentSteps, 16)
 	def(&c.HotSteps, 32)
 	def(&c.MaxHot, 64)
+	def(&c.PrefetchRecent, 2)
+	if c.PrefetchFactor == 0 {
+		c.PrefetchFactor = 1.25
+	}
+	if c.PrefetchFactor < 0 || math.IsNaN(c.PrefetchFactor) {
+		return c, fmt.Errorf("dynakv: prefetch factor %v; want > 0", c.PrefetchFactor)
+	}
 	if c.ReservedFrac == 0 {
 		c.ReservedFrac = 0.25
 	}
@@ -135,6 +159,14 @@ type cluster struct {
 	pool    *pool
 	side    int
 	updated int
+	// selAt is the step this cluster (or the parent it split from) was
+	// last selected, selRank its rank in that selection: the prefetcher's
+	// candidates.
+	selAt, selRank int
+	pfRank         int // rank by the previous layer's query (PrefetchByQuery)
+	// repSlot is 1 + the cluster's slot in the layer's representative
+	// file (CentroidsOnFlash), 0 for none.
+	repSlot int
 }
 
 func (c *cluster) size() int { return len(c.members) + len(c.buf) }
@@ -162,6 +194,11 @@ type layerState struct {
 	free       []poolSide // pool sides without a cluster
 	prefilled  bool
 	hot        map[*cluster]bool
+	// pf is the layer's prefetch (Pipeline 2); lastSel the step of its
+	// last selection.
+	pf      *prefetch
+	lastSel int
+	reps    *repStore // CentroidsOnFlash
 }
 
 type poolSide struct {
@@ -214,6 +251,13 @@ func New(cfg Config, layers, heads, kvHeads, dim int) (*System, error) {
 			return nil, err
 		}
 		ls := &layerState{idx: l, heads: heads, kvh: kvHeads, dim: dim, store: st, hot: map[*cluster]bool{}}
+		if cfg.CentroidsOnFlash {
+			if ls.reps, err = newRepStore(cfg.Dir, l, dim, s.fstats); err != nil {
+				st.close()
+				s.Close()
+				return nil, err
+			}
+		}
 		for h := 0; h < kvHeads; h++ {
 			ls.hs = append(ls.hs, &headState{})
 		}
@@ -225,6 +269,12 @@ func New(cfg Config, layers, heads, kvHeads, dim int) (*System, error) {
 
 // Close releases the reader pool and removes the pool files.
 func (s *System) Close() error {
+	for _, l := range s.layers {
+		s.endPrefetch(l)
+		if l.reps != nil && l.reps.batch != nil {
+			l.reps.batch.Wait()
+		}
+	}
 	if s.rd != nil {
 		s.rd.Close()
 	}
@@ -232,6 +282,15 @@ func (s *System) Close() error {
 	for _, l := range s.layers {
 		if err := l.store.close(); err != nil && first == nil {
 			first = err
+		}
+		if l.reps != nil {
+			err := l.reps.f.Close()
+			if rerr := os.Remove(l.reps.f.Path()); err == nil {
+				err = rerr
+			}
+			if err != nil && first == nil {
+				first = err
+			}
 		}
 	}
 	return first
@@ -335,6 +394,13 @@ func (s *System) Prefill(layer int, positions []int, q, k, v []float32) error {
 			}
 		}
 	}
+	if l.reps != nil {
+		w, err := l.reps.flush()
+		if err != nil {
+			return err
+		}
+		s.st.prefillWritten += w
+	}
 	s.st.prefillWritten += l.store.written
 	l.store.written = 0
 	l.prefilled = true
@@ -381,7 +447,7 @@ func (s *System) arrange(l *layerState, hs *headState, cs []*cluster, q []float3
 	qbar := make([]float32, D)
 	for i := 0; i < n; i++ {
 		groupMean(qbar, q[(i*l.heads+h*G)*D:(i*l.heads+(h+1)*G)*D], G, D)
-		sel := s.selectClusters(cs, qbar, n)
+		sel := s.selectClusters(cs, qbar, n, nil)
 		for a := 0; a < len(sel); a++ {
 			for b := a + 1; b < len(sel); b++ {
 				f[sel[a]][sel[b]]++
@@ -465,6 +531,9 @@ func (s *System) arrange(l *layerState, hs *headState, cs []*cluster, q []float3
 func (s *System) place(l *layerState, c *cluster, ps poolSide, kv [][]float32, hot bool) error {
 	c.pool, c.side = ps.p, ps.side
 	ps.p.owner[ps.side] = c
+	if l.reps != nil {
+		l.reps.assign(c)
+	}
 	n := len(c.members)
 	per := l.store.perPage
 	full := n - n%per
@@ -526,7 +595,7 @@ func groupMean(dst, q []float32, G, D int) {
 
 // selectClusters takes clusters by descending score q̄·r_j until their
 // entries reach the budget of total; it returns their indices.
-func (s *System) selectClusters(cs []*cluster, qbar []float32, total int) []int {
+func (s *System) selectClusters(cs []*cluster, qbar []float32, total int, reps []float32) []int {
 	type sc struct {
 		i int
 		v float64
@@ -534,8 +603,15 @@ func (s *System) selectClusters(cs []*cluster, qbar []float32, total int) []int 
 	scores := make([]sc, len(cs))
 	for i, c := range cs {
 		var dot float64
-		for d, x := range qbar {
-			dot += float64(x) * c.w.mean[d]
+		if reps != nil {
+			r := reps[(c.repSlot-1)*len(qbar) : c.repSlot*len(qbar)]
+			for d, x := range qbar {
+				dot += float64(x) * float64(r[d])
+			}
+		} else {
+			for d, x := range qbar {
+				dot += float64(x) * c.w.mean[d]
+			}
 		}
 		scores[i] = sc{i, dot}
 	}
@@ -570,17 +646,45 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 		s.step++
 		s.st.steps++
 	}
+	// 0. The representatives: from DRAM, or (Pipeline 1) the array read
+	// ahead from flash.
+	var reps []float32
+	if l.reps != nil {
+		var wait time.Duration
+		var err error
+		if reps, wait, err = s.repsFor(l); err != nil {
+			return nil, err
+		}
+		s.st.tRepsWait += wait
+		s.st.tIO += wait
+		if s.cfg.Debug {
+			if err := checkReps(l, reps); err != nil {
+				return nil, err
+			}
+		}
+	}
 	t0 := time.Now()
 	// 1–2. Score the representatives and select clusters per head.
 	sel := make([][]*cluster, l.kvh)
-	qbar := make([]float32, D)
+	qbars := make([][]float32, l.kvh)
 	for h, hs := range l.hs {
+		qbar := make([]float32, D)
+		qbars[h] = qbar
 		groupMean(qbar, q[h*G*D:(h+1)*G*D], G, D)
-		for _, i := range s.selectClusters(hs.clusters, qbar, hs.total) {
-			sel[h] = append(sel[h], hs.clusters[i])
+		for r, i := range s.selectClusters(hs.clusters, qbar, hs.total, reps) {
+			c := hs.clusters[i]
+			c.selAt, c.selRank = s.step, r
+			sel[h] = append(sel[h], c)
 		}
+		s.st.seqOrder(l, hs, sel[h])
 	}
+	l.lastSel = s.step
 	t1 := time.Now()
+	wait, err := s.joinPrefetch(l)
+	if err != nil {
+		return nil, err
+	}
+	s.st.tPfWait += wait
 	// 3. Read what the cache does not hold, in one batch.
 	var all []*cluster
 	for _, cs := range sel {
@@ -710,6 +814,19 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 	if err := s.coolDown(l); err != nil {
 		return nil, err
 	}
+	s.endPrefetch(l)
+	if l.reps != nil {
+		s.dropReps(l)
+		w, err := l.reps.flush()
+		if err != nil {
+			return nil, err
+		}
+		s.st.repsWritten += w
+		if next := s.layers[(layer+1)%len(s.layers)]; next.prefilled {
+			s.startRepsRead(next)
+		}
+	}
+	s.startPrefetch((layer+1)%len(s.layers), qbars)
 	t4 := time.Now()
 	s.st.tScore += t1.Sub(t0)
 	s.st.tIO += t2.Sub(t1)
@@ -723,18 +840,17 @@ func (s *System) Step(layer, pos int, q, k, v []float32, scale float32) ([]float
 // every cache miss as one batch, runs of adjacent extents coalesced.
 func (s *System) load(l *layerState, cs []*cluster) (map[*cluster][][]float32, error) {
 	out := make(map[*cluster][][]float32, len(cs))
-	type want struct {
-		c        *cluster
-		have     [][]float32
-		lo, hi   int64 // byte extent of the missing flushed entries
-		from, to int   // members read
-	}
-	var wants []*want
+	var wants []*readWant
 	for _, c := range cs {
 		if _, dup := out[c]; dup {
 			continue
 		}
 		out[c] = nil
+		if kv, ok := s.takePrefetched(l, c); ok {
+			s.cache.put(c, kv, s.step)
+			out[c] = append(make([][]float32, 0, c.flushed), kv...)
+			continue
+		}
 		cached := s.cache.get(c, s.step)
 		if len(cached) > c.flushed {
 			cached = cached[:c.flushed]
@@ -752,37 +868,12 @@ func (s *System) load(l *layerState, cs []*cluster) (map[*cluster][][]float32, e
 		} else {
 			s.st.misses++
 		}
-		w := &want{c: c, have: cached, from: len(cached), to: c.flushed}
-		st := l.store
-		if c.side == 0 {
-			w.lo = c.pool.off + int64(w.from)*int64(st.entry)
-			w.hi = c.pool.off + int64(w.to)*int64(st.entry)
-		} else {
-			w.lo = c.pool.off + int64(st.capacity-w.to)*int64(st.entry)
-			w.hi = c.pool.off + int64(st.capacity-w.from)*int64(st.entry)
-		}
+		w := l.want(c, cached)
 		wants = append(wants, w)
 		s.st.usefulRead += w.hi - w.lo
 	}
-	sort.Slice(wants, func(a, b int) bool { return wants[a].lo < wants[b].lo })
-	// Coalesce into block-aligned requests.
-	type run struct {
-		lo, hi int64
-		ws     []*want
-	}
-	var runs []*run
-	for _, w := range wants {
-		lo, hi := w.lo&^(flash.BlockSize-1), (w.hi+flash.BlockSize-1)&^(flash.BlockSize-1)
-		if k := len(runs); k > 0 && lo <= runs[k-1].hi {
-			runs[k-1].hi = max(runs[k-1].hi, hi)
-			runs[k-1].ws = append(runs[k-1].ws, w)
-			continue
-		}
-		runs = append(runs, &run{lo: lo, hi: hi, ws: []*want{w}})
-	}
-	reqs := make([]flash.Request, len(runs))
-	for i, r := range runs {
-		reqs[i] = flash.Request{File: l.store.f, Off: r.lo, Dst: flash.AlignedBuf(int(r.hi - r.lo))}
+	runs, reqs := l.plan(wants)
+	for _, r := range runs {
 		s.st.plannedRead += r.hi - r.lo
 	}
 	if len(reqs) > 0 {
@@ -790,23 +881,10 @@ func (s *System) load(l *layerState, cs []*cluster) (map[*cluster][][]float32, e
 			return nil, err
 		}
 	}
-	for i, r := range runs {
-		for _, w := range r.ws {
-			b := reqs[i].Dst[w.lo-r.lo : w.hi-r.lo]
-			n := w.to - w.from
-			got := make([][]float32, n)
-			for j := 0; j < n; j++ {
-				at := j
-				if w.c.side == 1 {
-					at = n - 1 - j
-				}
-				got[j] = getFloats(b[at*l.store.entry:(at+1)*l.store.entry], 2*l.dim)
-			}
-			full := append(append([][]float32(nil), w.have...), got...)
-			s.cache.put(w.c, full, s.step)
-			out[w.c] = full
-		}
-	}
+	l.scatter(runs, reqs, func(c *cluster, full [][]float32) {
+		s.cache.put(c, full, s.step)
+		out[c] = full
+	})
 	for c := range out {
 		if len(out[c]) != c.flushed {
 			return nil, fmt.Errorf("dynakv: cluster %d: %d of its %d flushed entries loaded", c.id, len(out[c]), c.flushed)
@@ -836,6 +914,7 @@ func (s *System) update(l *layerState, hs *headState, pos int, kv []float32, res
 		if err := s.appendEntry(l, c, pos, kv); err != nil {
 			return err
 		}
+		s.st.packedAppend(hs, best, l.store.entry)
 		if resident[c] {
 			data[c] = append(data[c], kv)
 		}
@@ -907,6 +986,9 @@ func (s *System) appendEntry(l *layerState, c *cluster, pos int, kv []float32) e
 	c.w = c.w.add(kv[:l.dim])
 	c.tail = append(c.tail, kv)
 	c.updated = s.step
+	if l.reps != nil {
+		l.reps.assign(c)
+	}
 	n := len(c.members)
 	s.st.appended += int64(st.entry)
 	if n%st.perPage == 0 || !hot {
@@ -966,9 +1048,17 @@ func (s *System) split(l *layerState, hs *headState, c *cluster, members [][]flo
 		d[lb] = append(d[lb], kvAll[i])
 	}
 	kids := append(s.carve(p[0], d[0], D), s.carve(p[1], d[1], D)...)
+	s.st.packedSplit(hs, c, len(posAll), l.store.entry)
+	w0 := l.store.written
+	defer func() { s.st.dualSplit(l.store.written-w0, kids, l.store.entry) }()
 	s.cache.drop(c)
 	delete(l.hot, c)
 	c.pool.owner[c.side] = nil
+	if l.reps != nil {
+		// The first child takes the parent's slot.
+		kids[0].repSlot = c.repSlot
+		c.repSlot = 0
+	}
 	home := poolSide{c.pool, c.side}
 	for i, kid := range kids {
 		ps := home
@@ -976,6 +1066,7 @@ func (s *System) split(l *layerState, hs *headState, c *cluster, members [][]flo
 			ps = l.freeSide()
 		}
 		kid.updated = s.step
+		kid.selAt, kid.selRank = c.selAt, c.selRank
 		hot := len(l.hot) < s.cfg.MaxHot
 		entries := kid.tail
 		if err := s.place(l, kid, ps, entries, hot); err != nil {

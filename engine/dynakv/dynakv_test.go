@@ -76,7 +76,7 @@ func TestInvariantUnderDrift(t *testing.T) {
 		noDelay bool
 	}{{"nocache", 0, "", false}, {"gds", 64 << 10, "gds", false}, {"lru", 64 << 10, "lru", false}, {"nodelay", 0, "", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			const L, H, KVH, D, L0, steps = 2, 4, 2, 32, 96, 120
+			const L, H, KVH, D, L0, steps = 2, 4, 2, 32, 64, 60
 			sys, err := New(Config{Dir: t.TempDir(), Budget: 0.2, SMax: 32, BMax: 8, InitDiv: 12, Lambda: 0.7,
 				HotSteps: 8, MaxHot: 6, CacheBytes: tc.cache, CachePolicy: tc.pol, NoDelay: tc.noDelay, Debug: true, Shadow: true}, L, H, KVH, D)
 			if err != nil {
@@ -227,7 +227,7 @@ func TestDualHeadPoolProperty(t *testing.T) {
 			}
 		}
 	}
-	for op := 0; op < 400; op++ {
+	for op := 0; op < 200; op++ {
 		sd := sides[rng.Intn(len(sides))]
 		n := len(sd.ref)
 		switch r := rng.Intn(10); {

@@ -68,7 +68,7 @@ func newFor(t *testing.T, st *kv.State, cfg Config) *System {
 // planned extents of the retrieved clusters. The invariant is checked
 // after every step of both.
 func TestEngine(t *testing.T) {
-	dyn, full, doc := openPair(t, 192, 150)
+	dyn, full, doc := openPair(t, 96, 76)
 	check := func(sys *System) func(int) {
 		return func(int) {
 			if err := sys.CheckInvariant(); err != nil {
@@ -78,7 +78,7 @@ func TestEngine(t *testing.T) {
 	}
 	t.Run("full-budget", func(t *testing.T) {
 		sys := newFor(t, dyn, Config{Budget: 1, Debug: true})
-		ev, err := Evaluate(dyn, full, doc, 128, 0, check(sys))
+		ev, err := Evaluate(dyn, full, doc, 64, 0, check(sys))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestEngine(t *testing.T) {
 	})
 	t.Run("small-budget", func(t *testing.T) {
 		sys := newFor(t, dyn, Config{Budget: 0.05, Shadow: true, Debug: true})
-		ev, err := Evaluate(dyn, full, doc, 128, 0, check(sys))
+		ev, err := Evaluate(dyn, full, doc, 64, 0, check(sys))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,6 +27,20 @@ type Stats struct {
 	tScore, tIO, tAttn, tUpdate         time.Duration
 	driftSum                            []float64
 	driftN                              []int64
+	// Pipeline 2 (prefetch.go): planned block bytes, entry bytes,
+	// entry bytes used, clusters used, time waited in hooks.
+	pfPlanned, pfUseful, pfUsed, pfHits int64
+	tPfWait                             time.Duration
+	// Pipeline 1 (reps.go): bytes read and written, arrays resident now
+	// and at most, time waited.
+	repsRead, repsWritten, repsResident, repsPeak int64
+	tRepsWait                                     time.Duration
+	// Layout counterfactuals (layout.go).
+	seqRuns, seqEntries, seqOps, seqBytes int64
+	appends, splits                       int64
+	packedAppendMoved, packedSplitMoved   int64
+	packedSplitWritten                    int64
+	dualSplitWritten, dualSplitMoved      int64
 }
 
 func (s *Stats) init(cfg Config) { s.cfg = cfg }
@@ -93,12 +107,50 @@ type Report struct {
 	Mode string `json:"mode"`
 	// Host time per decode token, split as §2c asks.
 	ScoreMs, IOMs, AttnMs, UpdateMs float64
+	// Prefetch (Pipeline 2): block bytes read ahead per token (included
+	// in ReadBytesPerToken), the share of prefetched entry bytes the hooks
+	// used, clusters served from it per token, and the mean wait for it
+	// inside the hooks per token (included in IOMs).
+	PrefetchBytesPerToken float64 `json:"prefetch_bytes_per_token"`
+	PrefetchAccuracy      float64 `json:"prefetch_accuracy"`
+	// PrefetchCoverage is the share of the flushed entry bytes the hooks
+	// needed from flash (not cached) that the prefetch had read.
+	PrefetchCoverage     float64 `json:"prefetch_coverage"`
+	PrefetchHitsPerToken float64 `json:"prefetch_hits_per_token"`
+	PrefetchWaitMs       float64 `json:"prefetch_wait_ms"`
+	// Layout counterfactuals of the same selections (layout.go): a
+	// sequence-order file's read operations and bytes per token and mean
+	// contiguous run (entries), and the bytes moved per split and per
+	// append by the dual-head pools and by a packed cluster-by-cluster
+	// layout.
+	SeqOpsPerToken     float64 `json:"seq_order_ops_per_token"`
+	SeqBytesPerToken   float64 `json:"seq_order_bytes_per_token"`
+	SeqMeanRunEntries  float64 `json:"seq_order_mean_run_entries"`
+	DualSplitWritten   float64 `json:"dual_split_written_bytes"`
+	DualSplitMoved     float64 `json:"dual_split_moved_bytes"`
+	PackedSplitWritten float64 `json:"packed_split_written_bytes"`
+	PackedSplitMoved   float64 `json:"packed_split_shifted_bytes"`
+	PackedAppendMoved  float64 `json:"packed_append_shifted_bytes"`
+	// Per decoded token: the bytes the packed layout shifts (appends and
+	// splits) and the bytes dual-head splits move to new pool sides.
+	PackedMovedPerToken float64 `json:"packed_moved_bytes_per_token"`
+	DualMovedPerToken   float64 `json:"dual_moved_bytes_per_token"`
+	// Representatives (Pipeline 1): DRAM bytes of the scoring arrays (at
+	// most, with CentroidsOnFlash; all layers' float32 centroids without),
+	// bytes read and written per token (included in the flash totals) and
+	// the wait for them per token (included in IOMs).
+	RepsOnFlash         bool    `json:"reps_on_flash"`
+	RepsDRAMBytes       int64   `json:"reps_dram_bytes"`
+	RepsReadPerToken    float64 `json:"reps_read_bytes_per_token"`
+	RepsWrittenPerToken float64 `json:"reps_written_bytes_per_token"`
+	RepsWaitMs          float64 `json:"reps_wait_ms"`
 	// Label says what the I/O numbers measure.
 	Label string `json:"io_label"`
 }
 
 // Report summarises the run so far.
 func (s *System) Report() Report {
+	s.settle()
 	clusters := 0
 	var written int64
 	for _, l := range s.layers {
@@ -111,7 +163,15 @@ func (s *System) Report() Report {
 	if len(s.layers) > 0 {
 		entry = s.layers[0].store.entry
 	}
-	return s.st.report(s.fstats.Snapshot(), entry, clusters, written)
+	r := s.st.report(s.fstats.Snapshot(), entry, clusters, written)
+	if len(s.layers) > 0 {
+		r.RepsOnFlash = s.cfg.CentroidsOnFlash
+		r.RepsDRAMBytes = int64(clusters) * int64(s.layers[0].dim) * 4
+		if r.RepsOnFlash {
+			r.RepsDRAMBytes = s.st.repsPeak
+		}
+	}
+	return r
 }
 
 func (st *Stats) report(snap flash.Snapshot, entry, clusters int, written int64) Report {
@@ -152,13 +212,41 @@ func (st *Stats) report(snap flash.Snapshot, entry, clusters int, written int64)
 	for i := range st.driftSum {
 		r.Drift = append(r.Drift, st.driftSum[i]/float64(max(st.driftN[i], 1)))
 	}
+	r.RepsReadPerToken = float64(st.repsRead) / n
+	r.RepsWrittenPerToken = float64(st.repsWritten) / n
+	r.RepsWaitMs = float64(st.tRepsWait) / 1e6 / n
+	r.PrefetchBytesPerToken = float64(st.pfPlanned) / n
+	if st.pfUseful > 0 {
+		r.PrefetchAccuracy = float64(st.pfUsed) / float64(st.pfUseful)
+		r.PrefetchCoverage = float64(st.pfUsed) / float64(st.pfUsed+st.usefulRead)
+	}
+	r.PrefetchHitsPerToken = float64(st.pfHits) / n
+	r.PrefetchWaitMs = float64(st.tPfWait) / 1e6 / n
+	r.SeqOpsPerToken = float64(st.seqOps) / n
+	r.SeqBytesPerToken = float64(st.seqBytes) / n
+	if st.seqRuns > 0 {
+		r.SeqMeanRunEntries = float64(st.seqEntries) / float64(st.seqRuns)
+	}
+	if st.splits > 0 {
+		k := float64(st.splits)
+		r.DualSplitWritten, r.DualSplitMoved = float64(st.dualSplitWritten)/k, float64(st.dualSplitMoved)/k
+		r.PackedSplitWritten, r.PackedSplitMoved = float64(st.packedSplitWritten)/k, float64(st.packedSplitMoved)/k
+	}
+	r.PackedMovedPerToken = float64(st.packedAppendMoved+st.packedSplitMoved) / n
+	r.DualMovedPerToken = float64(st.dualSplitMoved) / n
+	if st.appends > 0 {
+		r.PackedAppendMoved = float64(st.packedAppendMoved) / float64(st.appends)
+	}
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 / n }
 	r.ScoreMs, r.IOMs, r.AttnMs, r.UpdateMs = ms(st.tScore), ms(st.tIO), ms(st.tAttn), ms(st.tUpdate)
 	return r
 }
 
 // ReadSnapshot is the pool files' flash statistics.
-func (s *System) ReadSnapshot() flash.Snapshot { return s.fstats.Snapshot() }
+func (s *System) ReadSnapshot() flash.Snapshot {
+	s.settle()
+	return s.fstats.Snapshot()
+}
 
 // PlannedReadBytes is the bytes the reads were planned to fetch
 // (block-aligned extents of cache misses); UsefulReadBytes the entries in

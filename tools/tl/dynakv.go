@@ -63,6 +63,10 @@ func runDynaKV(cmd string, args []string) error {
 	noDelay := fs.Bool("kv-no-delay", false, "split a non-resident over-threshold cluster at once (loading it) instead of buffering (ablation)")
 	allBuf := fs.Bool("kv-attend-buffers", false, "attend every delayed-split buffer each step (default: only those of selected clusters)")
 	depth := fs.Int("kv-qd", 4, "reader queue depth")
+	prefetch := fs.Bool("kv-prefetch", false, "Pipeline 2: read the next layer's likely clusters ahead while the device computes")
+	pfFactor := fs.Float64("kv-prefetch-factor", 1.25, "bound a layer's prefetch at this multiple of its retrieval budget in bytes")
+	pfQuery := fs.Bool("kv-prefetch-query", false, "rank prefetch candidates by the previous layer's query instead of the next layer's last selection")
+	repsFlash := fs.Bool("kv-reps-flash", false, "Pipeline 1: representatives in a per-layer file, read one layer ahead (default: DRAM)")
 	baseline := fs.String("kv-baseline", "", "run a comparison system instead: nocluster (exact token top-k), static (never split, sequence order) or local (recluster new entries every --kv-window)")
 	window := fs.Int("kv-window", 64, "W of --kv-baseline local")
 	prefill := fs.Int("prefill", 256, "perplexity: prompt tokens (the rest is teacher-forced decoding)")
@@ -158,6 +162,7 @@ func runDynaKV(cmd string, args []string) error {
 	total := int64(len(doc)+gen) * int64(layers*kvh) * int64(2*dim*4)
 	cfg := dynakv.Config{Dir: *dir, Budget: *budget, Lambda: *lambda, SMax: *smax, BMax: *bmax, QueueDepth: *depth,
 		CacheBytes: int64(*cacheRatio * float64(total)), CachePolicy: *policy, NoPairing: *noPair, NoDelay: *noDelay, Recent: *recent,
+		Prefetch: *prefetch, PrefetchFactor: *pfFactor, PrefetchByQuery: *pfQuery, CentroidsOnFlash: *repsFlash,
 		AttendAllBuffers: *allBuf, Shadow: !*noFull, Seed: *seed}
 	var sys kvSystem
 	if *baseline != "" {
@@ -247,6 +252,12 @@ func printDynaKV(r dynakvResult) {
 	fmt.Fprintf(w, "  cache: %s, %d bytes, hit rate %.3f\n", s.CachePolicy, s.CacheBytes, s.HitRate)
 	fmt.Fprintf(w, "  clusters %d -> %d; splits per 1K tokens %.1f (variance %d, delayed %d, buffer cap %d, forced %d), %d entries buffered; write amplification %.2f\n",
 		s.InitialClusters, s.FinalClusters, s.SplitsPer1K, s.SplitsVariance, s.SplitsDelayed, s.SplitsBMax, s.SplitsForced, s.Buffered, s.WriteAmplification)
+	if s.PrefetchBytesPerToken > 0 || s.RepsOnFlash {
+		fmt.Fprintf(w, "  pipelines: prefetch %.0f bytes per token ahead, accuracy %.3f, %.1f clusters served per token, wait %.3f ms per token; representatives on flash %v, %d bytes in DRAM, %.0f read and %.0f written per token\n",
+			s.PrefetchBytesPerToken, s.PrefetchAccuracy, s.PrefetchHitsPerToken, s.PrefetchWaitMs, s.RepsOnFlash, s.RepsDRAMBytes, s.RepsReadPerToken, s.RepsWrittenPerToken)
+	}
+	fmt.Fprintf(w, "  layout counterfactuals: sequence order %.1f ops and %.0f bytes per token, mean run %.2f entries; per split dual-head wrote %.0f (moved %.0f) bytes, packed cluster-by-cluster rewrote %.0f and shifted %.0f; per append packed shifted %.0f\n",
+		s.SeqOpsPerToken, s.SeqBytesPerToken, s.SeqMeanRunEntries, s.DualSplitWritten, s.DualSplitMoved, s.PackedSplitWritten, s.PackedSplitMoved, s.PackedAppendMoved)
 	fmt.Fprintf(w, "  drift (mean distance of new keys to the nearest P0 centroid, per 128 steps): %s\n", floats(s.Drift))
 	fmt.Fprintf(w, "  per token: %.2f ms DynaKV step (%.2f full); host: score %.3f, I/O %.3f, attention %.3f, update %.3f ms; %.1f s in all\n",
 		e.StepMs, e.FullStepMs, s.ScoreMs, s.IOMs, s.AttnMs, s.UpdateMs, r.Seconds)

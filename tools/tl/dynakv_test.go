@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -30,12 +31,15 @@ func TestDynaKVCommands(t *testing.T) {
 		t.Fatalf("perplexity %v (full %v), recall %v", r.Eval.Perplexity, r.Eval.FullPerplexity, r.Stats.Recall)
 	}
 	out, _, err = capture(t, runGenerate, "--kv", "dynakv", "--model", model, "--prompt", "The code for Maple is 8477. The code for",
-		"-n", "6", "--kv-dir", dir, "--ctx", "128", "--no-full")
+		"-n", "6", "--kv-dir", dir, "--ctx", "128", "--no-full", "--kv-prefetch", "--kv-reps-flash")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(out) == 0 {
 		t.Fatal("generate printed nothing")
+	}
+	if !strings.Contains(out, "representatives on flash true") {
+		t.Fatalf("generate with --kv-prefetch --kv-reps-flash did not report the pipelines:\n%s", out)
 	}
 	if _, _, err := capture(t, runPerplexity, "--kv", "dynakv", "--model", model, "--text", "x", "--kv-dir", dir, "--kv-budget", "2"); err == nil {
 		t.Fatal("--kv-budget 2 accepted")
