@@ -130,6 +130,7 @@ def main():
     ap.add_argument("--budget", default="0.5ctx")
     ap.add_argument("--decode-rounds", type=int, default=3)
     ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--decode-stores", default="llms,device", help="stores whose decode speed is compared with tl generate's")
     ap.add_argument("--skip-switch", action="store_true")
     a = ap.parse_args()
     text = a.text or os.path.join(os.path.dirname(a.model), "heldout.txt")
@@ -150,7 +151,7 @@ def main():
     for rd in range(a.decode_rounds):
         row = {"round": rd, "load": loadavg()}
         row["generate_tok_s"], row["generate_prompt_tokens"] = decode_generate(a, prompt, a.decode_tokens)
-        for s in ("llms", "device"):
+        for s in a.decode_stores.split(","):
             row["serve_%s_tok_s" % s], row["serve_context_tokens"], row["serve_%s_tokens" % s] = decode_serve(a, s, prompt, a.decode_tokens)
         log(json.dumps(row))
         out["decode"].append(row)
