@@ -67,6 +67,8 @@ class Daemon:
 def text_slices(path, n, chars):
     with open(path, encoding="utf-8") as f:
         t = f.read()
+    if len(t) < n * chars:
+        raise SystemExit("%s has %d characters: %d prompts of %d need more (give --text)" % (path, len(t), n, chars))
     return [t[i * chars:(i + 1) * chars] for i in range(n)]
 
 
@@ -133,7 +135,7 @@ def main():
     ap.add_argument("--decode-stores", default="llms,device", help="stores whose decode speed is compared with tl generate's")
     ap.add_argument("--skip-switch", action="store_true")
     a = ap.parse_args()
-    text = a.text or os.path.join(os.path.dirname(a.model), "heldout.txt")
+    text = a.text or os.path.join(os.path.dirname(a.model), "heldout_split.txt")
     stores = a.stores.split(",")
     ns = [int(x) for x in a.contexts.split(",")]
     out = {"model": a.model, "budget": a.budget, "load_start": loadavg(), "switch": [], "decode": []}

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -74,12 +75,19 @@ const testBudget = 24 << 10
 // NewManager: faster, and the plans do not depend on the machine's load).
 var testCost = llms.CostModel{ReA: 2e-3, ReB: 1e-3, IOC: 1e-9, IOE: 1e-4}
 
+// exactStores are the stores whose restored KV is exactly what was
+// computed: tests that compare a call with one-shot generation run on them.
+var exactStores = []string{"lmk", "llms-lossless"}
+
 // newStore returns the named store over st, its state in dir ("lmk": nil,
-// the service's default).
+// the service's default; a "-lossless" suffix stores chunks uncompressed).
 func newStore(t testing.TB, name string, st *kv.State, dir string, lossless bool) ContextStore {
 	t.Helper()
 	if name == "lmk" {
 		return nil
+	}
+	if n, ok := strings.CutSuffix(name, "-lossless"); ok {
+		name, lossless = n, true
 	}
 	m, err := llms.NewManager(st, filepath.Join(dir, "kv"), llms.Config{Mode: llms.Mode(name), BudgetBytes: testBudget, Lossless: lossless, Cost: &testCost})
 	if err != nil {
