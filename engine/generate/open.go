@@ -59,7 +59,7 @@ func Open(path string, opts engine.Options, ctx int, cfg Config) (*Decoder, erro
 	}
 	in := opts
 	in.Max = maxima
-	in.KVCache = &engine.KVConfig{MaxContext: ctx}
+	in.KVCache = &engine.KVConfig{MaxContext: ctx, AttentionStats: cfg.AttentionStats}
 	if cfg.LastOnly {
 		// Nothing reads the other rows: skip the LM head over them.
 		in.LastLogits = true

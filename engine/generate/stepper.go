@@ -46,6 +46,10 @@ type Config struct {
 	MaxContext int
 	// LastOnly makes Step return only the last row of logits.
 	LastOnly bool
+	// AttentionStats opens the in-place cache with the engine's attention
+	// statistics (engine.KVConfig.AttentionStats: what LLMS ranks chunks
+	// by); the explicit cache ignores it.
+	AttentionStats bool
 }
 
 // kvPort is one past input and the present output that feeds it next step.

@@ -912,6 +912,12 @@ func equalInts(a, b []int) bool {
 	return true
 }
 
+// Ranks reports whether the manager ranks chunks by attention density
+// (LLMS and the ablations that keep tolerance-aware compression, unless
+// Lossless): only then does it need the engine's attention statistics, and
+// only then must a caller's Observe succeed.
+func (m *Manager) Ranks() bool { return m.ranks() }
+
 // ranks reports whether chunks are ranked by density (needs statistics).
 func (m *Manager) ranks() bool {
 	return m.isLLMS() && m.cfg.Mode != ModeNoTolerance && !m.cfg.Lossless

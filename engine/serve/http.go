@@ -275,7 +275,7 @@ func options(maxTokens *int, temp, topP *float64, seed *int64, stop []string) (C
 
 func timingsOf(rep Reply) api.Timings {
 	return api.Timings{QueueMs: ms(rep.Queue), SwitchMs: ms(rep.Switch.Total()), ReclaimMs: ms(rep.Switch.Reclaim), IOMs: ms(rep.Switch.IO),
-		RecomputeMs: ms(rep.Switch.Recompute), UploadMs: ms(rep.Switch.Upload), PrefillMs: ms(rep.Prefill), DecodeMs: ms(rep.Decode), PersistMs: ms(rep.Persist)}
+		RecomputeMs: ms(rep.Switch.Recompute), UploadMs: ms(rep.Switch.Upload), OtherMs: ms(rep.Switch.Other), PrefillMs: ms(rep.Prefill), DecodeMs: ms(rep.Decode), PersistMs: ms(rep.Persist)}
 }
 
 func replyOf(rep Reply) api.Reply {

@@ -19,7 +19,13 @@ import (
 
 func newTestServer(t *testing.T, cfg Config) (*Service, *httptest.Server) {
 	t.Helper()
-	s := newTestService(t, "", cfg)
+	return newTestServerStore(t, cfg, "lmk")
+}
+
+// newTestServerStore is newTestServer with the named store (testStores).
+func newTestServerStore(t *testing.T, cfg Config, store string) (*Service, *httptest.Server) {
+	t.Helper()
+	s := newTestServiceStore(t, "", cfg, store)
 	srv := httptest.NewServer(s.Handler(4096))
 	t.Cleanup(srv.Close)
 	return s, srv
@@ -55,9 +61,15 @@ func create(t *testing.T, base, system string) string {
 }
 
 // TestAPI: status codes and JSON shapes of every endpoint, and that no
-// refused request changes the context it names.
+// refused request changes the context it names, with each store.
 func TestAPI(t *testing.T) {
-	s, srv := newTestServer(t, Config{AppContexts: 3})
+	for _, store := range testStores {
+		t.Run(store, func(t *testing.T) { testAPI(t, store) })
+	}
+}
+
+func testAPI(t *testing.T, store string) {
+	s, srv := newTestServerStore(t, Config{AppContexts: 3}, store)
 	base := srv.URL
 	id := create(t, base, "Fortune:")
 	ctxURL := base + "/v1/contexts/" + id
@@ -273,7 +285,13 @@ func TestStreaming(t *testing.T) {
 // TestDisconnectCommitsNothing: a streaming client that goes away after
 // the first token leaves its context as it was.
 func TestDisconnectCommitsNothing(t *testing.T) {
-	s, srv := newTestServer(t, Config{})
+	for _, store := range testStores {
+		t.Run(store, func(t *testing.T) { testDisconnect(t, store) })
+	}
+}
+
+func testDisconnect(t *testing.T, store string) {
+	s, srv := newTestServerStore(t, Config{}, store)
 	id := create(t, srv.URL, "Fortune:")
 	hist, _ := s.History(id)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -310,7 +328,13 @@ func TestDisconnectCommitsNothing(t *testing.T) {
 // context all complete; the shared context's calls were serialised (its
 // history is the sum of every call, with none lost or interleaved).
 func TestConcurrentCalls(t *testing.T) {
-	s, srv := newTestServer(t, Config{})
+	for _, store := range testStores {
+		t.Run(store, func(t *testing.T) { testConcurrent(t, store) })
+	}
+}
+
+func testConcurrent(t *testing.T, store string) {
+	s, srv := newTestServerStore(t, Config{}, store)
 	shared := create(t, srv.URL, "S")
 	others := []string{create(t, srv.URL, "A"), create(t, srv.URL, "B")}
 	start, _ := s.History(shared)

@@ -552,7 +552,8 @@ func (s *Service) run(ctx context.Context, id string, r *record, prompt []int, o
 		s.rollback(base)
 		return rep, fmt.Errorf("installing context %s: the store left %d filled slots, want %d", id, s.st.Len(), base)
 	}
-	g := generate.New(&offsetStepper{st: s.st, base: base}, s.tok)
+	obs, _ := s.store.(ForwardObserver)
+	g := generate.New(&offsetStepper{st: s.st, base: base, obs: obs}, s.tok)
 	res, err := g.Generate(ctx, generate.Request{Tokens: in, MaxNewTokens: mt, StopStrings: o.Stop,
 		Sampling: generate.Sampling{Temperature: o.Temperature, TopP: o.TopP, Seed: o.Seed}}, o.OnText)
 	rep.Prefill, rep.Decode = res.PrefillTime, res.DecodeTime
@@ -649,10 +650,7 @@ func (s *Service) install(id string, tokens []int) (SwitchTimings, error) {
 	delete(s.storeHas, id)
 	s.rollback(0)
 	sw2, err2 := s.store.Install(id, tokens)
-	sw.Reclaim += sw2.Reclaim
-	sw.IO += sw2.IO
-	sw.Recompute += sw2.Recompute
-	sw.Upload += sw2.Upload
+	sw.add(sw2)
 	if err2 != nil {
 		return sw, fmt.Errorf("%v; after dropping the store's copy: %w", err, err2)
 	}
@@ -731,10 +729,12 @@ func (s *Service) Stats() Stats {
 // offsetStepper runs the generator after an installed context of base
 // tokens: the generator's positions 0, 1, ... are the cache's base,
 // base+1, ..., in the slots of those positions, and Reset keeps the
-// context.
+// context. When the store observes forwards, each Step reports its
+// forward to it (prefill and every decode step).
 type offsetStepper struct {
 	st   *kv.State
 	base int
+	obs  ForwardObserver
 }
 
 func (p *offsetStepper) Step(tokens, positions []int) ([]float32, error) {
@@ -745,6 +745,11 @@ func (p *offsetStepper) Step(tokens, positions []int) ([]float32, error) {
 	logits, err := p.st.Forward(tokens, at, at)
 	if err != nil {
 		return nil, err
+	}
+	if p.obs != nil {
+		if err := p.obs.Observe(); err != nil {
+			return nil, fmt.Errorf("the context store observing the forward: %w", err)
+		}
 	}
 	v := p.st.Vocab()
 	return logits[len(logits)-v:], nil

@@ -80,7 +80,13 @@ func oneShot(t *testing.T, tokens []int, maxNew int) generate.Result {
 // call after the window moved continues exactly as generation over the
 // window would.
 func TestSlidingWindow(t *testing.T) {
-	s := newTestService(t, "", Config{Sinks: 4})
+	for _, store := range exactStores {
+		t.Run(store, func(t *testing.T) { testSlidingWindow(t, store) })
+	}
+}
+
+func testSlidingWindow(t *testing.T, store string) {
+	s := newTestServiceStore(t, "", Config{Sinks: 4}, store)
 	ctx := context.Background()
 	id, err := s.NewContext("a", "Fortune:")
 	if err != nil {
@@ -144,8 +150,14 @@ func TestSlidingWindow(t *testing.T) {
 // TestReloadKeepsContexts: a second service on the same state directory
 // has every context with its whole history and continues them.
 func TestReloadKeepsContexts(t *testing.T) {
+	for _, store := range exactStores {
+		t.Run(store, func(t *testing.T) { testReload(t, store) })
+	}
+}
+
+func testReload(t *testing.T, store string) {
 	dir := t.TempDir()
-	s := newTestService(t, dir, Config{})
+	s := newTestServiceStore(t, dir, Config{}, store)
 	ctx := context.Background()
 	want := map[string][]int{}
 	for i, sys := range []string{"One.", "Two.", ""} {
@@ -161,7 +173,7 @@ func TestReloadKeepsContexts(t *testing.T) {
 		want[id], _ = s.History(id)
 	}
 	s.Close()
-	s2 := newTestService(t, dir, Config{})
+	s2 := newTestServiceStore(t, dir, Config{}, store)
 	if q := s2.Quarantined(); len(q) != 0 {
 		t.Fatalf("quarantined %v", q)
 	}

@@ -10,13 +10,29 @@ import (
 
 // SwitchTimings are the parts of installing a context (the paper's switch
 // latency): reclaiming memory, reading swapped KV, recomputing KV from
-// token ids, and uploading KV to the device.
+// token ids, and uploading KV to the device. The parts do not overlap: a
+// store whose reads overlap its recompute reports as IO only the time the
+// switch waited for them, so that Total is the switch's wall time.
 type SwitchTimings struct {
 	Reclaim, IO, Recompute, Upload time.Duration
+	// Other is the rest of the switch (planning, bookkeeping, resetting
+	// the cache), so that Total is the whole of it.
+	Other time.Duration
 }
 
 // Total is the whole switch.
-func (t SwitchTimings) Total() time.Duration { return t.Reclaim + t.IO + t.Recompute + t.Upload }
+func (t SwitchTimings) Total() time.Duration {
+	return t.Reclaim + t.IO + t.Recompute + t.Upload + t.Other
+}
+
+// add accumulates u's parts into t.
+func (t *SwitchTimings) add(u SwitchTimings) {
+	t.Reclaim += u.Reclaim
+	t.IO += u.IO
+	t.Recompute += u.Recompute
+	t.Upload += u.Upload
+	t.Other += u.Other
+}
 
 // ContextStore is the memory system behind the service: it keeps (or
 // does not keep) contexts' keys and values between calls and installs a
@@ -59,6 +75,15 @@ type ContextStore interface {
 // /v1/contexts/{id}.
 type ContextStatser interface {
 	ContextStats(id string) any
+}
+
+// ForwardObserver is optionally implemented by a ContextStore that learns
+// from the model's forwards (LLMS ranks chunks by the attention they
+// receive): the service calls Observe after every forward of a call, the
+// prefill and each decode step, while the call's context is installed. An
+// error fails the call (nothing is committed).
+type ForwardObserver interface {
+	Observe() error
 }
 
 // LMK is the baseline store the paper calls LMK (low-memory killer): it

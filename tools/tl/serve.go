@@ -3,14 +3,17 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/kv"
+	"github.com/tlite/tlite/engine/llms"
 	"github.com/tlite/tlite/engine/serve"
 	"github.com/tlite/tlite/engine/serve/api"
 	"github.com/tlite/tlite/engine/serve/client"
@@ -58,19 +62,112 @@ units:
 	return int64(v * float64(mult)), nil
 }
 
+// parseBudget reads --kv-budget: a byte size (parseSize) or a count of
+// full-length INT8 contexts, "2ctx" (returned as ctx, resolved once the
+// model is open).
+func parseBudget(s string) (ctx float64, bytes int64, err error) {
+	t := strings.TrimSpace(strings.ToLower(s))
+	if n, ok := strings.CutSuffix(t, "ctx"); ok {
+		v, err := strconv.ParseFloat(strings.TrimSpace(n), 64)
+		if err != nil || v <= 0 || v > 1<<20 {
+			return 0, 0, fmt.Errorf("%q: want a positive count of contexts, e.g. 2ctx", s)
+		}
+		return v, 0, nil
+	}
+	bytes, err = parseSize(s)
+	return 0, bytes, err
+}
+
+// costFile holds the planner's cost model fitted by the first start
+// (engine/llms profiles recompute and flash reads at NewManager, seconds
+// on a slow device); later starts on the same state directory reuse it.
+// Delete it to profile again.
+const costFile = "cost-model.json"
+
+// loadCost reads dir's cost model: nil, nil when there is none; an error
+// (and nil) when it does not read back as four finite non-negative
+// coefficients.
+func loadCost(dir string) (*llms.CostModel, error) {
+	p := filepath.Join(dir, costFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var c llms.CostModel
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	for _, v := range []float64{c.ReA, c.ReB, c.IOC, c.IOE} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) || v > 1e3 {
+			return nil, fmt.Errorf("%s: coefficient %g is not a time in seconds", p, v)
+		}
+	}
+	return &c, nil
+}
+
+// saveCost writes c to dir atomically (temporary file, sync, rename).
+func saveCost(dir string, c llms.CostModel) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(dir, costFile)
+	f, err := os.CreateTemp(dir, costFile+".tmp*")
+	if err != nil {
+		return fmt.Errorf("saving the cost model: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("saving the cost model: %w", err)
+	}
+	return nil
+}
+
+// seqMax is the most tokens one forward may take: the plan's maximum of
+// input_ids' sequence symbol (the context when it is not a symbol).
+func seqMax(st *kv.State) int {
+	maxima := st.Session().Maxima()
+	for _, p := range st.Session().Inputs() {
+		if p.Name != "input_ids" || len(p.Shape) != 2 {
+			continue
+		}
+		if v, ok := p.Shape[1].Const(); ok {
+			return int(v)
+		}
+		if name, ok := p.Shape[1].SymName(); ok && maxima[name] > 0 {
+			return int(min(maxima[name], int64(st.MaxContext())))
+		}
+	}
+	return st.MaxContext()
+}
+
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	lf := addLLMFlags(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "TCP address to listen on (port 0: any free port, printed at start)")
 	socket := fs.String("socket", "", "listen on this unix socket instead of --addr")
 	stateDir := fs.String("state-dir", "", "directory where the contexts live (created if missing; survives restarts)")
-	budget := fs.String("kv-budget", "256MiB", "memory budget for contexts' KV outside the model (the LMK store keeps none and only reports it)")
+	budget := fs.String("kv-budget", "256MiB", `memory budget for contexts' KV outside the model's cache: a size (512MiB) or a count of full-length INT8 contexts ("2ctx"); the "device" store keeps none and only reports it`)
 	appCtx := fs.Int("app-contexts", 64, "K: the most contexts one app (X-App-Id header) may hold (0: no limit)")
 	sinks := fs.Int("sinks", 4, "tokens at the start of a context the sliding window always keeps (attention sinks)")
 	maxBody := fs.Int64("max-body", serve.DefaultMaxBody, "largest request body in bytes (larger: 413)")
-	store := fs.String("store", "lmk", `context store: "lmk" (keeps no KV between contexts; recomputes a context on a switch)`)
+	store := fs.String("store", "llms", `context store: "llms" (engine/llms: chunked, compressed by attention, swapped ahead of time, restored by swap and recompute), one of its baselines "lmk" (kill under pressure, recompute), "swap", "vllm_s", "vllm_sq" or ablations "llms_nolife", "llms_notol", "llms_nopipe", all under --kv-budget with their state in STATE-DIR/kv; or "device" (keeps only the context in the model's cache; recomputes on every switch)`)
+	lossless := fs.Bool("kv-lossless", false, "store chunks uncompressed (the exactness check; engine/llms stores)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: tl serve --model m.onnx [--addr 127.0.0.1:8080 | --socket PATH] --state-dir DIR [--kv-budget 256MiB] [--ctx N] [--app-contexts K] [--sinks 4] [--device d]`)
+		fmt.Fprintln(fs.Output(), `usage: tl serve --model m.onnx [--addr 127.0.0.1:8080 | --socket PATH] --state-dir DIR [--store llms|lmk|swap|vllm_s|vllm_sq|device] [--kv-budget 256MiB|2ctx] [--ctx N] [--app-contexts K] [--sinks 4] [--device d]`)
 		fmt.Fprintln(fs.Output(), "Serves the API of package engine/serve (go doc ./engine/serve Service.Handler) until SIGINT or SIGTERM.")
 		fs.PrintDefaults()
 	}
@@ -91,21 +188,27 @@ func runServe(args []string) error {
 	if set["addr"] && *socket != "" {
 		return fmt.Errorf("give --addr or --socket, not both")
 	}
-	bytes, err := parseSize(*budget)
+	budgetCtx, bytes, err := parseBudget(*budget)
 	if err != nil {
 		return fmt.Errorf("--kv-budget: %w", err)
 	}
 	if *appCtx < 0 || *sinks < 1 || *maxBody < 1 {
 		return fmt.Errorf("--app-contexts %d, --sinks %d, --max-body %d: want K >= 0, at least one sink and a positive body limit", *appCtx, *sinks, *maxBody)
 	}
-	if *store != "lmk" {
-		return fmt.Errorf("--store %q: only lmk is built so far", *store)
+	mode := llms.Mode(*store)
+	switch mode {
+	case "device", llms.ModeLLMS, llms.ModeLMK, llms.ModeSwap, llms.ModeVLLMS, llms.ModeVLLMSQ, llms.ModeNoLifecycle, llms.ModeNoTolerance, llms.ModeNoPipeline:
+	default:
+		return fmt.Errorf("--store %q: want llms, lmk, swap, vllm_s, vllm_sq, llms_nolife, llms_notol, llms_nopipe or device", *store)
 	}
 	if *lf.kv != "inplace" {
 		return fmt.Errorf("--kv %s: tl serve needs the in-place KV cache", *lf.kv)
 	}
 	t0 := time.Now()
-	st, tok, err := lf.open(model, generate.Config{LastOnly: true})
+	// LLMS ranks chunks by the attention they receive: the session
+	// computes the statistics (one more kernel per attention).
+	ranks := !*lossless && (mode == llms.ModeLLMS || mode == llms.ModeNoLifecycle || mode == llms.ModeNoPipeline)
+	st, tok, err := lf.open(model, generate.Config{LastOnly: true, AttentionStats: ranks})
 	if err != nil {
 		return err
 	}
@@ -123,7 +226,36 @@ func runServe(args []string) error {
 	if err := warmUp(st); err != nil {
 		return err
 	}
-	svc, err := serve.New(state, tok, nil, serve.Config{StateDir: *stateDir, Model: model, Sinks: *sinks, AppContexts: *appCtx, BudgetBytes: bytes})
+	var cs serve.ContextStore
+	if mode != "device" {
+		if budgetCtx > 0 {
+			unit, err := llms.ContextBytesINT8(state, 16)
+			if err != nil {
+				return err
+			}
+			bytes = int64(budgetCtx * float64(unit))
+		}
+		kvDir := filepath.Join(*stateDir, "kv")
+		cost, err := loadCost(kvDir)
+		if err != nil {
+			fmt.Fprintf(statsOut, "tl serve: %v; profiling again\n", err)
+		}
+		m, err := llms.NewManager(state, kvDir, llms.Config{Mode: mode, BudgetBytes: bytes, Lossless: *lossless, MaxStep: seqMax(state), Cost: cost})
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		if cost == nil {
+			if err := saveCost(kvDir, m.Cost()); err != nil {
+				return err
+			}
+		}
+		for name, why := range m.Stats().Corrupt {
+			fmt.Fprintf(statsOut, "tl serve: store: skipped %s (%s); its context is rebuilt from its tokens\n", name, why)
+		}
+		cs = serve.NewLLMSStore(m)
+	}
+	svc, err := serve.New(state, tok, cs, serve.Config{StateDir: *stateDir, Model: model, Sinks: *sinks, AppContexts: *appCtx, BudgetBytes: bytes})
 	if err != nil {
 		return err
 	}
@@ -157,8 +289,8 @@ func runServe(args []string) error {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
-	fmt.Fprintf(statsOut, "tl serve: listening on %s (model %s, context %d tokens from %s, %d contexts in %s, store lmk, loaded in %.0f ms)\n",
-		where, model, state.MaxContext(), lf.ctxFrom, len(svc.IDs()), *stateDir, ms(time.Since(t0)))
+	fmt.Fprintf(statsOut, "tl serve: listening on %s (model %s, context %d tokens from %s, %d contexts in %s, store %s, KV budget %d bytes, loaded in %.0f ms)\n",
+		where, model, state.MaxContext(), lf.ctxFrom, len(svc.IDs()), *stateDir, mode, bytes, ms(time.Since(t0)))
 	select {
 	case err = <-errc:
 	case <-ctx.Done():

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tlite/tlite/engine/llms"
 	"github.com/tlite/tlite/engine/serve/api"
 	"github.com/tlite/tlite/engine/serve/client"
 )
@@ -35,14 +37,26 @@ type daemon struct {
 
 // startDaemon runs tl serve on a free loopback port with the default model
 // on the pure-Go device and waits until it listens.
-// listen, when given, replaces --addr 127.0.0.1:0 (e.g. --socket PATH).
-func startDaemon(t *testing.T, stateDir string, listen ...string) *daemon {
+// Unless stateDir holds one, it is given a fixed planner cost model
+// (a profile costs seconds on the loaded pure-Go device; it is tested where
+// engine/llms is).
+// extra are more flags (--store, --kv-budget); --socket PATH among them
+// replaces --addr 127.0.0.1:0.
+func startDaemon(t *testing.T, stateDir string, extra ...string) *daemon {
 	t.Helper()
-	if len(listen) == 0 {
-		listen = []string{"--addr", "127.0.0.1:0"}
+	if !slices.Contains(extra, "--socket") {
+		extra = append(extra, "--addr", "127.0.0.1:0")
+	}
+	if err := os.MkdirAll(filepath.Join(stateDir, "kv"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "kv", costFile)); err != nil {
+		if err := saveCost(filepath.Join(stateDir, "kv"), llms.CostModel{ReA: 2e-3, ReB: 1e-3, IOC: 1e-9, IOE: 1e-4}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	args := append([]string{"serve", "--model", filepath.Join(defaultModelDir, "model.onnx"), "--device", "go",
-		"--state-dir", stateDir, "--app-contexts", "0"}, listen...)
+		"--state-dir", stateDir, "--app-contexts", "0"}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "TL_TEST_AS_TL=1")
 	errPipe, err := cmd.StderrPipe()
@@ -88,11 +102,19 @@ func (d *daemon) kill() {
 // against tl serve, which is killed with SIGKILL at random moments and
 // restarted. After every restart each acknowledged context is there with
 // its whole acknowledged token history (plus, at most, the one call that
-// was in flight on it), no file was quarantined, and its next call works.
+// was in flight on it), no file was quarantined, and its next call works;
+// with the store that keeps only the device cache and with engine/llms's
+// (a budget of a few chunks: contexts swap and recompute).
 func TestServeSurvivesKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts tl serve several times")
 	}
+	for _, store := range [][]string{{"--store", "device"}, {"--store", "llms", "--kv-budget", "24KiB"}} {
+		t.Run(store[1], func(t *testing.T) { testKill9(t, store) })
+	}
+}
+
+func testKill9(t *testing.T, store []string) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewSource(seed))
@@ -108,7 +130,7 @@ func TestServeSurvivesKill9(t *testing.T) {
 	kills := 0
 	const rounds = 4
 	for round := 0; round <= rounds; round++ {
-		d := startDaemon(t, dir)
+		d := startDaemon(t, dir, store...)
 		c, err := client.New(d.addr)
 		if err != nil {
 			t.Fatal(err)
@@ -315,6 +337,137 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
+// TestCostFile: the cost model reads back as written; a damaged file is
+// refused (the daemon profiles again) and a missing one is no error.
+func TestCostFile(t *testing.T) {
+	dir := t.TempDir()
+	if c, err := loadCost(dir); c != nil || err != nil {
+		t.Fatalf("no file: %v, %v", c, err)
+	}
+	want := llms.CostModel{ReA: 0.05, ReB: 0.2, IOC: 1e-9, IOE: 1.4e-4}
+	if err := saveCost(dir, want); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := loadCost(dir); err != nil || c == nil || *c != want {
+		t.Fatalf("read back %v, %v; want %v", c, err, want)
+	}
+	for _, bad := range []string{`{"re_a": -1}`, `{"re_a": 1e9}`, `[`} {
+		os.WriteFile(filepath.Join(dir, costFile), []byte(bad), 0o644)
+		if c, err := loadCost(dir); c != nil || err == nil {
+			t.Errorf("%s: %v, %v; want an error", bad, c, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("%d files in the directory; want only %s", len(ents), costFile)
+	}
+}
+
+func TestParseBudget(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		ctx   float64
+		bytes int64
+	}{{"2ctx", 2, 0}, {"0.5 CTX", 0.5, 0}, {"64MiB", 0, 64 << 20}, {"0", 0, 0}} {
+		ctx, bytes, err := parseBudget(c.in)
+		if err != nil || ctx != c.ctx || bytes != c.bytes {
+			t.Errorf("parseBudget(%q) = %g, %d, %v; want %g, %d", c.in, ctx, bytes, err, c.ctx, c.bytes)
+		}
+	}
+	for _, bad := range []string{"ctx", "-1ctx", "xctx", "1Q"} {
+		if _, _, err := parseBudget(bad); err == nil {
+			t.Errorf("parseBudget(%q) accepted", bad)
+		}
+	}
+}
+
+// TestServeStoresAgree: the same greedy calls on two contexts in turn,
+// with (engine/llms) a kill -9 and restart in the middle, against tl serve with the
+// device-only store (every switch recomputes from the tokens), with
+// engine/llms lossless (every reply must be the same) and with engine/llms
+// compressing (INT8/4/2 by density: replies may differ; how many agree is
+// logged, and the context's chunks by level and tier and the store's
+// swap traffic must show through the API).
+func TestServeStoresAgree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts tl serve several times")
+	}
+	ctx := context.Background()
+	script := func(store ...string) ([]string, map[string]any, map[string]any) {
+		dir := t.TempDir()
+		d := startDaemon(t, dir, store...)
+		c, err := client.New(d.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, sys := range []string{"Fortune:", "Proverb:"} {
+			id, err := c.NewContext(ctx, sys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		var out []string
+		call := func(i int, p string) {
+			rep, err := c.Call(ctx, ids[i], api.Call{Prompt: p, MaxTokens: ptr(8)})
+			if err != nil {
+				t.Fatalf("%v: %v\n%s", store, err, d.log)
+			}
+			out = append(out, rep.Text)
+		}
+		call(0, " The cat sat on the")
+		call(1, " A wise man")
+		call(0, " and then")
+		if store[1] != "device" { // it keeps nothing a restart could lose
+			d.kill()
+			d = startDaemon(t, dir, store...)
+			if c, err = client.New(d.addr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		call(1, " said that")
+		call(0, " Once more")
+		call(1, " and so")
+		info, err := c.Info(ctx, ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.cmd.Process.Signal(os.Interrupt)
+		d.cmd.Wait()
+		si, _ := json.Marshal(info.Store)
+		var sm map[string]any
+		json.Unmarshal(si, &sm)
+		ss, _ := st["store"].(map[string]any)
+		return out, sm, ss
+	}
+	ref, _, _ := script("--store", "device")
+	exact, _, _ := script("--store", "llms", "--kv-lossless", "--kv-budget", "24KiB")
+	if !slices.Equal(exact, ref) {
+		t.Errorf("lossless llms replies %q\ndevice store replies %q", exact, ref)
+	}
+	lossy, info, stats := script("--store", "llms", "--kv-budget", "24KiB")
+	same := 0
+	for i := range ref {
+		if lossy[i] == ref[i] {
+			same++
+		}
+	}
+	t.Logf("llms (compressed): %d of %d greedy replies equal the device store's", same, len(ref))
+	if same == 0 {
+		t.Errorf("no compressed llms reply equals the device store's: %q vs %q", lossy, ref)
+	}
+	if _, ok := info["chunks_by_level"].(map[string]any); !ok || info["chunks_by_tier"] == nil {
+		t.Errorf("context info's store %v: want chunks by level and by tier", info)
+	}
+	if stats["mode"] != "llms" || stats["io_write_bytes"] == 0.0 {
+		t.Errorf("stats' store %v: want mode llms and swap writes", stats)
+	}
+}
+
 // TestServeRefusals: tl serve's command-line mistakes are named before
 // anything is loaded.
 func TestServeRefusals(t *testing.T) {
@@ -328,7 +481,8 @@ func TestServeRefusals(t *testing.T) {
 		{[]string{model, "--state-dir", dir, "--addr", "127.0.0.1:0", "--socket", filepath.Join(dir, "s")}, "not both"},
 		{[]string{model, "--state-dir", dir, "--kv-budget", "lots"}, "--kv-budget"},
 		{[]string{model, "--state-dir", dir, "--sinks", "0"}, "sink"},
-		{[]string{model, "--state-dir", dir, "--store", "llms"}, "--store"},
+		{[]string{model, "--state-dir", dir, "--store", "lru"}, "--store"},
+		{[]string{model, "--state-dir", dir, "--kv-budget", "0ctx"}, "--kv-budget"},
 		{[]string{model, "--state-dir", dir, "--kv", "explicit"}, "in-place"},
 	}
 	for _, c := range cases {

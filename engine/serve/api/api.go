@@ -75,9 +75,11 @@ type Timings struct {
 	IOMs        float64 `json:"io_ms"`
 	RecomputeMs float64 `json:"recompute_ms"`
 	UploadMs    float64 `json:"upload_ms"`
-	PrefillMs   float64 `json:"prefill_ms"`
-	DecodeMs    float64 `json:"decode_ms"`
-	PersistMs   float64 `json:"persist_ms"`
+	// OtherMs is the rest of the switch (planning, bookkeeping).
+	OtherMs   float64 `json:"other_ms"`
+	PrefillMs float64 `json:"prefill_ms"`
+	DecodeMs  float64 `json:"decode_ms"`
+	PersistMs float64 `json:"persist_ms"`
 }
 
 // Reply is the answer to a call.
