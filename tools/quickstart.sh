@@ -7,9 +7,9 @@ bash tools/setup.sh
 . tools/env.sh
 mkdir -p bin
 go build -o bin/tl ./tools/tl
-model=testdata/default/model.onnx
+model=testdata/longctx/model.onnx
 echo "== tl inspect $model (symbolic shapes, folded shape ops)"
 bin/tl inspect "$model" --top 3
 echo
-echo "== tl generate: the shipped default model (a 1.25M-parameter LLaMA-style model trained on fortunes)"
+echo "== tl generate: the shipped default model (a 6.8M-parameter LLaMA-style model with a 2048-token context, trained here on fortunes and Debian documentation)"
 bin/tl generate --model "$model" --prompt "The secret of life is" -n 48 --temperature 0.8 --top-p 0.95 --seed 1
