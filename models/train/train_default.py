@@ -85,9 +85,9 @@ class TrainArgs:
     short_seq: int = 512
     long_seq: int = MAX_CONTEXT
     tokens_per_step: int = 2048
-    stable_steps: int = 360     # warmup + stable phase end here
-    decay_steps: int = 140      # linear decay to min_lr over the last steps
-    long_steps: int = 25        # final steps at long_seq (inside the decay)
+    stable_steps: int = 1200    # warmup + stable phase end here
+    decay_steps: int = 300      # linear decay to min_lr over the last steps
+    long_steps: int = 40        # final steps at long_seq (inside the decay)
     lr: float = 2.5e-3
     min_lr: float = 1e-4
     warmup: int = 20
