@@ -79,8 +79,13 @@ func setBenchLevel(em *elastic.Model, lv int) error {
 }
 
 func runElastic(args []string) error {
+	const usage = "usage: tl elastic build --model DIR --out DIR --calib WORKDIR [--order importance|random|none] [--anchors 0.2] [--group 32] [--calib-tokens 6400] [--seed N]\n       tl elastic show DIR [--json]"
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprintln(stderr, usage)
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || (args[0] != "build" && args[0] != "show") {
-		fmt.Fprintln(stderr, "usage: tl elastic build --model DIR --out DIR --calib WORKDIR [--order importance|random|none] [--anchors 0.2] [--group 32] [--calib-tokens 6400] [--seed N]\n       tl elastic show DIR [--json]")
+		fmt.Fprintln(stderr, usage)
 		return fmt.Errorf("tl elastic: give build or show")
 	}
 	if args[0] == "show" {
