@@ -3,7 +3,8 @@
 # CPU, for machines without a GPU driver) and the OpenCL loader, PyTorch,
 # torchvision and ONNX for the export recipes (with OpenBLAS: Debian's torch otherwise runs
 # its matmuls on the reference BLAS, ~30x slower, too slow for the training
-# recipe), the arm64 cross tools for tools/cross-arm64.sh and
+# recipe), the arm64 cross tools (with the arm64 libc headers, which
+# --no-install-recommends would leave out) for tools/cross-arm64.sh and
 # tools/arm64-smoke.sh, and a Go new enough for go.mod.
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
@@ -28,7 +29,7 @@ fi
 
 need_apt=()
 for p in pocl-opencl-icd ocl-icd-libopencl1 clinfo python3-torch python3-torchvision python3-onnx python3-numpy \
-  libopenblas0-pthread ca-certificates gcc qemu-user-static gcc-aarch64-linux-gnu \
+  libopenblas0-pthread ca-certificates gcc qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
   clang-15 llvm-15 llvm-spirv-15 spirv-tools libclc-15; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
