@@ -216,11 +216,7 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	if attnForce != "" {
 		name = attnForce
 	}
-	masked := MaskedF32
-	if s == F16 {
-		masked = MaskedF16
-	}
-	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef", s.define(), p.HeadDim, float32(masked))
+	opts := attnOpts(s, p, "")
 	if name == "attn_wg" {
 		opts += " -DATT_GPU"
 	}
@@ -240,9 +236,27 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	default:
 		global, local = []int{p.SeqQ, p.Heads, p.Batch}, []int{1, 1, 1}
 	}
+	return l.dev.Launch(kern, global, local, attnArgs(q, k, v, o, p)...)
+}
+
+// attnOpts are attention.cl's build options for storage s and p's head
+// size, with a variant's own defines appended.
+func attnOpts(s Storage, p AttentionParams, extra string) string {
+	masked := MaskedF32
+	if s == F16 {
+		masked = MaskedF16
+	}
+	return fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef%s", s.define(), p.HeadDim, float32(masked), extra)
+}
+
+// attnArgs are the arguments every attention kernel starts with: Q, K, V
+// and O with their strides, the mask, the sizes and the LSE output. A
+// missing mask or LSE is passed as a placeholder buffer with its flag 0
+// (never read or written); a variant appends its own arguments.
+func attnArgs(q, k, v, o Buf, p AttentionParams, extra ...any) []any {
 	mask, hm := p.Mask, int32(1)
-	if !hasMask {
-		mask, hm = q, 0 // placeholder, never read
+	if p.Mask.Mem == nil {
+		mask, hm = q, 0
 	}
 	causal := int32(0)
 	if p.Causal {
@@ -250,18 +264,19 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	}
 	lse, hl := p.LSE, int32(1)
 	if lse.Mem == nil {
-		lse, hl = o, 0 // placeholder, never written
+		lse, hl = o, 0
 	}
 	i32 := func(v int) int32 { return int32(v) }
 	ms := p.MaskStrides
-	return l.dev.Launch(kern, global, local,
+	return append([]any{
 		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
 		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
 		v.Mem, i32(v.Off), i32(p.V.Batch), i32(p.V.Head), i32(p.V.Seq),
 		o.Mem, i32(o.Off), i32(p.O.Batch), i32(p.O.Head), i32(p.O.Seq),
 		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
 		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale,
-		lse.Mem, i32(lse.Off), hl)
+		lse.Mem, i32(lse.Off), hl,
+	}, extra...)
 }
 
 // attnQTiled reports whether p runs attn_qtile: GPU prefill (more than
@@ -286,39 +301,13 @@ func attnTileRows(group int) int {
 
 // attentionQTile launches attn_qtile for a checked prefill.
 func (l *Lib) attentionQTile(s Storage, q, k, v, o Buf, p AttentionParams) error {
-	masked := MaskedF32
-	if s == F16 {
-		masked = MaskedF16
-	}
 	group := p.Heads / p.KVHeads
-	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef -DATT_GPU -DATT_G=%d", s.define(), p.HeadDim, float32(masked), group)
-	kern, err := l.kernel("attention", attentionSrc, opts, "attn_qtile")
+	kern, err := l.kernel("attention", attentionSrc, attnOpts(s, p, fmt.Sprintf(" -DATT_GPU -DATT_G=%d", group)), "attn_qtile")
 	if err != nil {
 		return err
 	}
-	mask, hm := p.Mask, int32(1)
-	if p.Mask.Mem == nil {
-		mask, hm = q, 0
-	}
-	causal := int32(0)
-	if p.Causal {
-		causal = 1
-	}
-	lse, hl := p.LSE, int32(1)
-	if lse.Mem == nil {
-		lse, hl = o, 0
-	}
-	i32 := func(v int) int32 { return int32(v) }
-	ms := p.MaskStrides
 	tq := attnTileRows(group)
-	return l.dev.Launch(kern, []int{(p.SeqQ + tq - 1) / tq * 64, p.KVHeads, p.Batch}, []int{64, 1, 1},
-		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
-		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
-		v.Mem, i32(v.Off), i32(p.V.Batch), i32(p.V.Head), i32(p.V.Seq),
-		o.Mem, i32(o.Off), i32(p.O.Batch), i32(p.O.Head), i32(p.O.Seq),
-		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
-		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale,
-		lse.Mem, i32(lse.Off), hl)
+	return l.dev.Launch(kern, []int{(p.SeqQ + tq - 1) / tq * 64, p.KVHeads, p.Batch}, []int{64, 1, 1}, attnArgs(q, k, v, o, p)...)
 }
 
 // attentionSplit launches attn_split over ns ranges of the keys and
@@ -326,12 +315,7 @@ func (l *Lib) attentionQTile(s Storage, q, k, v, o Buf, p AttentionParams) error
 // live in a scratch buffer the Lib keeps (B*H*ns*(HD+2) floats, grown on
 // demand: under 1 MiB for 32 heads of 128 at 8k keys).
 func (l *Lib) attentionSplit(s Storage, q, k, v, o Buf, p AttentionParams, ns int) error {
-	masked := MaskedF32
-	if s == F16 {
-		masked = MaskedF16
-	}
-	group := p.Heads / p.KVHeads
-	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef -DATT_GPU -DATT_G=%d", s.define(), p.HeadDim, float32(masked), group)
+	opts := attnOpts(s, p, fmt.Sprintf(" -DATT_GPU -DATT_G=%d", p.Heads/p.KVHeads))
 	ks, err := l.kernel("attention", attentionSrc, opts, "attn_split")
 	if err != nil {
 		return err
@@ -344,30 +328,15 @@ func (l *Lib) attentionSplit(s Storage, q, k, v, o Buf, p AttentionParams, ns in
 	if err != nil {
 		return err
 	}
-	mask, hm := p.Mask, int32(1)
-	if p.Mask.Mem == nil {
-		mask, hm = q, 0
-	}
-	causal := int32(0)
-	if p.Causal {
-		causal = 1
+	if err := l.dev.Launch(ks, []int{ns * 64, p.KVHeads, p.Batch}, []int{64, 1, 1},
+		attnArgs(q, k, v, o, p, int32(attnSplitLen), part)...); err != nil {
+		return err
 	}
 	lse, hl := p.LSE, int32(1)
 	if lse.Mem == nil {
 		lse, hl = o, 0
 	}
 	i32 := func(v int) int32 { return int32(v) }
-	ms := p.MaskStrides
-	if err := l.dev.Launch(ks, []int{ns * 64, p.KVHeads, p.Batch}, []int{64, 1, 1},
-		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
-		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
-		v.Mem, i32(v.Off), i32(p.V.Batch), i32(p.V.Head), i32(p.V.Seq),
-		o.Mem, i32(o.Off), i32(p.O.Batch), i32(p.O.Head), i32(p.O.Seq),
-		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
-		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale,
-		lse.Mem, i32(lse.Off), hl, i32(attnSplitLen), part); err != nil {
-		return err
-	}
 	return l.dev.Launch(kc, []int{64, p.Heads, p.Batch}, []int{64, 1, 1},
 		part, i32(ns), o.Mem, i32(o.Off), i32(p.O.Batch), i32(p.O.Head),
 		lse.Mem, i32(lse.Off), hl, i32(p.Heads))
