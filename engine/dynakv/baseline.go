@@ -213,18 +213,18 @@ func (b *Baseline) flush(l *seqLayer, h int) error {
 // Hook is the engine hook, as System.Hook.
 func (b *Baseline) Hook() engine.AttentionHook {
 	return func(c *engine.AttentionCall) error {
-		if c.Layer < 0 || c.Layer >= len(b.layers) {
-			return fmt.Errorf("dynakv: layer %d of %d", c.Layer, len(b.layers))
+		if err := checkCall(c, len(b.layers), func(i int) (int, int, int) {
+			l := b.layers[i]
+			return l.heads, l.kvh, l.dim
+		}); err != nil {
+			return err
 		}
 		l := b.layers[c.Layer]
-		if c.KVHeads != l.kvh || c.HeadDim != l.dim || c.Heads != l.heads {
-			return fmt.Errorf("dynakv: layer %d has %d/%d heads of %d; the baseline was made for %d/%d of %d", c.Layer, c.Heads, c.KVHeads, c.HeadDim, l.heads, l.kvh, l.dim)
-		}
 		if !l.prefilled {
 			return b.prefill(l, c)
 		}
-		if c.Rows != 1 {
-			return fmt.Errorf("dynakv: a run of %d tokens after the prompt", c.Rows)
+		if err := decodeRow(c); err != nil {
+			return err
 		}
 		out, err := b.stepLayer(c.Layer, c.Slots[0], c.Q, c.KNew, c.VNew, c.Scale)
 		if err != nil {

@@ -304,18 +304,17 @@ func (s *System) FlashStats() *flash.Stats { return s.fstats }
 // (retrieval attention replaces the fused one).
 func (s *System) Hook() engine.AttentionHook {
 	return func(c *engine.AttentionCall) error {
-		if c.Layer < 0 || c.Layer >= len(s.layers) {
-			return fmt.Errorf("dynakv: layer %d of %d", c.Layer, len(s.layers))
+		if err := checkCall(c, len(s.layers), func(i int) (int, int, int) {
+			l := s.layers[i]
+			return l.heads, l.kvh, l.dim
+		}); err != nil {
+			return err
 		}
-		l := s.layers[c.Layer]
-		if c.KVHeads != l.kvh || c.HeadDim != l.dim || c.Heads != l.heads {
-			return fmt.Errorf("dynakv: layer %d has %d heads / %d KV heads of %d; the system was made for %d / %d of %d", c.Layer, c.Heads, c.KVHeads, c.HeadDim, l.heads, l.kvh, l.dim)
-		}
-		if !l.prefilled {
+		if !s.layers[c.Layer].prefilled {
 			return s.Prefill(c.Layer, c.Slots, c.Q, c.KNew, c.VNew)
 		}
-		if c.Rows != 1 {
-			return fmt.Errorf("dynakv: a run of %d tokens after the prompt; decoding goes one token at a time", c.Rows)
+		if err := decodeRow(c); err != nil {
+			return err
 		}
 		out, err := s.Step(c.Layer, c.Slots[0], c.Q, c.KNew, c.VNew, c.Scale)
 		if err != nil {
@@ -1080,6 +1079,29 @@ func (s *System) split(l *layerState, hs *headState, c *cluster, members [][]flo
 			hs.clusters = append(append(hs.clusters[:i:i], kids...), hs.clusters[i+1:]...)
 			break
 		}
+	}
+	return nil
+}
+
+// checkCall refuses a hook call for a layer the store does not have, or
+// whose head counts differ from those the store was made for (shape
+// gives layer i's query heads, KV heads and head size).
+func checkCall(c *engine.AttentionCall, layers int, shape func(i int) (heads, kvh, dim int)) error {
+	if c.Layer < 0 || c.Layer >= layers {
+		return fmt.Errorf("dynakv: layer %d of %d", c.Layer, layers)
+	}
+	heads, kvh, dim := shape(c.Layer)
+	if c.KVHeads != kvh || c.HeadDim != dim || c.Heads != heads {
+		return fmt.Errorf("dynakv: layer %d has %d heads / %d KV heads of %d; the store was made for %d / %d of %d", c.Layer, c.Heads, c.KVHeads, c.HeadDim, heads, kvh, dim)
+	}
+	return nil
+}
+
+// decodeRow refuses a call after the prompt that is not one token: the
+// prompt is clustered once, and decoding goes one token at a time.
+func decodeRow(c *engine.AttentionCall) error {
+	if c.Rows != 1 {
+		return fmt.Errorf("dynakv: a run of %d tokens after the prompt; decoding goes one token at a time", c.Rows)
 	}
 	return nil
 }
