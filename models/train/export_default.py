@@ -78,14 +78,6 @@ def load_model(work):
     return model.eval()
 
 
-def load_tokenizer(work):
-    with open(os.path.join(work, "tokenizer.json"), encoding="utf-8") as f:
-        j = json.load(f)
-    merges = [tuple(m) for m in j["model"]["merges"]]
-    vocab = j["model"]["vocab"]
-    return bpe.Encoder(merges, vocab), vocab
-
-
 def step(model, ids, past, past_len):
     """One forward on new tokens `ids` [1, s] after `past_len` cached ones."""
     s = ids.shape[1]
@@ -160,7 +152,7 @@ def export(work, out):
     os.makedirs(out, exist_ok=True)
     cfg = td.CONFIG
     model = load_model(work)
-    enc, vocab = load_tokenizer(work)
+    enc, vocab = td.load_encoder(work)
     inv = {i: s for s, i in vocab.items()}
     bos, eos = vocab[td.BOS], vocab[td.EOS]
     ck = torch.load(os.path.join(work, "ckpt.pt"))

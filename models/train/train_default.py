@@ -26,10 +26,11 @@ train    runs the schedule in TrainArgs (fixed seeds and data order, two
 export   writes model.onnx, tokenizer.json, config.json and the reference
          data the Go tests compare against (export_default.py).
 
-Schedule: warmup-stable-decay. Phase A trains at sequence 512; phase B, the
-last --long-steps steps, at 2048 with the same tokens per step, so RoPE and
-the recall task see the full context. The decay covers the last
---decay-steps steps.
+Schedule: warmup-stable-decay. Phase A trains at sequence 512, from
+--task-from on with a larger share of synthetic tasks (MIX_TASKS; dense
+recall from prepare-tasks); phase B, the last --long-steps steps, at 2048
+with the same tokens per step, so RoPE and the recall task see the full
+context. The decay covers the last --decay-steps steps.
 
 Reproducibility: weights from torch.manual_seed; every training window from a
 seeded torch.Generator whose state is checkpointed. The same torch build and
@@ -77,7 +78,16 @@ TEXT_SOURCES = ["fortunes", "pydoc", "debref"]
 # gives. Fortunes lead (sentences people recognise); the long documents carry
 # the long-range structure; the synthetic tasks stay a small share.
 MIX_SHORT = {"fortunes": 0.50, "pydoc": 0.27, "debref": 0.13, "recall_short": 0.06, "mc": 0.04}
-MIX_LONG = {"fortunes": 0.25, "pydoc": 0.30, "debref": 0.10, "recall_long": 0.30, "mc": 0.05}
+# The task stage (from --task-from to the long phase) raises the synthetic
+# share: at 6% recall and 4% choice the first 1200 steps showed about 290
+# recall windows, and recall and choice stayed at chance. Dense recall packs
+# many questions per window, so the in-context lookup gets a gradient on
+# every few tokens instead of twice per 450.
+MIX_TASKS = {"fortunes": 0.42, "pydoc": 0.20, "debref": 0.08, "recall_dense": 0.14, "recall_short": 0.08,
+             "mc": 0.08}
+MIX_LONG = {"fortunes": 0.25, "pydoc": 0.25, "debref": 0.08, "recall_long": 0.12, "recall_far": 0.22,
+            "mc": 0.08}
+TASK_SOURCES = ("recall_short", "recall_long", "mc", "recall_dense", "recall_far")
 
 
 @dataclasses.dataclass
@@ -85,9 +95,10 @@ class TrainArgs:
     short_seq: int = 512
     long_seq: int = MAX_CONTEXT
     tokens_per_step: int = 2048
-    stable_steps: int = 1200    # warmup + stable phase end here
-    decay_steps: int = 300      # linear decay to min_lr over the last steps
-    long_steps: int = 40        # final steps at long_seq (inside the decay)
+    task_from: int = 1200       # MIX_TASKS replaces MIX_SHORT from here
+    stable_steps: int = 1900    # warmup + stable phase end here
+    decay_steps: int = 400      # linear decay to min_lr over the last steps
+    long_steps: int = 250       # final steps at long_seq (inside the decay)
     lr: float = 2.5e-3
     min_lr: float = 1e-4
     warmup: int = 20
@@ -175,9 +186,86 @@ def prepare(work):
     write_evals(work, splits, enc, eval_names)
     with open(os.path.join(work, "corpus_stats.json"), "w") as f:
         json.dump(stats, f, indent=1)
+    prepare_tasks(work)
     for part in ("val", "held"):
         with open(os.path.join(work, f"{part}_docs.json"), "w", encoding="utf-8") as f:
             json.dump({s: splits[s][part] for s in TEXT_SOURCES}, f, ensure_ascii=False, indent=0)
+
+
+def prepare_tasks(work):
+    """Builds the task-stage sources from an existing work directory.
+
+    recall_dense: 4-10 facts, 0-150 tokens of filler, then a question for
+    most facts; recall_far: 6 facts, 200-1800 tokens of filler, 4 questions,
+    for the 2048 phase. Filler is whole training documents taken from the
+    token streams, names are the training names only (the eval names stay
+    unseen), and the rng is its own, so prepare's other outputs are
+    unchanged and a work directory from before this stage can be extended.
+    """
+    enc, vocab = load_encoder(work)
+    bos, eos = vocab[BOS], vocab[EOS]
+    rng = random.Random(SEED + 2)
+    train_names, _ = corpus.split_names(random.Random(SEED))
+    docs = []
+    for src in ("fortunes", "pydoc"):
+        st = np.load(os.path.join(work, f"{src}_train.npy")).astype(np.int64)
+        cut = np.flatnonzero(st == bos)
+        for a, b in zip(cut, list(cut[1:]) + [len(st)]):
+            body = st[a + 1:b]
+            if len(body) and body[-1] == eos:
+                body = body[:-1]
+            docs.append(body.tolist())
+    sep = enc.encode("\n\n")
+
+    def filler(target):
+        out = []
+        while len(out) < target:
+            if out:
+                out += sep
+            out += docs[rng.randrange(len(docs))]
+        return out
+
+    def doc(n_facts, n_q, lo, hi):
+        keys = rng.sample(train_names, n_facts)
+        vals = [str(rng.randint(1000, 9999)) for _ in keys]
+        head = "Remember these codes. " + " ".join(f"The code for {k} is {v}." for k, v in zip(keys, vals))
+        ids = [bos] + enc.encode(head) + sep
+        n = rng.randint(lo, hi)
+        if n > 0:
+            ids += filler(n) + sep
+        qs = rng.sample(range(n_facts), n_q)
+        tail = "\n\n".join(f"Question: What is the code for {keys[i]}?\nAnswer: {vals[i]}." for i in qs)
+        return ids + enc.encode(tail) + [eos]
+
+    stats = {}
+    def dense():
+        n_facts = rng.randint(4, 10)
+        n_q = rng.randint(max(2, n_facts - 3), n_facts)
+        return doc(n_facts, n_q, 0 if rng.random() < 0.3 else 1, 150)
+
+    for name, n_docs, make in (("recall_dense", 6000, dense),
+                               ("recall_far", 800, lambda: doc(6, 4, 200, 1800))):
+        ids, starts = [], []
+        for _ in range(n_docs):
+            starts.append(len(ids))
+            ids += make()
+        np.save(os.path.join(work, f"{name}_train.npy"), np.array(ids, dtype=np.int16))
+        np.save(os.path.join(work, f"{name}_starts.npy"), np.array(starts, dtype=np.int64))
+        stats[name] = {"docs": n_docs, "tokens": len(ids)}
+        log(f"prepare: {name}: {n_docs} docs, {len(ids)} tokens")
+    path = os.path.join(work, "corpus_stats.json")
+    with open(path) as f:
+        all_stats = json.load(f)
+    all_stats.update(stats)
+    with open(path + ".tmp", "w") as f:
+        json.dump(all_stats, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def load_encoder(work):
+    with open(os.path.join(work, "tokenizer.json"), encoding="utf-8") as f:
+        j = json.load(f)
+    return bpe.Encoder([tuple(m) for m in j["model"]["merges"]], j["model"]["vocab"]), j["model"]["vocab"]
 
 
 def write_evals(work, splits, enc, eval_names):
@@ -287,12 +375,20 @@ def seq_at(step, a):
     return a.long_seq if step >= a.max_steps - a.long_steps else a.short_seq
 
 
+def mix_at(step, a):
+    if seq_at(step, a) == a.long_seq:
+        return MIX_LONG
+    return MIX_TASKS if step >= a.task_from else MIX_SHORT
+
+
 class Data:
     def __init__(self, work):
         load = lambda n: torch.from_numpy(np.load(os.path.join(work, n + ".npy")).astype(np.int64))  # noqa: E731
         self.streams = {s: load(f"{s}_train") for s in TEXT_SOURCES}
         self.starts = {}
-        for s in ("recall_short", "recall_long", "mc"):
+        for s in TASK_SOURCES:
+            if not os.path.exists(os.path.join(work, f"{s}_train.npy")):
+                continue  # checked against the mixes in train()
             self.streams[s] = load(f"{s}_train")
             self.starts[s] = load(f"{s}_starts")
         self.val = {s: load(f"{s}_val") for s in TEXT_SOURCES}
@@ -344,6 +440,10 @@ def evaluate(model, data, seq, n_windows=8):
 
 def train(work, a, time_budget):
     data = Data(work)
+    for mix in (MIX_SHORT, MIX_TASKS, MIX_LONG):
+        missing = [k for k in mix if k not in data.streams]
+        if missing:
+            raise SystemExit(f"train: {work} lacks the sources {missing}; run prepare-tasks --work {work}")
     model = build_model()
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -381,7 +481,7 @@ def train(work, a, time_budget):
             log(f"train: time budget {time_budget:.0f}s reached at step {step} (run cut short)")
             break
         seq = seq_at(step, a)
-        mix = MIX_LONG if seq == a.long_seq else MIX_SHORT
+        mix = mix_at(step, a)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, a)
         x, y = data.batch(gen, seq, a.tokens_per_step // seq, mix)
@@ -437,8 +537,11 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("--work", required=True)
+    p = sub.add_parser("prepare-tasks", help="add the task-stage sources to a prepared work directory")
+    p.add_argument("--work", required=True)
     p = sub.add_parser("train")
     p.add_argument("--work", required=True)
+    p.add_argument("--task-from", type=int, default=TrainArgs.task_from)
     p.add_argument("--stable-steps", type=int, default=TrainArgs.stable_steps)
     p.add_argument("--decay-steps", type=int, default=TrainArgs.decay_steps)
     p.add_argument("--long-steps", type=int, default=TrainArgs.long_steps)
@@ -454,8 +557,10 @@ def main():
     setup_torch(getattr(args, "threads", 2))
     if args.cmd == "prepare":
         prepare(args.work)
+    elif args.cmd == "prepare-tasks":
+        prepare_tasks(args.work)
     elif args.cmd == "train":
-        a = TrainArgs(stable_steps=args.stable_steps, decay_steps=args.decay_steps, long_steps=args.long_steps)
+        a = TrainArgs(task_from=args.task_from, stable_steps=args.stable_steps, decay_steps=args.decay_steps, long_steps=args.long_steps)
         train(args.work, a, args.time_budget)
     elif args.cmd == "export":
         import export_default
