@@ -47,7 +47,7 @@ type LoRALayer struct {
 
 // loraChunk is the most rows of one side-branch launch pair; longer inputs
 // run in chunks, so the scratch is bounded by the rank, not the prompt.
-const loraChunk = 256
+var loraChunk = 256
 
 // loraArgs is one product's adapter as uploaded: A stored transposed
 // [rank, K] and B transposed [N, rank], the layout the products' dot
