@@ -182,6 +182,13 @@ func Bind(s *engine.Session, spec *Spec) (*Model, error) {
 // Switch between sequences: the KV cache rows a smaller level did not
 // write are stale.
 func (m *Model) SetLevel(pct int) error {
+	return m.SetLevelLoRA(pct, true)
+}
+
+// SetLevelLoRA is SetLevel with the choice of attaching the level's
+// adapters (withLoRA) or running its plain prefix, for measuring the side
+// branch's cost and gain in one session.
+func (m *Model) SetLevelLoRA(pct int, withLoRA bool) error {
 	w, ok := m.widths[pct]
 	if !ok {
 		_, err := m.Spec.LevelOf(pct)
@@ -190,7 +197,13 @@ func (m *Model) SetLevel(pct int) error {
 	if err := m.b.Set(w); err != nil {
 		return err
 	}
-	if err := m.useLoRA(pct); err != nil {
+	id := -1
+	if withLoRA {
+		if i, ok := m.lora[pct]; ok {
+			id = i
+		}
+	}
+	if err := m.b.UseLoRA(id); err != nil {
 		return err
 	}
 	m.current = pct

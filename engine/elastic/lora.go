@@ -279,16 +279,7 @@ func (m *Model) AttachLoRA(sets []*LoRA) ([]int, error) {
 		levels = append(levels, l.Level)
 	}
 	sort.Ints(levels)
-	return levels, m.useLoRA(m.current)
-}
-
-// useLoRA attaches level pct's adapters, or detaches them when it has none.
-func (m *Model) useLoRA(pct int) error {
-	id, ok := m.lora[pct]
-	if !ok {
-		id = -1
-	}
-	return m.b.UseLoRA(id)
+	return levels, m.SetLevel(m.current)
 }
 
 // HasLoRA reports whether level pct has adapters attached.
