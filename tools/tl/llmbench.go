@@ -109,7 +109,7 @@ func runLLMBench(args []string) error {
 	loraList := loraFlag(fs)
 	sf := addSessionFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tl bench --model m.onnx [-p 128,512] [-n 64] [-r 5] [-w 1] [--ctx N] [--kv inplace|explicit] [--device d] [--precision fp32|fp16] [--max sym=N] [--profile] [--json]")
+		fmt.Fprintln(fs.Output(), "usage: tl bench --model m.onnx [-p 128,512] [-n 64] [-r 5] [-w 1] [--ctx N] [--kv inplace|explicit] [--device d] [--precision fp32|fp16] [--max sym=N] [--level 20,20+lora,100] [--lora DIR|auto] [--profile] [--json]")
 		fs.PrintDefaults()
 	}
 	valued := map[string]bool{"model": true, "p": true, "n": true, "r": true, "w": true, "ctx": true, "seed": true, "kv": true, "level": true, "lora": true}
