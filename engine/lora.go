@@ -202,10 +202,12 @@ func (b *ElasticBinding) attachLoRASlots() {
 	for l := range b.layers {
 		for _, st := range b.layers[l].steps() {
 			n := st.in.node
-			st.in.lora = &loraSlot{
+			sl := &loraSlot{
 				x: b.s.c.info(n.Inputs[0]), y: b.s.c.info(n.Outputs[0]),
 				kFull: st.kFull, nFull: st.nFull, lim: st.lim, label: n.Name + "/lora",
 			}
+			st.in.lora = sl
+			b.s.nodeOps[sl.label] = "LoRA" // profiles show the branches as their own op
 		}
 	}
 	b.slotsOn = true
