@@ -13,6 +13,9 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/npy"
+	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/quant/qonnx"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/opencl"
 )
@@ -327,4 +330,62 @@ func loraFileLayers(spec *Spec, dim, n int) []byte {
 	s := *spec
 	s.NLayers = n
 	return loraFile(&s, dim, []string{"q"})
+}
+
+// TestLoRAOnQuantizedWeights: the side branch runs next to E0M4 (4-bit)
+// products too (the spec's case: the shared weights cannot take a merge).
+// The 4-bit sub-model with adapters stays near PyTorch's fp32 sub-model
+// with the same adapters, much nearer than to the 4-bit sub-model without
+// them.
+func TestLoRAOnQuantizedWeights(t *testing.T) {
+	path := filepath.Join(llamaDir, "model.onnx")
+	spec, err := Load(llamaDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets, err := ReadLoRADir(filepath.Join(llamaDir, LoRADir), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := graph.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := qonnx.Quantize(m, qonnx.Options{Format: quant.E0M4, Group: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Weights) < 6*spec.NLayers {
+		t.Fatalf("only %d weights quantized; the adapted products must be 4-bit", len(res.Weights))
+	}
+	s, err := engine.OpenModel(m, engine.Options{Device: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	em, err := Bind(s, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := em.AttachLoRA(sets); err != nil {
+		t.Fatal(err)
+	}
+	ids := npyI64(t, filepath.Join(llamaDir, "input_ids.npy"))
+	for _, lv := range []int{20, 60} {
+		if err := em.SetLevelLoRA(lv, false); err != nil {
+			t.Fatal(err)
+		}
+		plain := prefill(t, s, ids)
+		if err := em.SetLevel(lv); err != nil {
+			t.Fatal(err)
+		}
+		with := prefill(t, s, ids)
+		want := npyF32(t, filepath.Join(llamaDir, fmt.Sprintf("logits_lora_level%03d.npy", lv)))
+		near, far := dist(with, want), dist(plain, want)
+		t.Logf("level %d%%: 4-bit + LoRA vs PyTorch fp32 + LoRA %.4f; 4-bit without LoRA %.4f", lv, near, far)
+		if !(near < far/4) {
+			t.Errorf("level %d%%: 4-bit + LoRA is %.4f from PyTorch's fp32 + LoRA, without LoRA %.4f: the branch did not run on the 4-bit products", lv, near, far)
+		}
+	}
 }
