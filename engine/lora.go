@@ -218,11 +218,11 @@ func (b *ElasticBinding) attachLoRASlots() {
 // allocation, no program build, no byte written. Like Set, it must not run
 // concurrently with Run.
 func (b *ElasticBinding) UseLoRA(id int) error {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
 	if id < -1 || id >= len(b.lora) {
 		return fmt.Errorf("engine: LoRA set %d: %d sets were added", id, len(b.lora))
 	}
-	b.s.mu.Lock()
-	defer b.s.mu.Unlock()
 	b.loraCur = id
 	if !b.slotsOn {
 		return nil
@@ -240,7 +240,11 @@ func (b *ElasticBinding) UseLoRA(id int) error {
 }
 
 // LoRA is the set in use (-1: none).
-func (b *ElasticBinding) LoRA() int { return b.loraCur }
+func (b *ElasticBinding) LoRA() int {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	return b.loraCur
+}
 
 // runLoRA adds slot's side branch to the output its product just wrote.
 func (s *Session) runLoRA(sl *loraSlot) error {
