@@ -49,6 +49,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "train"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import bpe  # noqa: E402
 import elastic  # noqa: E402
 import export_default  # noqa: E402
 
@@ -148,6 +149,15 @@ class LoRA:
         return sum(p.numel() for p in self.params)
 
 
+def load_tokenizer(model_dir):
+    """The BPE encoder and vocabulary of tokenizer.json in model_dir (read
+    here: the training scripts' loader has moved between modules)."""
+    with open(os.path.join(model_dir, "tokenizer.json"), encoding="utf-8") as f:
+        j = json.load(f)
+    vocab = j["model"]["vocab"]
+    return bpe.Encoder([tuple(m) for m in j["model"]["merges"]], vocab), vocab
+
+
 def cut(model, level, head_dim):
     with torch.no_grad():
         for layer, lw in zip(model.layers, level["layers"]):
@@ -188,7 +198,7 @@ def main():
     with open(os.path.join(a.model, "elastic.json")) as f:
         meta = json.load(f)
     levels = {lv["level"]: lv for lv in meta["levels"]}
-    enc, vocab = export_default.load_tokenizer(a.model)
+    enc, vocab = load_tokenizer(a.model)
     bos, eos = vocab[export_default.td.BOS], vocab[export_default.td.EOS]
     results = []
     for pct in [int(x) for x in a.levels.split(",")]:
