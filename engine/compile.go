@@ -28,6 +28,8 @@ type instr struct {
 	early bool     // needs nothing computed on the device: runs before the kernels
 	// lim, when set, is the step's elastic active-size override (elastic.go).
 	lim *unitLimit
+	// lora, when set, is the product's LoRA side branch (lora.go).
+	lora *loraSlot
 
 	scratchBytes []symshape.Expr
 	scratchReq   []int

@@ -119,9 +119,13 @@ func (u *unitLimit) attention(p *kernels.AttentionParams) {
 
 // elasticStep is a bound product: its instruction's limit and its role.
 type elasticStep struct {
+	in    *instr
 	lim   *unitLimit
 	group int // 4-bit group along K (0: not quantized)
 	full  int // the stored size along the elastic axis
+	// kFull and nFull are the product's stored K and N (a LoRA adapter's
+	// shape).
+	kFull, nFull int
 }
 
 type elasticBound struct {
@@ -137,6 +141,11 @@ type ElasticBinding struct {
 	layers         []elasticBound
 	heads, kvHeads int
 	headDim, ffn   int
+	// lora holds the adapter sets AddLoRA uploaded, loraCur the one in use
+	// (-1: none); slotsOn says the products carry their side-branch slots.
+	lora    []loraSet
+	loraCur int
+	slotsOn bool
 }
 
 // BindElastic finds each layer's products (by their weight names) and
@@ -190,7 +199,7 @@ func (s *Session) BindElastic(layers []ElasticLayer, headDim int) (*ElasticBindi
 		}
 		return nil, fmt.Errorf("engine: elastic layer %d %s: no product reads weight %q", l, role, w)
 	}
-	b := &ElasticBinding{s: s, headDim: headDim}
+	b := &ElasticBinding{s: s, headDim: headDim, loraCur: -1}
 	seen := map[*instr]bool{}
 	type attachment struct {
 		in  *instr
@@ -224,7 +233,7 @@ func (s *Session) BindElastic(layers []ElasticLayer, headDim int) (*ElasticBindi
 			if r.axis == 1 {
 				full = k
 			}
-			*r.dst = elasticStep{lim: &unitLimit{}, group: group, full: full}
+			*r.dst = elasticStep{in: in, lim: &unitLimit{}, group: group, full: full, kFull: k, nFull: n}
 			attach = append(attach, attachment{in, r.dst.lim})
 		}
 		if eb.q.full%headDim != 0 || eb.k.full%headDim != 0 || eb.k.full != eb.v.full || eb.o.full != eb.q.full ||

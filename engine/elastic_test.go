@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/tlite/tlite/engine/npy"
@@ -366,5 +367,139 @@ func TestUnitLimit(t *testing.T) {
 	(&unitLimit{heads: 4, kvHeads: 2}).attention(&a)
 	if a.Heads != 4 || a.KVHeads != 2 {
 		t.Errorf("attention: got %d/%d heads, want 4/2", a.Heads, a.KVHeads)
+	}
+}
+
+// randomLoRA makes adapters of rank r for every product of every bound
+// layer (gate included), with values from seed: A and B both nonzero.
+func randomLoRA(b *ElasticBinding, r int, seed uint32) []LoRALayer {
+	next := func() float32 { // xorshift: deterministic, no allocation per value
+		seed ^= seed << 13
+		seed ^= seed >> 17
+		seed ^= seed << 5
+		return float32(int32(seed%2001)-1000) / 5000
+	}
+	fill := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = next()
+		}
+		return v
+	}
+	out := make([]LoRALayer, len(b.layers))
+	for l := range b.layers {
+		var ads [7]*LoRAAdapter
+		for i, st := range b.layers[l].steps() {
+			ads[i] = &LoRAAdapter{Rank: r, Scale: 0.5, A: fill(st.kFull * r), B: fill(r * st.nFull)}
+		}
+		out[l] = LoRALayer{Q: ads[0], K: ads[1], V: ads[2], O: ads[3], Gate: ads[4], Up: ads[5], Down: ads[6]}
+	}
+	return out
+}
+
+// TestElasticLoRASwitchIsFree is spec §3d.3-4 with LoRA attached: 1000
+// switches of level and adapter set allocate nothing on the host and
+// change none of the OpenCL counters (no buffer, no build, no byte
+// written, no launch); the base weights hash as before (the adapters are
+// never merged), and a level's output after the switches is bit-identical
+// to its output before them.
+func TestElasticLoRASwitchIsFree(t *testing.T) {
+	dir := filepath.Join(elasticDir, "llama")
+	meta := readElasticMeta(t, dir)
+	ids := readNpyI64(t, filepath.Join(dir, "input_ids.npy"))
+	s, err := Open(filepath.Join(dir, "model.onnx"), Options{Kernels: testLib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b, err := s.BindElastic(meta.layers(), meta.HeadDim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pristine := weightsHash(t, s)
+	plain := elasticLogits(t, s, ids)
+	ida, err := b.AddLoRA(randomLoRA(b, 8, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idb, err := b.AddLoRA(randomLoRA(b, 4, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.LoRA() != -1 {
+		t.Fatalf("adding sets attached %d; want none until UseLoRA", b.LoRA())
+	}
+	if got := elasticLogits(t, s, ids); maxAbsDiff(got, plain) != 0 {
+		t.Fatal("adding adapter sets changed the output before any was used")
+	}
+	l20 := meta.widths(20)
+	if err := b.Set(l20); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.UseLoRA(ida); err != nil {
+		t.Fatal(err)
+	}
+	first := elasticLogits(t, s, ids)
+	if err := b.UseLoRA(-1); err != nil {
+		t.Fatal(err)
+	}
+	if e := maxAbsDiff(first, elasticLogits(t, s, ids)); e < 1e-3 {
+		t.Fatalf("the adapters change the level-20 logits by only %g", e)
+	}
+	levels := make([][]ElasticWidth, len(meta.Levels))
+	for i, lv := range meta.Levels {
+		levels[i] = meta.widths(lv.Level)
+	}
+	sets := []int{ida, -1, idb}
+	before, _ := s.DeviceStats()
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		if err := b.Set(levels[i%len(levels)]); err != nil {
+			panic(err)
+		}
+		if err := b.UseLoRA(sets[i%len(sets)]); err != nil {
+			panic(err)
+		}
+		i++
+	})
+	after, _ := s.DeviceStats()
+	if allocs != 0 {
+		t.Errorf("Set + UseLoRA allocate %v times per switch; want 0", allocs)
+	}
+	if before != after {
+		t.Errorf("device counters changed over 1000 switches:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if got := weightsHash(t, s); got != pristine {
+		t.Error("the base weights changed: the adapters must never be merged into them")
+	}
+	if err := b.Set(l20); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.UseLoRA(ida); err != nil {
+		t.Fatal(err)
+	}
+	if e := maxAbsDiff(elasticLogits(t, s, ids), first); e != 0 {
+		t.Errorf("level 20 with set %d after the switches: max |diff| %g from before; want 0", ida, e)
+	}
+	// Rows in chunks: 3 rows per launch pair instead of one for all 11.
+	defer func(c int) { loraChunk = c }(loraChunk)
+	loraChunk = 3
+	if e := maxAbsDiff(elasticLogits(t, s, ids), first); e > 1e-5 {
+		t.Errorf("in chunks of 3 rows: max |diff| %g from one chunk", e)
+	}
+	// Bad sets are refused and change nothing.
+	bad := randomLoRA(b, 8, 3)
+	bad[1].O.A = bad[1].O.A[:len(bad[1].O.A)-1]
+	if _, err := b.AddLoRA(bad); err == nil || !strings.Contains(err.Error(), "layer 1 o") {
+		t.Errorf("a short O adapter: %v", err)
+	}
+	if _, err := b.AddLoRA(bad[:1]); err == nil {
+		t.Error("a one-layer set was accepted for three layers")
+	}
+	if err := b.UseLoRA(7); err == nil {
+		t.Error("UseLoRA of a set never added was accepted")
+	}
+	if b.LoRA() != ida {
+		t.Errorf("after refused calls the set in use is %d; want %d", b.LoRA(), ida)
 	}
 }

@@ -189,6 +189,10 @@ type Session struct {
 	attnHook   AttentionHook
 	attnShadow bool
 	attnLayers int
+	// loraBufs are the uploaded LoRA adapter sets and loraTmp their
+	// side branches' scratch (lora.go).
+	loraBufs []*buffer
+	loraTmp  *buffer
 }
 
 // Open loads the ONNX model at path and compiles it.
@@ -654,6 +658,9 @@ func (s *Session) exec(in *instr) error {
 		if err == nil {
 			err = x.err
 		}
+		if err == nil && in.lora != nil && in.lora.cur.rank > 0 {
+			err = s.runLoRA(in.lora)
+		}
 		if err != nil {
 			return fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, err)
 		}
@@ -825,7 +832,13 @@ func (s *Session) release() error {
 	for _, b := range s.consts {
 		s.dev.Release(b.m)
 	}
-	s.slots, s.consts = nil, nil
+	for _, b := range s.loraBufs {
+		s.dev.Release(b.m)
+	}
+	if s.loraTmp != nil {
+		s.dev.Release(s.loraTmp.m)
+	}
+	s.slots, s.consts, s.loraBufs, s.loraTmp = nil, nil, nil, nil
 	var first error
 	if s.ownCL {
 		first = s.cl.Close()

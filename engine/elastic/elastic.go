@@ -51,6 +51,7 @@ type Spec struct {
 	NHeads   int                 `json:"n_heads"`
 	NKVHeads int                 `json:"n_kv_heads"`
 	HeadDim  int                 `json:"head_dim"`
+	Dim      int                 `json:"dim"` // the model dimension (0: not recorded)
 	FFN      int                 `json:"ffn"`
 	Group    int                 `json:"group"`
 	Anchors  []int               `json:"anchors"`
@@ -148,6 +149,8 @@ type Model struct {
 	b       *engine.ElasticBinding
 	widths  map[int][]engine.ElasticWidth
 	current int
+	// lora maps a level to its adapter set in the binding (AttachLoRA).
+	lora map[int]int
 }
 
 // Bind attaches spec to s (a session of the model spec describes). The
@@ -161,7 +164,7 @@ func Bind(s *engine.Session, spec *Spec) (*Model, error) {
 		return nil, fmt.Errorf("elastic: the session's layers have %d/%d heads and FFN %d; elastic.json says %d/%d and %d",
 			f.QHeads, f.KVHeads, f.FFN, spec.NHeads, spec.NKVHeads, spec.FFN)
 	}
-	m := &Model{Spec: spec, b: b, widths: map[int][]engine.ElasticWidth{}, current: 100}
+	m := &Model{Spec: spec, b: b, widths: map[int][]engine.ElasticWidth{}, current: 100, lora: map[int]int{}}
 	for _, lv := range spec.Levels {
 		w := make([]engine.ElasticWidth, len(lv.Layers))
 		for i, l := range lv.Layers {
@@ -172,16 +175,35 @@ func Bind(s *engine.Session, spec *Spec) (*Model, error) {
 	return m, nil
 }
 
-// SetLevel switches to level pct (a percentage elastic.json lists). It
-// allocates nothing, builds nothing and copies no weight. Switch between
-// sequences: the KV cache rows a smaller level did not write are stale.
+// SetLevel switches to level pct (a percentage elastic.json lists), with
+// its LoRA adapters when AttachLoRA gave it some (otherwise the plain
+// prefix runs). It allocates nothing, builds nothing and copies no weight:
+// the adapters of every level are resident and only their pointers move.
+// Switch between sequences: the KV cache rows a smaller level did not
+// write are stale.
 func (m *Model) SetLevel(pct int) error {
+	return m.SetLevelLoRA(pct, true)
+}
+
+// SetLevelLoRA is SetLevel with the choice of attaching the level's
+// adapters (withLoRA) or running its plain prefix, for measuring the side
+// branch's cost and gain in one session.
+func (m *Model) SetLevelLoRA(pct int, withLoRA bool) error {
 	w, ok := m.widths[pct]
 	if !ok {
 		_, err := m.Spec.LevelOf(pct)
 		return err
 	}
 	if err := m.b.Set(w); err != nil {
+		return err
+	}
+	id := -1
+	if withLoRA {
+		if i, ok := m.lora[pct]; ok {
+			id = i
+		}
+	}
+	if err := m.b.UseLoRA(id); err != nil {
 		return err
 	}
 	m.current = pct

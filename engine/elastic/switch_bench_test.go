@@ -86,6 +86,37 @@ func BenchmarkSwitch(b *testing.B) {
 		}
 	})
 
+	// The same switch with LoRA attached (ELMS's detach, move, attach):
+	// between the first two levels that have adapters in dir/lora.
+	b.Run("pointer+lora", func(b *testing.B) {
+		sets, err := ReadLoRADir(filepath.Join(dir, LoRADir), spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(sets) < 2 {
+			b.Fatalf("%s/%s holds adapters for %d levels; the benchmark switches between two", dir, LoRADir, len(sets))
+		}
+		s, err := engine.Open(filepath.Join(dir, "model.onnx"), engine.Options{Device: "go"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		m, err := Bind(s, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.AttachLoRA(sets); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := m.SetLevel(sets[i%2].Level); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+
 	b.Run("gather", func(b *testing.B) {
 		dev, err := opencl.Open(opencl.Options{})
 		if err != nil {

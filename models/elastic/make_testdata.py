@@ -14,6 +14,12 @@ llama/   a 3-layer llama.py model (RoPE, GQA 4 query / 2 KV heads, SwiGLU,
          .npy files: input ids, the original model's logits, and per level
          the logits of the truncated sub-model computed in PyTorch by
          zeroing the inactive heads' O columns and neurons' down columns.
+llama/lora/level-{20,60}.bin and llama/logits_lora_level{020,060}.npy:
+         random LoRA adapters (rank 8, alpha 16, nonzero A and B; the O and
+         down A rows past the level's prefix zero, as lora.py trains them)
+         for two levels of the llama model above, and PyTorch's logits of
+         the truncated sub-model with them attached (lora.py's hooks).
+         `--only lora` adds just these to an existing llama/ folder.
 gpt2/    hf_gpt2.py's GPT-2 (Conv1D, fused c_attn, biases, tied head, learned
          positions), random weights: original.onnx and model.onnx with every
          layer's heads permuted inside each of the Q/K/V thirds of c_attn
@@ -110,6 +116,38 @@ def make_llama(out):
         save(os.path.join(out, f"logits_level{lv['level']:03d}.npy"), truncated_logits(model, lv, ids).numpy())
 
 
+LORA_LEVELS = (20, 60)
+
+
+def make_lora(out):
+    """Random adapters for two levels of llama/ and the sub-model's logits
+    with them attached, computed by lora.py's own hooks."""
+    import json
+    import lora
+    with open(os.path.join(out, "elastic.json")) as f:
+        levels = {lv["level"]: lv for lv in json.load(f)["levels"]}
+    ids = torch.from_numpy(np.load(os.path.join(out, "input_ids.npy")))
+    for pct in LORA_LEVELS:
+        model, cfg = elastic.load_llama_onnx(os.path.join(out, "model.onnx"))
+        model.eval()
+        hd = cfg.dim // cfg.n_heads
+        lora.cut(model, levels[pct], hd)
+        ad = lora.LoRA(model, levels[pct], hd, seed=pct)
+        g = torch.Generator().manual_seed(1000 + pct)
+        with torch.no_grad():
+            for b in ad.params[1::2]:
+                b.copy_(torch.randn(b.shape, generator=g) * 0.2)
+            ad.enforce()
+            with_lora = elastic.llama_logits(model, ids)
+            ad.remove()
+            without = elastic.llama_logits(model, ids)
+        moved = (with_lora - without).abs().max().item()
+        print(f"lora level {pct}: the adapters move the logits by up to {moved:.3g}")
+        assert moved > 1e-2, "the adapters must change the output for the test to mean anything"
+        lora.save_bin(os.path.join(out, "lora", f"level-{pct:02d}.bin"), pct, ad.params, cfg.n_layers)
+        save(os.path.join(out, f"logits_lora_level{pct:03d}.npy"), with_lora.numpy())
+
+
 def gpt2_permute(model, cfg, rng):
     """Permutes heads (inside each Q/K/V third of c_attn) and neurons."""
     d, h = cfg.dim, cfg.n_heads
@@ -160,10 +198,13 @@ def make_gpt2(out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(elastic.REPO, "testdata", "elastic"))
+    ap.add_argument("--only", choices=["lora"], help="add only the LoRA files to an existing llama/")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    make_llama(os.path.join(a.out, "llama"))
-    make_gpt2(os.path.join(a.out, "gpt2"))
+    if a.only != "lora":
+        make_llama(os.path.join(a.out, "llama"))
+        make_gpt2(os.path.join(a.out, "gpt2"))
+    make_lora(os.path.join(a.out, "llama"))
 
 
 if __name__ == "__main__":

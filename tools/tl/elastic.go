@@ -21,61 +21,136 @@ func levelFlag(fs *flag.FlagSet) *int {
 	return fs.Int("level", 0, "elastic model: run the sub-model of this level in percent (20..100, as elastic.json beside the model lists; 0: not elastic)")
 }
 
-// applyLevel binds the elastic description beside model to the stepper's
-// session and switches to level pct.
-func applyLevel(st llmStepper, model string, pct int) (*elastic.Model, error) {
+// loraFlag is --lora of generate, perplexity and bench.
+func loraFlag(fs *flag.FlagSet) *string {
+	return fs.String("lora", "", `elastic model: LoRA adapters (lora/level-XX.bin files) to attach with --level: a folder, or "auto" for the lora folder beside the model; a level without a file runs its plain prefix (default: none)`)
+}
+
+// loraDir resolves --lora for model ("" when none is asked for).
+func loraDir(model, flagVal string) string {
+	if flagVal != "auto" {
+		return flagVal
+	}
+	dir := model
+	if st, err := os.Stat(model); err == nil && !st.IsDir() {
+		dir = filepath.Dir(model)
+	}
+	return filepath.Join(dir, elastic.LoRADir)
+}
+
+// bindElastic binds the elastic description beside model to the stepper's
+// session and attaches the adapters in lora (a folder; "" for none).
+func bindElastic(st llmStepper, model, lora string) (*elastic.Model, error) {
 	spec, err := elastic.Load(model)
 	if err != nil {
 		return nil, err
 	}
 	em, err := elastic.Bind(st.Session(), spec)
+	if err != nil {
+		return nil, err
+	}
+	if lora == "" {
+		return em, nil
+	}
+	if fi, err := os.Stat(lora); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("--lora %s: not a folder of level-XX.bin files", lora)
+	}
+	sets, err := elastic.ReadLoRADir(lora, spec)
+	if err != nil {
+		return nil, err
+	}
+	if len(sets) == 0 {
+		return nil, fmt.Errorf("--lora %s: no level-XX.bin file in it", lora)
+	}
+	levels, err := em.AttachLoRA(sets)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(statsOut, "tl: LoRA adapters from %s for levels %v (rank %d, alpha %g)\n", lora, levels, sets[0].Rank, sets[0].Alpha)
+	return em, nil
+}
+
+// applyLevel binds the elastic description beside model (and the adapters
+// in lora, "" for none) to the stepper's session and switches to level pct.
+func applyLevel(st llmStepper, model string, pct int, lora string) (*elastic.Model, error) {
+	em, err := bindElastic(st, model, lora)
 	if err != nil {
 		return nil, err
 	}
 	if err := em.SetLevel(pct); err != nil {
 		return nil, err
 	}
+	spec := em.Spec
 	lv, _ := spec.LevelOf(pct)
-	fmt.Fprintf(statsOut, "tl: elastic level %d%% (order %s): %.1f%% of the layers' parameters, %.1f%% with embedding and LM head\n",
-		pct, spec.Order, 100*lv.ParamsLayers, 100*lv.ParamsTotal)
+	with := "without LoRA"
+	if em.HasLoRA(pct) {
+		with = "with LoRA"
+	}
+	fmt.Fprintf(statsOut, "tl: elastic level %d%% (order %s) %s: %.1f%% of the layers' parameters, %.1f%% with embedding and LM head\n",
+		pct, spec.Order, with, 100*lv.ParamsLayers, 100*lv.ParamsTotal)
 	return em, nil
 }
 
-// benchLevels parses bench's --level list and binds the model when given;
-// without it the one "level" 0 stands for the plain model.
-func benchLevels(st llmStepper, model, list string) ([]int, *elastic.Model, error) {
+// benchLevel is one entry of bench's --level list: a percentage, and for
+// "N+lora" the level's adapters attached (plain N runs without them, so
+// that N and N+lora interleave in one run).
+type benchLevel struct {
+	pct  int
+	lora bool
+}
+
+func (b benchLevel) String() string {
+	if b.lora {
+		return fmt.Sprintf("%d+lora", b.pct)
+	}
+	return strconv.Itoa(b.pct)
+}
+
+// benchLevels parses bench's --level list and binds the model when given
+// (with the adapters in lora, "" for none); without it the one level 0
+// stands for the plain model.
+func benchLevels(st llmStepper, model, list, lora string) ([]benchLevel, *elastic.Model, error) {
 	if list == "" {
-		return []int{0}, nil, nil
-	}
-	var levels []int
-	for _, f := range strings.Split(list, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v < 1 || v > 100 {
-			return nil, nil, fmt.Errorf("--level %q: want percentages 1..100, comma-separated", list)
+		if lora != "" {
+			return nil, nil, fmt.Errorf("--lora needs --level")
 		}
-		levels = append(levels, v)
+		return []benchLevel{{}}, nil, nil
 	}
-	spec, err := elastic.Load(model)
-	if err != nil {
-		return nil, nil, err
+	var levels []benchLevel
+	anyLoRA := false
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		num, withLoRA := strings.CutSuffix(f, "+lora")
+		v, err := strconv.Atoi(num)
+		if err != nil || v < 1 || v > 100 {
+			return nil, nil, fmt.Errorf("--level %q: want percentages 1..100 (N+lora: with its adapters), comma-separated", list)
+		}
+		levels = append(levels, benchLevel{v, withLoRA})
+		anyLoRA = anyLoRA || withLoRA
 	}
-	em, err := elastic.Bind(st.Session(), spec)
+	if anyLoRA && lora == "" {
+		return nil, nil, fmt.Errorf("--level %q asks for LoRA: give --lora DIR or --lora auto", list)
+	}
+	em, err := bindElastic(st, model, lora)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, v := range levels {
-		if _, err := spec.LevelOf(v); err != nil {
+		if _, err := em.Spec.LevelOf(v.pct); err != nil {
 			return nil, nil, err
+		}
+		if v.lora && !em.HasLoRA(v.pct) {
+			return nil, nil, fmt.Errorf("--level %s: %s has no adapters for level %d", v, lora, v.pct)
 		}
 	}
 	return levels, em, nil
 }
 
-func setBenchLevel(em *elastic.Model, lv int) error {
+func setBenchLevel(em *elastic.Model, lv benchLevel) error {
 	if em == nil {
 		return nil
 	}
-	return em.SetLevel(lv)
+	return em.SetLevelLoRA(lv.pct, lv.lora)
 }
 
 func runElastic(args []string) error {

@@ -65,3 +65,48 @@ func TestBenchLevels(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchLoRALevels: N+lora entries run level N with its adapters
+// (--lora auto: the lora folder beside the model), interleaved with plain
+// N; asking for adapters a level lacks, or for N+lora without --lora, is
+// refused.
+func TestBenchLoRALevels(t *testing.T) {
+	args := []string{"--model", elasticLlama + "/model.onnx", "-p", "6", "-n", "1", "-r", "1", "-w", "0", "--device", "go", "--json"}
+	out, err := captureStdout(t, func() error {
+		return runLLMBench(append(args, "--level", "20,20+lora,60+lora", "--lora", "auto"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res llmBenchResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	type lv struct {
+		level int
+		lora  bool
+	}
+	got := map[string]lv{}
+	for _, tt := range res.Tests {
+		got[tt.Name] = lv{tt.Level, tt.LoRA}
+	}
+	for name, want := range map[string]lv{"pp6 L20": {20, false}, "pp6 L20+lora": {20, true}, "tg1 @ d6 L60+lora": {60, true}} {
+		if g, ok := got[name]; !ok || g != want {
+			t.Errorf("test %q: %+v, present %v (tests %v)", name, g, ok, got)
+		}
+	}
+	for _, c := range []struct {
+		extra []string
+		want  string
+	}{
+		{[]string{"--level", "40+lora", "--lora", "auto"}, "no adapters for level 40"},
+		{[]string{"--level", "20+lora"}, "give --lora"},
+		{[]string{"--level", "20", "--lora", t.TempDir()}, "no level-XX.bin"},
+		{[]string{"--lora", "auto"}, "--lora needs --level"},
+	} {
+		_, err := captureStdout(t, func() error { return runLLMBench(append(append([]string(nil), args...), c.extra...)) })
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v; want an error with %q", c.extra, err, c.want)
+		}
+	}
+}

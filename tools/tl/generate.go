@@ -38,6 +38,7 @@ type llmFlags struct {
 	ctx              *int
 	kv               *string
 	level            *int
+	lora             *string
 	sf               *sessionFlags
 	// ctxFrom says where the context length came from, once opened.
 	ctxFrom string
@@ -50,6 +51,7 @@ func addLLMFlags(fs *flag.FlagSet) *llmFlags {
 		ctx:       fs.Int("ctx", 0, "context length the memory plan is sized for (default: config.json's max_context next to the model, else the model's own limit such as a learned position table, else 1024)"),
 		kv:        kvFlag(fs),
 		level:     levelFlag(fs),
+		lora:      loraFlag(fs),
 		sf:        addSessionFlags(fs),
 	}
 }
@@ -61,7 +63,7 @@ func kvFlag(fs *flag.FlagSet) *string {
 
 // llmValued lists the flags of addLLMFlags that take a value.
 func llmValued(more ...string) map[string]bool {
-	v := map[string]bool{"model": true, "tokenizer": true, "ctx": true, "kv": true, "level": true}
+	v := map[string]bool{"model": true, "tokenizer": true, "ctx": true, "kv": true, "level": true, "lora": true}
 	for k := range sessionValued {
 		v[k] = true
 	}
@@ -170,10 +172,13 @@ func (f *llmFlags) open(model string, cfg generate.Config) (llmStepper, *tokeniz
 		return nil, nil, err
 	}
 	if *f.level != 0 {
-		if _, err := applyLevel(st, model, *f.level); err != nil {
+		if _, err := applyLevel(st, model, *f.level, loraDir(model, *f.lora)); err != nil {
 			st.Close()
 			return nil, nil, err
 		}
+	} else if *f.lora != "" {
+		st.Close()
+		return nil, nil, fmt.Errorf("--lora needs --level")
 	}
 	return st, tok, nil
 }

@@ -67,6 +67,7 @@ type llmTest struct {
 	Gen       int     `json:"gen_tokens,omitempty"`
 	Depth     int     `json:"depth,omitempty"`
 	Level     int     `json:"elastic_level,omitempty"`
+	LoRA      bool    `json:"lora,omitempty"`
 	TokPerSec spread  `json:"tok_per_sec"`
 	Ms        spread  `json:"ms"`
 	TTFTMs    *spread `json:"ttft_ms,omitempty"`
@@ -104,13 +105,14 @@ func runLLMBench(args []string) error {
 	seed := fs.Int64("seed", 1, "seed of the synthetic tokens")
 	asJSON := fs.Bool("json", false, "write the result as JSON")
 	kvMode := kvFlag(fs)
-	levelList := fs.String("level", "", "elastic model: levels (percent) to run, comma-separated, e.g. 20,50,100; repetitions interleave the levels (needs elastic.json beside the model)")
+	levelList := fs.String("level", "", "elastic model: levels (percent) to run, comma-separated, e.g. 20,50,100, and N+lora for level N with its adapters (needs --lora); repetitions interleave the levels (needs elastic.json beside the model)")
+	loraList := loraFlag(fs)
 	sf := addSessionFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tl bench --model m.onnx [-p 128,512] [-n 64] [-r 5] [-w 1] [--ctx N] [--kv inplace|explicit] [--device d] [--precision fp32|fp16] [--max sym=N] [--profile] [--json]")
+		fmt.Fprintln(fs.Output(), "usage: tl bench --model m.onnx [-p 128,512] [-n 64] [-r 5] [-w 1] [--ctx N] [--kv inplace|explicit] [--device d] [--precision fp32|fp16] [--max sym=N] [--level 20,20+lora,100] [--lora DIR|auto] [--profile] [--json]")
 		fs.PrintDefaults()
 	}
-	valued := map[string]bool{"model": true, "p": true, "n": true, "r": true, "w": true, "ctx": true, "seed": true, "kv": true, "level": true}
+	valued := map[string]bool{"model": true, "p": true, "n": true, "r": true, "w": true, "ctx": true, "seed": true, "kv": true, "level": true, "lora": true}
 	for k := range sessionValued {
 		valued[k] = true
 	}
@@ -175,7 +177,7 @@ func runLLMBench(args []string) error {
 	}
 	defer st.Close()
 	loadMs := ms(time.Since(t0))
-	levels, em, err := benchLevels(st, *model, *levelList)
+	levels, em, err := benchLevels(st, *model, *levelList, loraDir(*model, *loraList))
 	if err != nil {
 		return err
 	}
@@ -232,14 +234,14 @@ func runLLMBench(args []string) error {
 		}
 		for li, lv := range levels {
 			suffix := ""
-			if lv > 0 {
-				suffix = fmt.Sprintf(" L%d", lv)
+			if lv.pct > 0 {
+				suffix = " L" + lv.String()
 			}
 			ttft := spreadOf(msList(first[li]))
-			res.Tests = append(res.Tests, llmTest{Name: fmt.Sprintf("pp%d%s", p, suffix), Prompt: p, Level: lv,
+			res.Tests = append(res.Tests, llmTest{Name: fmt.Sprintf("pp%d%s", p, suffix), Prompt: p, Level: lv.pct, LoRA: lv.lora,
 				TokPerSec: spreadOf(rates(p, pre[li])), Ms: spreadOf(msList(pre[li])), TTFTMs: &ttft})
 			if *gen > 0 {
-				res.Tests = append(res.Tests, llmTest{Name: fmt.Sprintf("tg%d @ d%d%s", *gen, p, suffix), Gen: *gen, Depth: p, Level: lv,
+				res.Tests = append(res.Tests, llmTest{Name: fmt.Sprintf("tg%d @ d%d%s", *gen, p, suffix), Gen: *gen, Depth: p, Level: lv.pct, LoRA: lv.lora,
 					TokPerSec: spreadOf(rates(*gen, dec[li])), Ms: spreadOf(msList(dec[li]))})
 			}
 		}

@@ -82,8 +82,9 @@ func run(args []string, stdout io.Writer) error {
 	limit := fs.Int("n", 0, "score at most this many items per file (0: all)")
 	asJSON := fs.Bool("json", false, "write the results as JSON")
 	level := fs.Int("level", 0, "elastic model: score the sub-model of this level in percent (elastic.json beside the model; 0: not elastic)")
+	loraDir := fs.String("lora", "", "elastic model: a folder of LoRA adapters (lora/level-XX.bin) to attach with --level (default: none)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tleval [--model m.onnx] [--tokenizer t.json] [--ctx 2048] [--n N] [--level P] [--json] set.jsonl...")
+		fmt.Fprintln(fs.Output(), "usage: tleval [--model m.onnx] [--tokenizer t.json] [--ctx 2048] [--n N] [--level P [--lora DIR]] [--json] set.jsonl...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -114,9 +115,23 @@ func run(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if *loraDir != "" {
+			sets, err := elastic.ReadLoRADir(*loraDir, spec)
+			if err != nil {
+				return err
+			}
+			if len(sets) == 0 {
+				return fmt.Errorf("--lora %s: no level-XX.bin file in it", *loraDir)
+			}
+			if _, err := em.AttachLoRA(sets); err != nil {
+				return err
+			}
+		}
 		if err := em.SetLevel(*level); err != nil {
 			return err
 		}
+	} else if *loraDir != "" {
+		return fmt.Errorf("--lora needs --level")
 	}
 
 	var results []setResult
