@@ -250,6 +250,9 @@ func openLLM(model string, opts engine.Options, ctx int, mode string, cfg genera
 	if d.Mode != generate.KVInPlace {
 		fmt.Fprintf(statsOut, "tl: in-place KV cache not possible, using --kv explicit: %s\n", d.Fallback)
 	}
+	for _, line := range d.LayerFallbacks {
+		fmt.Fprintf(statsOut, "tl: %s\n", line)
+	}
 	return d, nil
 }
 
