@@ -277,8 +277,10 @@ func (s *Session) checkValueLimits(inputs map[string]*tensor.Dense) error {
 			continue
 		}
 		e := &LimitError{Input: p.Name, Symbol: "values of " + p.Name, Limit: from, Min: least}
-		e.Limit.Why += why
 		e.Index, e.Value = firstOutside(t, least, lim)
+		if e.Value < 0 {
+			e.Limit.Why += why
+		}
 		return e
 	}
 	return nil

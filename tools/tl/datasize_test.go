@@ -49,3 +49,27 @@ func TestRunDataDependentSize(t *testing.T) {
 		}
 	}
 }
+
+// TestRunTokenIDsOutOfRange: tl run with token ids outside the embedding
+// table (past its end, or negative) fails on both backends naming the
+// input, the element, its value and the valid range, instead of reading
+// zeros or a row from the table's end.
+func TestRunTokenIDsOutOfRange(t *testing.T) {
+	dir := t.TempDir()
+	model := "../../testdata/models/gpt2/model.onnx"
+	for _, id := range []string{"-5", "100000"} {
+		p := filepath.Join(dir, "ids"+id+".json")
+		if err := os.WriteFile(p, []byte(`{"input_ids": {"dims": [1, 3], "type": "int64", "data": [1, `+id+`, 2]}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, dev := range []string{"go", "cpu"} {
+			_, _, err := capture(t, runRun, model, "--device", dev, "--inputs", p)
+			want := []string{`input "input_ids"`, "element [0 1] is " + id, "outside 0..255", "/wte/Gather"}
+			for _, w := range want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("%s, id %s: %v; want %q", dev, id, err, w)
+				}
+			}
+		}
+	}
+}
