@@ -46,14 +46,20 @@ func timesOne(t *testing.T, g *graph.Graph, v *graph.Value) string {
 // value MatMul (the attention does not fuse, so its layer masks with the
 // model's own mask). Open stays in place, layer 0's buffers are read in
 // place, layer 1's fall back with one line naming the node, and the 32
-// greedy tokens equal PyTorch's in place and explicitly.
+// greedy tokens equal PyTorch's in place and explicitly (OpenCL; the
+// unfused variant also on the pure-Go device).
 func TestTestBedLayerFallback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
 	src, ref := readTestBed(t, "hf_llama")
-	for _, variant := range []string{"reader", "unfused"} {
-		t.Run(variant, func(t *testing.T) {
+	for _, c := range []struct{ variant, dev string }{{"reader", "opencl"}, {"unfused", "opencl"}, {"unfused", "go"}} {
+		variant := c.variant
+		opts := engine.Options{Kernels: testLib}
+		if c.dev == "go" {
+			opts = engine.Options{Device: "go"}
+		}
+		t.Run(variant+"/"+c.dev, func(t *testing.T) {
 			m, err := graph.Load(src)
 			if err != nil {
 				t.Fatal(err)
@@ -82,7 +88,7 @@ func TestTestBedLayerFallback(t *testing.T) {
 			if err := graph.Write(m, path, graph.WriteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			d, err := Open(path, engine.Options{Kernels: testLib}, testBedCtx, Config{LastOnly: true})
+			d, err := Open(path, opts, testBedCtx, Config{LastOnly: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +114,6 @@ func TestTestBedLayerFallback(t *testing.T) {
 					t.Errorf("fallback line %q; want one line naming the layer-1 node", line)
 				}
 			}
-			t.Log(strings.Join(d.LayerFallbacks, "\n"))
 			sameTokens(t, "in place, layer 1 falling back", greedySteps(t, d, ref, nil, nil), ref.GreedyIDs)
 			// Out of order slots would break the model's own mask: refused.
 			if err := d.Stepper.Reset(); err != nil {
@@ -118,7 +123,7 @@ func TestTestBedLayerFallback(t *testing.T) {
 				t.Errorf("positions out of order: %v; want a refusal", err)
 			}
 
-			e, err := OpenExplicit(path, engine.Options{Kernels: testLib}, testBedCtx, Config{LastOnly: true})
+			e, err := OpenExplicit(path, opts, testBedCtx, Config{LastOnly: true})
 			if err != nil {
 				t.Fatal(err)
 			}
