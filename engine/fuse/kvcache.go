@@ -583,7 +583,12 @@ func classifyReads(live []*kvConcat) ([]*graph.Node, error) {
 		return ""
 	}
 	for _, c := range live {
-		for _, m := range c.present.Consumers {
+		// Name a reader that computes with the cache rather than a Shape
+		// read, which only stays because the attention it served did not
+		// fuse.
+		readers := append([]*graph.Node(nil), c.present.Consumers...)
+		sort.SliceStable(readers, func(i, j int) bool { return readers[i].OpType != "Shape" && readers[j].OpType == "Shape" })
+		for _, m := range readers {
 			if m.Domain != tlite.Domain || m.OpType != "Attention" {
 				c.fallback = fmt.Sprintf("read by node %v, not as K or V of fused attention (%s.Attention)", m, tlite.Domain)
 				break
