@@ -35,9 +35,19 @@ package fuse
 // Expand/Tile into GatherElements) are read whole or cut at the capacity;
 // a combined [batch, total, 2*head_dim] key_value cache split for
 // multi-query attention becomes two caches. The model's own mask must be
-// the same for every head (kv_bias replaces it); a per-head bias (ALiBi)
-// is refused. Any other use is refused with the node named, and
-// engine/generate's Open then runs the model with its cache as exported.
+// the same for every head (kv_bias replaces it).
+//
+// A cache tensor some node still reads otherwise (a reader the rewrite
+// does not know, an attention that did not fuse, an attention adding a
+// per-head bias such as ALiBi) falls back alone: it is still written in
+// place, and a Transpose copies its buffer into the export's layout for
+// those readers every step (KVCacheResult.Fallbacks says which tensor,
+// node and why, one line each). Such readers may compute with the past
+// length (the model's own mask), so the past length becomes kv_len - seq
+// and the KVWrites record that the cache must be filled in slot order with
+// no padding ("ordered", pad 1). What the rewrite cannot take over at all
+// is refused with the node named, and engine/generate's Open then runs the
+// model with its cache as exported.
 //
 // The rewritten model takes input_ids [1, seq], position_ids [1, seq]
 // (added when the export derived positions from the past length), kv_slots
