@@ -519,7 +519,14 @@ func decoderContext(g *graph.Graph, res *infer.Result) (int64, infer.Limit, bool
 	if past.IsValid() {
 		ctx = symshape.Add(past, seq)
 	}
-	return res.ExprMax(ctx)
+	v, l, ok := res.ExprMax(ctx)
+	// Positions 0..context-1 given as position_ids index a table (rotary
+	// cos/sin cached to max_position_embeddings): its rows bound the
+	// context as well.
+	if pv, pl, pok := res.InputLimit("position_ids"); pok && pv < math.MaxInt64 && (!ok || pv+1 < v) {
+		v, l, ok = pv+1, pl, true
+	}
+	return v, l, ok
 }
 
 // ContextLimit derives the shapes of the decoder m (annotating m, as

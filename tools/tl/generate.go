@@ -99,6 +99,10 @@ func contextFor(model string, flagCtx int) (int, string, error) {
 	limit := ""
 	if limited {
 		limit = fmt.Sprintf("derived from the model: %s <= %d at node %s", from.Expr, lim, from.Node)
+		if from.Input != "" {
+			// Positions 0..context-1 index a table of lim rows.
+			limit = fmt.Sprintf("derived from the model: %s <= %d at node %s", from.Input, from.Max, from.Node)
+		}
 	}
 	if flagCtx > 0 {
 		if limited && int64(flagCtx) > lim {
