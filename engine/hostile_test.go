@@ -28,6 +28,16 @@ func hostileModel(t *testing.T, nodes []*graph.Node, inits []*graph.Tensor, inpu
 	return m
 }
 
+// rangeOnDevice is Range(0, limit) with limit an input, cast to float on
+// the device: a device tensor whose size only the input's value gives.
+func rangeOnDevice(t *testing.T) *graph.Model {
+	return hostileModel(t, []*graph.Node{
+		graphtest.Node("Range", "range", []string{"start", "limit", "delta"}, []string{"r"}),
+		graphtest.Node("Cast", "cast", []string{"r"}, []string{"y"}, graphtest.Int("to", 1)),
+	}, []*graph.Tensor{graphtest.Int64s("start", nil, 0), graphtest.Int64s("delta", nil, 1)},
+		[]*graph.Value{graphtest.Value("limit", dtype.Int64)}, []*graph.Value{graphtest.Unshaped("y", dtype.Float32)})
+}
+
 func f32s(shape []int, fill float32) *tensor.Dense {
 	v := make([]float32, numel(shape))
 	for i := range v {
@@ -134,8 +144,22 @@ func TestHostileModels(t *testing.T) {
 				graphtest.Node("Gather", "gather", []string{"table", "ids"}, []string{"y"}),
 			}, []*graph.Tensor{table},
 				[]*graph.Value{graphtest.Value("ids", dtype.Int64, "n")}, []*graph.Value{graphtest.Value("y", dtype.Float32, "n", 3)})
-		}, feeds: map[string]*tensor.Dense{"ids": i64s([]int{3}, 0, 100000, 1)}, runErr: []string{"ids", "100000", "gather"},
-			good: map[string]*tensor.Dense{"ids": i64s([]int{3}, 0, 4, -5)}},
+		}, feeds: map[string]*tensor.Dense{"ids": i64s([]int{3}, 0, 100000, 1)}, runErr: []string{`input "ids"`, "element [1] is 100000", "outside 0..4", "gather"},
+			good: map[string]*tensor.Dense{"ids": i64s([]int{3}, 0, 4, 1)}},
+		{name: "Gather of a constant table with negative input indices", model: func(t *testing.T) *graph.Model {
+			return hostileModel(t, []*graph.Node{
+				graphtest.Node("Gather", "gather", []string{"table", "ids"}, []string{"y"}),
+			}, []*graph.Tensor{table},
+				[]*graph.Value{graphtest.Value("ids", dtype.Int64, "n")}, []*graph.Value{graphtest.Value("y", dtype.Float32, "n", 3)})
+		}, feeds: map[string]*tensor.Dense{"ids": i64s([]int{3}, 0, 2, -5)}, runErr: []string{`input "ids"`, "element [2] is -5", "outside 0..4", "gather"},
+			good: map[string]*tensor.Dense{"ids": i64s([]int{3}, 0, 4, 1)}},
+		{name: "Gather of an input table with negative input indices", model: func(t *testing.T) *graph.Model {
+			return hostileModel(t, []*graph.Node{
+				graphtest.Node("Gather", "gather", []string{"data", "ids"}, []string{"y"}),
+			}, nil, []*graph.Value{graphtest.Value("data", dtype.Float32, 5, 3), graphtest.Value("ids", dtype.Int64, "n")},
+				[]*graph.Value{graphtest.Value("y", dtype.Float32, "n", 3)})
+		}, feeds: map[string]*tensor.Dense{"data": f32s([]int{5, 3}, 1), "ids": i64s([]int{2}, 0, -6)}, runErr: []string{`input "ids"`, "element [1] is -6", "outside -5..4"},
+			good: map[string]*tensor.Dense{"data": f32s([]int{5, 3}, 1), "ids": i64s([]int{2}, 0, -5)}}, // ONNX: -5 counts from the end
 		{name: "Gather with data-driven indices out of range", model: func(t *testing.T) *graph.Model {
 			return hostileModel(t, []*graph.Node{
 				graphtest.Node("Mul", "scale", []string{"ids", "k"}, []string{"ids2"}),
@@ -148,7 +172,7 @@ func TestHostileModels(t *testing.T) {
 			return hostileModel(t, []*graph.Node{
 				graphtest.Node("ConstantOfShape", "cos", []string{"s"}, []string{"y"}),
 			}, nil, []*graph.Value{graphtest.Value("s", dtype.Int64, 1)}, []*graph.Value{graphtest.Unshaped("y", dtype.Float32)})
-		}, openErr: []string{"size of y", "unbounded"}}, // a data-dependent device output: refused, not guessed
+		}, openErr: []string{`"y" needs`, "nothing bounds y_", `node "cos"`, "--max y_"}}, // a data-dependent device output: refused, not guessed
 		{name: "Range to a limit given at run time", model: func(t *testing.T) *graph.Model {
 			return hostileModel(t, []*graph.Node{
 				graphtest.Node("Range", "range", []string{"start", "limit", "delta"}, []string{"y"}),
@@ -160,7 +184,14 @@ func TestHostileModels(t *testing.T) {
 			return hostileModel(t, []*graph.Node{
 				graphtest.Node("Expand", "expand", []string{"x", "s"}, []string{"y"}),
 			}, nil, []*graph.Value{graphtest.Value("x", dtype.Float32, 1), graphtest.Value("s", dtype.Int64, 2)}, []*graph.Value{graphtest.Unshaped("y", dtype.Float32)})
-		}, openErr: []string{"size of y", "unbounded"}},
+		}, openErr: []string{`"y" needs`, "nothing bounds y_", `node "expand"`, "--max y_"}},
+		// A size only known from an input's value: the plan's error names
+		// where the size comes from and the --max that bounds it, and a
+		// run past the declared maximum is refused, not overrun.
+		{name: "Range to a run-time limit read on the device", model: rangeOnDevice, openErr: []string{`"r" needs`, "nothing bounds r_0", `node "range"`, "--max r_0=<n>"}},
+		{name: "Range to a run-time limit read on the device, bounded", model: rangeOnDevice, opts: Options{Max: map[string]int64{"r_0": 8}},
+			feeds: map[string]*tensor.Dense{"limit": tensor.New(tensor.FromScalar(int64(20)))}, runErr: []string{"range", `"r" is 20`, "maximum of r_0", "--max r_0=20"},
+			good: map[string]*tensor.Dense{"limit": tensor.New(tensor.FromScalar(int64(8)))}},
 	}
 	for _, c := range cases {
 		for _, dev := range []string{"go", "opencl"} {

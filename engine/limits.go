@@ -64,10 +64,18 @@ type LimitError struct {
 	Value int64
 	// Limit is the limit and the node that implies it.
 	Limit infer.Limit
+	// Index, for a limit on an input's values, is the position of the
+	// first element outside Min..Limit.Max, and Value that element.
+	Index []int
+	Min   int64
 }
 
 // Error names the input, the quantity, its value, the limit and the node.
 func (e *LimitError) Error() string {
+	if e.Index != nil {
+		return fmt.Sprintf("input %q: element %v is %d, outside %d..%d, the values this model can read: node %s: %s",
+			e.Input, e.Index, e.Value, e.Min, e.Limit.Max, e.Limit.Node, e.Limit.Why)
+	}
 	return fmt.Sprintf("input %q: %s = %d exceeds %d, a limit of this model: node %s: %s",
 		e.Input, e.Symbol, e.Value, e.Limit.Max, e.Limit.Node, e.Limit.Why)
 }
@@ -257,15 +265,61 @@ func (s *Session) checkValueLimits(inputs map[string]*tensor.Dense) error {
 		if !ok {
 			continue
 		}
-		if hi > lim {
-			return &LimitError{Input: p.Name, Symbol: "the largest value of " + p.Name, Value: hi, Limit: from}
+		// Gather counts a negative index from the end; a constant table
+		// (an embedding) is read with ids >= 0 only.
+		least := -(lim + 1)
+		why := " (a negative index counts from the end)"
+		if from.NonNegative {
+			least = 0
+			why = " (a negative id would read a row from the table's end; the exported nn.Embedding refuses it)"
 		}
-		if lo < -(lim + 1) {
-			return &LimitError{Input: p.Name, Symbol: "minus the smallest value of " + p.Name, Value: -lo, Limit: infer.Limit{
-				Input: from.Input, Max: lim + 1, Node: from.Node, Why: from.Why + " (a negative index counts from the end)"}}
+		if hi <= lim && lo >= least {
+			continue
 		}
+		e := &LimitError{Input: p.Name, Symbol: "values of " + p.Name, Limit: from, Min: least}
+		e.Index, e.Value = firstOutside(t, least, lim)
+		if e.Value < 0 {
+			e.Limit.Why += why
+		}
+		return e
 	}
 	return nil
+}
+
+// firstOutside is the position and the value of t's first element outside
+// lo..hi (t is an integer tensor with some).
+func firstOutside(t *tensor.Dense, lo, hi int64) ([]int, int64) {
+	var flat int
+	var v int64
+	switch d := t.Data().(type) {
+	case []int64:
+		for i, x := range d {
+			if x < lo || x > hi {
+				flat, v = i, x
+				break
+			}
+		}
+	case []int32:
+		for i, x := range d {
+			if int64(x) < lo || int64(x) > hi {
+				flat, v = i, int64(x)
+				break
+			}
+		}
+	case int64:
+		return []int{}, d
+	case int32:
+		return []int{}, int64(d)
+	}
+	shape := t.Shape()
+	idx := make([]int, len(shape))
+	for i := len(shape) - 1; i >= 0; i-- {
+		if shape[i] > 0 {
+			idx[i] = flat % shape[i]
+			flat /= shape[i]
+		}
+	}
+	return idx, v
 }
 
 // intRange is the smallest and largest element of an integer tensor.
@@ -465,7 +519,14 @@ func decoderContext(g *graph.Graph, res *infer.Result) (int64, infer.Limit, bool
 	if past.IsValid() {
 		ctx = symshape.Add(past, seq)
 	}
-	return res.ExprMax(ctx)
+	v, l, ok := res.ExprMax(ctx)
+	// Positions 0..context-1 given as position_ids index a table (rotary
+	// cos/sin cached to max_position_embeddings): its rows bound the
+	// context as well.
+	if pv, pl, pok := res.InputLimit("position_ids"); pok && pv < math.MaxInt64 && (!ok || pv+1 < v) {
+		v, l, ok = pv+1, pl, true
+	}
+	return v, l, ok
 }
 
 // ContextLimit derives the shapes of the decoder m (annotating m, as
@@ -505,6 +566,46 @@ func (c *compiler) checkHostBytes(what string, dims []int, esize int) error {
 	}
 	if limit > 0 && n > limit {
 		return fmt.Errorf("%s of shape %v needs %s, more than the %s of host memory the session may use", what, dims, memplan.Bytes(n), memplan.Bytes(limit))
+	}
+	return nil
+}
+
+// checkBounded refuses, before planning, a device tensor whose size no
+// maximum bounds: a size only known from data at run time (a fresh symbol
+// of shape inference) with no declared maximum. The error says what the
+// symbol is (the node and axis that make it, and why it is not known
+// before the run) and the option that bounds it, rather than the bare
+// internal name.
+func (s *Session) checkBounded(reqs []memplan.Request) error {
+	b := s.bounds()
+	fresh := map[string]infer.FreshSym{}
+	if s.res != nil {
+		for _, f := range s.res.Fresh {
+			fresh[f.Sym] = f
+		}
+	}
+	for _, r := range reqs {
+		if _, ok := r.Bytes.MaxValue(b); ok || !r.Bytes.IsValid() {
+			continue
+		}
+		var what, fix []string
+		for _, sym := range r.Bytes.Symbols() {
+			if _, ok := b[sym]; ok {
+				continue
+			}
+			desc := sym + ", a size the model's inputs do not give"
+			if f, ok := fresh[sym]; ok {
+				at := "graph input"
+				if f.Node != "" {
+					at = fmt.Sprintf("node %q", f.Node)
+				}
+				desc = fmt.Sprintf("%s, made at %s: %s", sym, at, f.Reason)
+			}
+			what = append(what, desc)
+			fix = append(fix, sym+"=<n>")
+		}
+		return fmt.Errorf("engine: memory plan: %q needs %v bytes, and nothing bounds %s; declare the most it may be with Options.Max (tl: --max %s), and runs beyond it are refused",
+			r.Name, r.Bytes, strings.Join(what, "; "), strings.Join(fix, ","))
 	}
 	return nil
 }

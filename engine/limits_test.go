@@ -58,15 +58,18 @@ func TestDerivedLimits(t *testing.T) {
 				!strings.Contains(err.Error(), "past + seq") || !strings.Contains(err.Error(), "/wpe/Gather") {
 				t.Errorf("past + seq = 260: err = %v, want a LimitError naming past + seq, 256 and the node", err)
 			}
-			for _, id := range []int64{320, 100000, -321} {
-				_, err = s.Run(gpt2Feeds(0, 3, id))
-				if !errors.As(err, &le) || le.Input != "input_ids" || !strings.Contains(err.Error(), "/wte/Gather") {
-					t.Errorf("token id %d: err = %v, want a LimitError on input_ids naming /wte/Gather", id, err)
+			// Token ids past the table, and negative ones (ONNX's Gather
+			// would read a row from the table's end; PyTorch refuses
+			// them): the input, the element, its value and the range.
+			for _, id := range []int64{320, 100000, -5, -321} {
+				feeds := gpt2Feeds(0, 3, 7)
+				feeds["input_ids"].Data().([]int64)[1] = id
+				_, err = s.Run(feeds)
+				if !errors.As(err, &le) || le.Input != "input_ids" || le.Value != id || len(le.Index) != 2 || le.Index[1] != 1 ||
+					!strings.Contains(err.Error(), "/wte/Gather") || !strings.Contains(err.Error(), "outside 0..319") ||
+					!strings.Contains(err.Error(), "element [0 1]") {
+					t.Errorf("token id %d: err = %v, want a LimitError on input_ids naming element [0 1], the range 0..319 and /wte/Gather", id, err)
 				}
-			}
-			// A negative id within the table counts from its end (ONNX Gather).
-			if _, err := s.Run(gpt2Feeds(0, 3, -5)); err != nil {
-				t.Errorf("token id -5: %v", err)
 			}
 		})
 	}

@@ -101,6 +101,10 @@ type KVLayer struct {
 	// Store is the element type the buffer holds: "float32" or "float16"
 	// (Options.Precision).
 	Store string
+	// Fallback, when set, says which node cannot read this cache tensor
+	// in place and why: the buffer is then copied into the export's
+	// layout for its readers every step (one line; see KVInfo.Ordered).
+	Fallback string
 }
 
 // KVInfo describes the in-place KV cache of a session opened with
@@ -109,6 +113,23 @@ type KVInfo struct {
 	KVConfig
 	// Layers lists the buffers in the order the program writes them.
 	Layers []KVLayer
+	// Ordered is set when some layer falls back (KVLayer.Fallback): its
+	// readers may mask with the model's own mask, computed from the past
+	// length, so slot i must hold position i, every slot below kv_len
+	// must be filled and kv_len is not padded (Pad is 1).
+	Ordered bool
+}
+
+// Fallbacks returns one line per cache tensor that falls back to a copy
+// (KVLayer.Fallback), naming the buffer, the node and why.
+func (k KVInfo) Fallbacks() []string {
+	var out []string
+	for _, l := range k.Layers {
+		if l.Fallback != "" {
+			out = append(out, fmt.Sprintf("in-place KV cache: %s falls back to a copy into the export's layout each step: %s", l.Name, l.Fallback))
+		}
+	}
+	return out
 }
 
 // Bytes is the device memory of all cache buffers.
@@ -138,7 +159,10 @@ func (s *Session) KVInfo() (KVInfo, bool) {
 		info.Pad = int(n.AttrInt("pad", DefaultKVPad))
 		cache := s.c.info(n.Outputs[0]).root
 		_, esz, _ := storeFor(cache.dt, s.c.fs)
-		l := KVLayer{Name: n.AttrString("cache", n.Name)}
+		l := KVLayer{Name: n.AttrString("cache", n.Name), Fallback: n.AttrString("fallback", "")}
+		if n.AttrInt("ordered", 0) != 0 {
+			info.Ordered = true
+		}
 		if len(cache.shape) == 3 {
 			h, _ := cache.shape[1].Const()
 			d, _ := cache.shape[2].Const()

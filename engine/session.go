@@ -423,6 +423,9 @@ func (s *Session) planMemory() error {
 			}
 		}
 	}
+	if err := s.checkBounded(reqs); err != nil {
+		return err
+	}
 	plan, err := memplan.Build(reqs, memplan.Options{Bounds: s.bounds(), Align: 64})
 	if err != nil {
 		return fmt.Errorf("engine: memory plan: %w", err)
@@ -702,7 +705,12 @@ func (s *Session) exec(in *instr) error {
 			for a, d := range vi.shape {
 				if name, ok := d.SymName(); ok && a < len(outs[k].shape) {
 					if _, bound := x.bind[name]; !bound {
-						x.bind[name] = int64(outs[k].shape[a])
+						d := int64(outs[k].shape[a])
+						if m, ok := s.max[name]; ok && d > m {
+							return fmt.Errorf("engine: node %q (%s) on the host: axis %d of %q is %d, more than the maximum of %s the plan was sized for (%s): bound it with Options.Max (tl: --max %s=%d)",
+								in.node.Name, in.node.OpType, a, v.Name, d, name, s.maxFrom[name], name, d)
+						}
+						x.bind[name] = d
 					}
 				}
 			}

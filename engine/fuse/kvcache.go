@@ -35,9 +35,19 @@ package fuse
 // Expand/Tile into GatherElements) are read whole or cut at the capacity;
 // a combined [batch, total, 2*head_dim] key_value cache split for
 // multi-query attention becomes two caches. The model's own mask must be
-// the same for every head (kv_bias replaces it); a per-head bias (ALiBi)
-// is refused. Any other use is refused with the node named, and
-// engine/generate's Open then runs the model with its cache as exported.
+// the same for every head (kv_bias replaces it).
+//
+// A cache tensor some node still reads otherwise (a reader the rewrite
+// does not know, an attention that did not fuse, an attention adding a
+// per-head bias such as ALiBi) falls back alone: it is still written in
+// place, and a Transpose copies its buffer into the export's layout for
+// those readers every step (KVCacheResult.Fallbacks says which tensor,
+// node and why, one line each). Such readers may compute with the past
+// length (the model's own mask), so the past length becomes kv_len - seq
+// and the KVWrites record that the cache must be filled in slot order with
+// no padding ("ordered", pad 1). What the rewrite cannot take over at all
+// is refused with the node named, and engine/generate's Open then runs the
+// model with its cache as exported.
 //
 // The rewritten model takes input_ids [1, seq], position_ids [1, seq]
 // (added when the export derived positions from the past length), kv_slots
@@ -48,6 +58,7 @@ package fuse
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
@@ -82,6 +93,9 @@ type kvConcat struct {
 	name    string       // names the cache: src, with the index gathered from a stacked input
 	new     *graph.Value
 	present *graph.Value
+	// fallback, when set, says why some reader of present cannot read
+	// the cache in place (naming the node).
+	fallback string
 	// combined: a rank-3 [batch, past, 2*head_dim] cache holding keys and
 	// values side by side (GPTBigCode's multi-query key_value), split
 	// into two caches by splitCombined.
@@ -180,6 +194,11 @@ func gatheredInput(v *graph.Value, inputs map[*graph.Value]bool) (*graph.Value, 
 // a dim is not a bare symbol).
 type KVCacheResult struct {
 	Batch, Seq, Past string
+	// Fallbacks has one line per cache tensor that some reader cannot
+	// take in place: the tensor, the node and why. Such a tensor is
+	// still kept in its buffer, and copied into the export's layout for
+	// its readers every step.
+	Fallbacks []string
 }
 
 // KVCache rewrites an inferred (and usually fused) decoder graph for an
@@ -269,37 +288,33 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 		expanded = append(expanded, halves...)
 	}
 	concats = expanded
-	var atts []*graph.Node
-	seen := map[*graph.Node]bool{}
 	var live []*kvConcat
 	for _, c := range concats {
 		if c.node.Graph() == nil {
 			continue // read only by the dropped outputs
 		}
 		live = append(live, c)
-		for _, m := range c.present.Consumers {
-			if m.Domain != tlite.Domain || m.OpType != "Attention" {
-				return rw, fmt.Errorf("cache tensor %q (from %s) is read by node %v, not as K or V of fused attention (%s.Attention); the in-place cache needs attention the fusion pass recognises", c.present.Name, c.name, m, tlite.Domain)
-			}
-			if err := checkAttentionRead(m, c.present, c.order); err != nil {
-				return rw, err
-			}
-			if !seen[m] {
-				seen[m] = true
-				atts = append(atts, m)
-			}
-		}
 	}
 	if len(live) == 0 {
 		return rw, fmt.Errorf("no attention reads the cache tensors")
 	}
-	for _, a := range atts {
-		// kv_bias takes the place of the model's own mask, which must
-		// therefore be a mask: the same for every head. A bias that
-		// differs per head (ALiBi) is more than who-sees-whom.
-		if m := in(a, 3); m != nil && len(m.Shape) == 4 && !isOne(m.Shape[1]) {
-			return rw, fmt.Errorf("attention %v adds %q %s, a bias that differs per head (ALiBi?); kv_bias would replace it", a, m.Name, symshape.FormatShape(m.Shape))
+	atts, err := classifyReads(live)
+	if err != nil {
+		return rw, err
+	}
+	fallback := false
+	for _, c := range live {
+		if c.fallback != "" {
+			fallback = true
+			rw.Fallbacks = append(rw.Fallbacks, fmt.Sprintf("cache tensor %q (from %s) is copied into the export's layout every step: %s", c.present.Name, c.name, c.fallback))
 		}
+	}
+	if fallback {
+		// Layers that read the cache in the export's layout may mask
+		// with the model's own mask, computed from the past length: it
+		// is right only when the cache holds positions 0..kv_len-1 in
+		// slot order, with no padding.
+		pad = 1
 	}
 
 	slots, err := addInput(g, KVSlotsInput, dtype.Int64, []symshape.Expr{ids.Shape[0], seq})
@@ -307,7 +322,11 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 		return rw, err
 	}
 	biasT := dtype.Float32
-	if q := atts[0].Inputs[0]; q != nil && q.Type == dtype.Float16 {
+	if len(atts) > 0 {
+		if q := atts[0].Inputs[0]; q != nil && q.Type == dtype.Float16 {
+			biasT = dtype.Float16
+		}
+	} else if live[0].new.Type == dtype.Float16 {
 		biasT = dtype.Float16
 	}
 	kvLen := symshape.Sym(KVLengthSymbol)
@@ -316,6 +335,7 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 		return rw, err
 	}
 
+	inPlace := map[*graph.Value]bool{}
 	for _, c := range live {
 		src, perm := c.new, [4]int64{0, 1, 2, 3}
 		// Read the new rows before a Transpose nothing else needs: the
@@ -331,6 +351,10 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 		view := g.NewValue(c.present.Name + "_cache")
 		view.Type = c.new.Type
 		view.Shape = []symshape.Expr{symshape.Const(1), kvLen, c.new.Shape[1], c.new.Shape[3]}
+		ordered := int64(0)
+		if fallback {
+			ordered = 1
+		}
 		w := &graph.Node{Name: c.node.Name + "_kvwrite", OpType: "KVWrite", Domain: tlite.Domain,
 			Inputs: []*graph.Value{src, slots}, Outputs: []*graph.Value{view},
 			Attrs: map[string]*graph.Attr{
@@ -339,11 +363,30 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 				"length":   {Name: "length", Kind: graph.KindString, S: KVLengthSymbol},
 				"cache":    {Name: "cache", Kind: graph.KindString, S: c.name},
 				"new_perm": {Name: "new_perm", Kind: graph.KindInts, Ints: perm[:]},
+				"ordered":  {Name: "ordered", Kind: graph.KindInt, I: ordered},
 			}}
+		if c.fallback != "" {
+			w.Attrs["fallback"] = &graph.Attr{Name: "fallback", Kind: graph.KindString, S: c.fallback}
+		}
 		if err := g.AddNode(w); err != nil {
 			return rw, err
 		}
-		if err := g.ReplaceAllUses(c.present, view); err != nil {
+		read := view
+		if c.fallback == "" {
+			inPlace[view] = true
+		} else {
+			// The copy into the export's [batch, kv_heads, kv_len,
+			// head_dim], which its readers take for the present.
+			read = g.NewValue(c.present.Name + "_copy")
+			read.Type = c.new.Type
+			read.Shape = []symshape.Expr{c.new.Shape[0], c.new.Shape[1], kvLen, c.new.Shape[3]}
+			tr := &graph.Node{Name: c.node.Name + "_kvcopy", OpType: "Transpose", Inputs: []*graph.Value{view}, Outputs: []*graph.Value{read},
+				Attrs: map[string]*graph.Attr{"perm": {Name: "perm", Kind: graph.KindInts, Ints: []int64{0, 2, 1, 3}}}}
+			if err := g.AddNode(tr); err != nil {
+				return rw, err
+			}
+		}
+		if err := g.ReplaceAllUses(c.present, read); err != nil {
 			return rw, err
 		}
 		if err := g.RemoveNode(c.node); err != nil {
@@ -359,8 +402,14 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 			a.Inputs = append(a.Inputs, nil)
 		}
 		a.Inputs[3] = bias
-		a.Attrs["k_perm"] = &graph.Attr{Name: "k_perm", Kind: graph.KindInts, Ints: append([]int64(nil), seqFirst...)}
-		a.Attrs["v_perm"] = &graph.Attr{Name: "v_perm", Kind: graph.KindInts, Ints: append([]int64(nil), seqFirst...)}
+		// K or V read from a fallback copy (or computed from one) keep
+		// the permutation they had.
+		if inPlace[in(a, 1)] {
+			a.Attrs["k_perm"] = &graph.Attr{Name: "k_perm", Kind: graph.KindInts, Ints: append([]int64(nil), seqFirst...)}
+		}
+		if inPlace[in(a, 2)] {
+			a.Attrs["v_perm"] = &graph.Attr{Name: "v_perm", Kind: graph.KindInts, Ints: append([]int64(nil), seqFirst...)}
+		}
 		// kv_bias says who sees whom; the slots need not be in order.
 		delete(a.Attrs, "causal")
 		if err := g.AddNode(a); err != nil {
@@ -379,6 +428,12 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 	for _, c := range concats {
 		sources[c.src] = true
 	}
+	if fallback {
+		if err := pastFromLength(g, res, ids, bias, sources, past, seq); err != nil {
+			return rw, fmt.Errorf("%w (while falling back: %s)", err, strings.Join(rw.Fallbacks, "; "))
+		}
+		g.RemoveDeadNodes()
+	}
 	if err := boundTablesByCapacity(g, res, ids, sources, past, maxContext); err != nil {
 		return rw, err
 	}
@@ -394,6 +449,9 @@ func KVCache(g *graph.Graph, res *infer.Result, maxContext, pad int) (KVCacheRes
 	}
 	g.Inputs = ins
 	if err := checkNoPast(g, past); err != nil {
+		if fallback {
+			return rw, fmt.Errorf("%w (while falling back: %s)", err, strings.Join(rw.Fallbacks, "; "))
+		}
 		return rw, err
 	}
 	if err := g.Validate(); err != nil {
@@ -517,6 +575,63 @@ func fromPresents(v *graph.Value, presents map[*graph.Value]bool, depth int) boo
 		return len(p.Inputs) > 0 && p.Inputs[0] != nil && fromPresents(p.Inputs[0], presents, depth+1)
 	}
 	return false
+}
+
+// classifyReads sets the fallback reason of every cache tensor of live
+// that some node cannot read in place, and returns the fused attentions
+// that read the others in place (and will mask with kv_bias). An attention
+// that adds a bias differing per head (ALiBi) keeps its own mask, so the
+// caches it reads fall back too.
+func classifyReads(live []*kvConcat) ([]*graph.Node, error) {
+	perHead := func(a *graph.Node) string {
+		// kv_bias takes the place of the model's own mask, which must
+		// therefore be a mask: the same for every head. A bias that
+		// differs per head (ALiBi) is more than who-sees-whom.
+		if m := in(a, 3); m != nil && len(m.Shape) == 4 && !isOne(m.Shape[1]) {
+			return fmt.Sprintf("attention %v adds %q %s, a bias that differs per head (ALiBi?), which kv_bias cannot replace", a, m.Name, symshape.FormatShape(m.Shape))
+		}
+		return ""
+	}
+	for _, c := range live {
+		// Name a reader that computes with the cache rather than a Shape
+		// read, which only stays because the attention it served did not
+		// fuse.
+		readers := append([]*graph.Node(nil), c.present.Consumers...)
+		sort.SliceStable(readers, func(i, j int) bool { return readers[i].OpType != "Shape" && readers[j].OpType == "Shape" })
+		for _, m := range readers {
+			if m.Domain != tlite.Domain || m.OpType != "Attention" {
+				c.fallback = fmt.Sprintf("read by node %v, not as K or V of fused attention (%s.Attention)", m, tlite.Domain)
+				break
+			}
+			if err := checkAttentionRead(m, c.present, c.order); err != nil {
+				c.fallback = err.Error()
+				break
+			}
+			if why := perHead(m); why != "" {
+				c.fallback = why
+				break
+			}
+		}
+		if c.fallback != "" && c.order != [4]int64{0, 1, 2, 3} {
+			// The halves of a combined cache have no export layout of
+			// their own to copy into.
+			return nil, fmt.Errorf("cache tensor %q (from %s): %s", c.present.Name, c.name, c.fallback)
+		}
+	}
+	var atts []*graph.Node
+	seen := map[*graph.Node]bool{}
+	for _, c := range live {
+		if c.fallback != "" {
+			continue
+		}
+		for _, m := range c.present.Consumers {
+			if !seen[m] {
+				seen[m] = true
+				atts = append(atts, m)
+			}
+		}
+	}
+	return atts, nil
 }
 
 func allReadByAttention(concats []*kvConcat) bool {
@@ -962,4 +1077,181 @@ func KVPastSources(g *graph.Graph) []*graph.Value {
 		out[i] = c.src
 	}
 	return out
+}
+
+// pastFromLength serves the layers that read a cache tensor in the
+// export's layout (the fallback copies): they may still compute with the
+// past length, the model's own mask above all. With the cache filled in
+// slot order and no padding (the KVWrites say so: "ordered", pad 1), the
+// past length is kv_len - seq, so it is substituted everywhere, the past
+// inputs' Shape reads are rebuilt from kv_bias's shape, and an
+// attention_mask still read becomes ones of [batch, kv_len].
+func pastFromLength(g *graph.Graph, res *infer.Result, ids, bias *graph.Value, sources map[*graph.Value]bool, past string, seq symshape.Expr) error {
+	kvLen := bias.Shape[3]
+	repl := map[string]symshape.Expr{past: symshape.Sub(kvLen, seq)}
+	// Shape(bias) and the pieces of it the rebuilt values need, folded.
+	biasShape := g.NewValue(bias.Name + "_shape")
+	biasShape.Type, biasShape.Shape, biasShape.Elems = dtype.Int64, []symshape.Expr{symshape.Const(4)}, append([]symshape.Expr(nil), bias.Shape...)
+	var nodes []*graph.Node
+	nodes = append(nodes, &graph.Node{Name: bias.Name + "_shape", OpType: "Shape", Inputs: []*graph.Value{bias}, Outputs: []*graph.Value{biasShape}})
+	// piece makes the one-element value e out of bias's shape [batch, 1,
+	// seq, kv_len]: a constant, a dim of it, or kv_len - seq.
+	piece := func(name string, e symshape.Expr) (*graph.Value, error) {
+		if k, ok := e.Const(); ok {
+			return constInt64(g, name, k)
+		}
+		dim := func(name string, i int64) (*graph.Value, error) {
+			start, err := constInt64(g, name+"_start", i)
+			if err != nil {
+				return nil, err
+			}
+			end, err := constInt64(g, name+"_end", i+1)
+			if err != nil {
+				return nil, err
+			}
+			v := g.NewValue(name)
+			v.Type, v.Shape, v.Elems = dtype.Int64, []symshape.Expr{symshape.Const(1)}, []symshape.Expr{bias.Shape[i]}
+			nodes = append(nodes, &graph.Node{Name: name, OpType: "Slice", Inputs: []*graph.Value{biasShape, start, end}, Outputs: []*graph.Value{v}})
+			return v, nil
+		}
+		for i := int64(0); i < 4; i++ {
+			if e.Equal(bias.Shape[i]) {
+				return dim(name, i)
+			}
+		}
+		if !e.Equal(repl[past]) {
+			return nil, fmt.Errorf("the size %s is neither batch, seq, kv_len nor kv_len - seq", e)
+		}
+		l, err := dim(name+"_kv_len", 3)
+		if err != nil {
+			return nil, err
+		}
+		s, err := dim(name+"_seq", 2)
+		if err != nil {
+			return nil, err
+		}
+		v := g.NewValue(name)
+		v.Type, v.Shape, v.Elems = dtype.Int64, []symshape.Expr{symshape.Const(1)}, []symshape.Expr{e}
+		nodes = append(nodes, &graph.Node{Name: name + "_sub", OpType: "Sub", Inputs: []*graph.Value{l, s}, Outputs: []*graph.Value{v}})
+		return v, nil
+	}
+	concat := func(name string, es []symshape.Expr) (*graph.Value, error) {
+		var parts []*graph.Value
+		for i, e := range es {
+			p, err := piece(fmt.Sprintf("%s_%d", name, i), e)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			parts = append(parts, p)
+		}
+		v := g.NewValue(name)
+		v.Type, v.Shape, v.Elems = dtype.Int64, []symshape.Expr{symshape.Const(int64(len(es)))}, es
+		nodes = append(nodes, &graph.Node{Name: name, OpType: "Concat", Inputs: parts, Outputs: []*graph.Value{v},
+			Attrs: map[string]*graph.Attr{"axis": {Name: "axis", Kind: graph.KindInt, I: 0}}})
+		return v, nil
+	}
+	folded := func(n *graph.Node) bool {
+		c, ok := res.Class[n]
+		return ok && c == infer.Folded
+	}
+	// The past inputs' Shape reads: the same sizes, from kv_bias.
+	var swaps [][2]*graph.Value
+	var dead []*graph.Node
+	for _, n := range g.Nodes {
+		x := in(n, 0)
+		if x == nil || !sources[x] {
+			continue
+		}
+		if !folded(n) || n.Domain != "" || n.OpType != "Shape" || len(n.Outputs) != 1 {
+			return fmt.Errorf("past input %q is still read by node %v; the rewrite does not know this use of the cache", x.Name, n)
+		}
+		out := n.Outputs[0]
+		want := make([]symshape.Expr, len(out.Elems))
+		for i, e := range out.Elems {
+			want[i] = e.Substitute(repl)
+		}
+		v, err := concat(out.Name+"_kv", want)
+		if err != nil {
+			return err
+		}
+		swaps = append(swaps, [2]*graph.Value{out, v})
+		dead = append(dead, n)
+	}
+	// The padding mask: every slot below kv_len holds a token.
+	var mask *graph.Value
+	if m := inputNamed(g, "attention_mask"); m != nil && len(m.Consumers) > 0 {
+		if len(m.Shape) != 2 {
+			return fmt.Errorf("input attention_mask has shape %s; want [batch, past + seq]", symshape.FormatShape(m.Shape))
+		}
+		shape, err := concat(m.Name+"_kv_shape", []symshape.Expr{bias.Shape[0], kvLen})
+		if err != nil {
+			return err
+		}
+		one := g.NewValue(m.Name + "_one")
+		t, err := oneTensor(one.Name, m.Type)
+		if err != nil {
+			return err
+		}
+		one.Const, one.Type, one.Shape = t, m.Type, []symshape.Expr{}
+		one.Elems = []symshape.Expr{symshape.Const(1)}
+		g.Initializers = append(g.Initializers, one)
+		mask = g.NewValue(m.Name + "_kv")
+		mask.Type, mask.Shape = m.Type, []symshape.Expr{bias.Shape[0], kvLen}
+		if err := g.AddNode(&graph.Node{Name: m.Name + "_kv", OpType: "Expand", Inputs: []*graph.Value{one, shape}, Outputs: []*graph.Value{mask}}); err != nil {
+			return err
+		}
+		swaps = append(swaps, [2]*graph.Value{m, mask})
+	}
+	for _, n := range nodes {
+		if err := g.AddNode(n); err != nil {
+			return err
+		}
+		res.Class[n] = infer.Folded
+	}
+	for _, sw := range swaps {
+		if err := g.ReplaceAllUses(sw[0], sw[1]); err != nil {
+			return err
+		}
+	}
+	for _, n := range dead {
+		if err := g.RemoveNode(n); err != nil {
+			return err
+		}
+	}
+	for _, n := range g.Nodes {
+		for _, vs := range [][]*graph.Value{n.Inputs, n.Outputs} {
+			for _, v := range vs {
+				if v == nil {
+					continue
+				}
+				for i, e := range v.Shape {
+					v.Shape[i] = e.Substitute(repl)
+				}
+				for i, e := range v.Elems {
+					v.Elems[i] = e.Substitute(repl)
+				}
+			}
+		}
+	}
+	for i, l := range res.Limits {
+		if l.Expr.IsValid() {
+			res.Limits[i].Expr = l.Expr.Substitute(repl)
+		}
+	}
+	return nil
+}
+
+// oneTensor is a scalar 1 of type t.
+func oneTensor(name string, t dtype.Type) (*graph.Tensor, error) {
+	switch t {
+	case dtype.Int64:
+		return graph.Int64Tensor(name, []int64{}, []int64{1})
+	case dtype.Float32:
+		return graph.Float32Tensor(name, []int64{}, []float32{1})
+	case dtype.Int32:
+		return graph.NewTensor(name, t, []int64{}, []byte{1, 0, 0, 0})
+	case dtype.Bool:
+		return graph.NewTensor(name, t, []int64{}, []byte{1})
+	}
+	return nil, fmt.Errorf("an attention_mask of %v", t)
 }

@@ -91,7 +91,8 @@ func TestKVCacheTestBed(t *testing.T) {
 
 // TestKVCacheMaskPerHead: kv_bias replaces the model's mask, so a mask
 // that is the same for every head is taken over, and a bias that differs
-// per head (ALiBi) makes the rewrite refuse rather than drop it.
+// per head (ALiBi) is kept rather than dropped: that attention's caches
+// fall back to copies in the export's layout, one line each.
 func TestKVCacheMaskPerHead(t *testing.T) {
 	for _, tc := range []struct {
 		heads int
@@ -114,12 +115,30 @@ func TestKVCacheMaskPerHead(t *testing.T) {
 			b.output(o, k, v)
 			g := b.run(Attention)
 			only(t, g, "tlite.Attention")
-			_, err := KVCache(g, b.res, 16, 1)
-			switch {
-			case tc.ok && err != nil:
+			rw, err := KVCache(g, b.res, 16, 1)
+			if err != nil {
 				t.Fatal(err)
-			case !tc.ok && (err == nil || !strings.Contains(err.Error(), "differs per head")):
-				t.Fatalf("KVCache: %v; want a refusal of the per-head bias", err)
+			}
+			if !tc.ok {
+				if len(rw.Fallbacks) != 2 {
+					t.Fatalf("fallbacks %q; want K and V", rw.Fallbacks)
+				}
+				for _, l := range rw.Fallbacks {
+					if !strings.Contains(l, "differs per head") || strings.Contains(l, "\n") {
+						t.Errorf("fallback %q; want one line naming the per-head bias", l)
+					}
+				}
+				checkGraph(t, g)
+				a := only(t, g, "tlite.Attention")
+				if a.Inputs[3] != mask {
+					t.Errorf("attention masks with %v; want the model's own bias", a.Inputs[3])
+				}
+				for _, i := range []int{1, 2} {
+					p := a.Inputs[i].Producer
+					if p == nil || p.OpType != "Transpose" || p.Inputs[0].Producer == nil || p.Inputs[0].Producer.OpType != "KVWrite" {
+						t.Errorf("attention reads input %d from %v; want a copy of a KVWrite view", i, p)
+					}
+				}
 			}
 			if tc.ok {
 				checkGraph(t, g)

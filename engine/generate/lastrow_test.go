@@ -23,7 +23,7 @@ func TestLastLogits(t *testing.T) {
 		"llama":   filepath.Join(modelsDir, "llama", "model.onnx"),
 		"default": filepath.Join(defaultDir, "model.onnx"),
 	}
-	// hf_bloom does not open (CumSum of an int64 mask) and
+	// hf_bloom runs explicitly only (TestTestBedBloom) and
 	// hf_gqa_interleave's export is wrong (see TestTestBedFallback).
 	for _, n := range testBedInPlace {
 		models[n] = filepath.Join(modelsDir, n, "model.onnx")

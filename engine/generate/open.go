@@ -29,6 +29,10 @@ type Decoder struct {
 	// Fallback, when Mode is KVExplicit although in-place was asked for,
 	// says why the in-place cache could not be used (naming the node).
 	Fallback string
+	// LayerFallbacks, in mode KVInPlace, has one line per cache tensor
+	// that a node cannot read in place (engine.KVInfo.Fallbacks): that
+	// tensor is copied into the export's layout every step.
+	LayerFallbacks []string
 }
 
 // Session is the session the stepper drives.
@@ -43,7 +47,9 @@ func (d *Decoder) Close() error { return d.s.Close() }
 // export (engine.KVCacheError, or a rewritten model the host side cannot
 // drive) it opens the model with its cache fed back as exported instead
 // and says why in Decoder.Fallback: a decoder does not fail because of the
-// cache mode. Other errors are returned as they are.
+// cache mode. Layers whose cache one node cannot read in place fall back
+// alone (Decoder.LayerFallbacks). When the in-place open fails otherwise,
+// the explicit open decides, and its error is returned as it is.
 func Open(path string, opts engine.Options, ctx int, cfg Config) (*Decoder, error) {
 	if ctx <= 0 {
 		return nil, fmt.Errorf("generate: a context of %d tokens", ctx)
@@ -72,17 +78,23 @@ func Open(path string, opts engine.Options, ctx int, cfg Config) (*Decoder, erro
 		p, err := kv.NewStepper(s)
 		if err == nil {
 			p.LastOnly = cfg.LastOnly
-			return &Decoder{Stepper: p, s: s, Mode: KVInPlace}, nil
+			info, _ := s.KVInfo()
+			return &Decoder{Stepper: p, s: s, Mode: KVInPlace, LayerFallbacks: info.Fallbacks()}, nil
 		}
 		s.Close()
 		why = err
 	case errors.As(err, &kerr):
 		why = kerr.Err
 	default:
-		return nil, err
+		// The rewritten model may fail to compile where the export
+		// does not: the explicit cache decides, and its error wins.
+		why = err
 	}
 	e, err := OpenExplicit(path, opts, ctx, cfg)
 	if err != nil {
+		if kerr == nil && why != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w (the in-place KV cache was not possible either: %v)", err, why)
 	}
 	return &Decoder{Stepper: e, s: e.Session(), Mode: KVExplicit, Fallback: why.Error()}, nil

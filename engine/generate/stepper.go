@@ -171,6 +171,13 @@ func NewExplicit(s *engine.Session, cfg Config) (*Explicit, error) {
 					kp.shape = append(kp.shape, int(v))
 					continue
 				}
+				if b, ok := batch.SymName(); ok {
+					// A multiple of the batch (BLOOM's batch * heads).
+					if v, ok := d.Substitute(map[string]symshape.Expr{b: symshape.Const(1)}).Const(); ok {
+						kp.shape = append(kp.shape, int(v))
+						continue
+					}
+				}
 				if kp.axis >= 0 {
 					return nil, fmt.Errorf("generate: past input %q has shape %s: two dims (%d and %d) could be the past length", p.Name, symshape.FormatShape(p.Shape), kp.axis, a)
 				}

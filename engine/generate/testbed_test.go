@@ -214,3 +214,33 @@ func TestTestBedFallback(t *testing.T) {
 		t.Fatalf("the fallback steps with %T", d.Stepper)
 	}
 }
+
+// TestTestBedBloom: hf_bloom (ALiBi, the key cache stored transposed as
+// [batch * heads, head_dim, past] beside [batch * heads, past, head_dim]
+// values) reproduces PyTorch's 32 greedy tokens with its cache fed back as
+// exported, on both devices; the default Open, which the in-place rewrite
+// cannot serve (rank-3 caches that are not one combined key_value), falls
+// back to it and says why.
+func TestTestBedBloom(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	path, ref := readTestBed(t, "hf_bloom")
+	for _, dev := range []string{"opencl", "go"} {
+		t.Run(dev, func(t *testing.T) {
+			opts := engine.Options{Kernels: testLib}
+			if dev == "go" {
+				opts = engine.Options{Device: "go"}
+			}
+			d, err := Open(path, opts, testBedCtx, Config{LastOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if d.Mode != KVExplicit || !strings.Contains(d.Fallback, "present.0.") {
+				t.Fatalf("mode %q, fallback %q; want %q naming the cache tensor", d.Mode, d.Fallback, KVExplicit)
+			}
+			sameTokens(t, "explicit", greedySteps(t, d, ref, nil, nil), ref.GreedyIDs)
+		})
+	}
+}

@@ -23,6 +23,7 @@ package kv
 
 import (
 	"fmt"
+	"strings"
 
 	"gorgonia.org/tensor"
 
@@ -198,6 +199,18 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 		}
 		written[s] = i
 		hi = max(hi, s+1)
+	}
+	if st.info.Ordered {
+		// A layer reads its cache through a copy in the export's layout
+		// and may mask with the model's own mask, which knows only
+		// "the past, then the new tokens": the cache must be filled in
+		// order, slot = position (engine.KVInfo.Ordered).
+		filled := st.n
+		for i := range tokens {
+			if slots[i] != filled+i || positions[i] != slots[i] || hi > filled+n {
+				return nil, fmt.Errorf("kv: token %d goes to slot %d at position %d; a layer of this model falls back to the export's cache layout (%s), so tokens must fill slots %d.. in order at their slot's position", i, slots[i], positions[i], strings.Join(st.info.Fallbacks(), "; "), filled)
+			}
+		}
 	}
 	pad := max(st.info.Pad, 1)
 	kvLen := min((hi+pad-1)/pad*pad, ctx)

@@ -25,6 +25,11 @@ type Limit struct {
 	Node string
 	// Why says what would go wrong past it.
 	Why string
+	// NonNegative, on a limit of an input's values, says the values
+	// index a constant table (token or position embeddings): Gather would
+	// read a negative index from the table's end, but the framework that
+	// exported the table (nn.Embedding) refuses one, so they must be >= 0.
+	NonNegative bool
 }
 
 // String prints "past + seq <= 256 (node /h.0/attn/Where: ...)".
@@ -172,7 +177,10 @@ func (c *ctx) indexLimit(n *graph.Node, idx *graph.Value, size symshape.Expr, ax
 	}
 	why := fmt.Sprintf("%s indexes axis %d of %s (size %s); a larger index is out of range", idx.Name, axis, table, size)
 	if b.input != "" {
-		c.addLimit(Limit{Input: b.input, Max: top - 1, Node: n.Name, Why: why})
+		d := input(n, 0)
+		// An embedding: a constant float table of rows.
+		table := d != nil && (d.Const != nil || c.data[d] != nil) && d.Type.IsFloat() && len(d.Shape) == 2
+		c.addLimit(Limit{Input: b.input, Max: top - 1, Node: n.Name, Why: why, NonNegative: table})
 		return
 	}
 	switch c.cmp(b.max, symshape.Sub(size, symshape.Const(1))) {

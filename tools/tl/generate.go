@@ -101,6 +101,10 @@ func contextFor(model string, flagCtx int) (int, string, error) {
 	limit := ""
 	if limited {
 		limit = fmt.Sprintf("derived from the model: %s <= %d at node %s", from.Expr, lim, from.Node)
+		if from.Input != "" {
+			// Positions 0..context-1 index a table of lim rows.
+			limit = fmt.Sprintf("derived from the model: %s <= %d at node %s", from.Input, from.Max, from.Node)
+		}
 	}
 	if flagCtx > 0 {
 		if limited && int64(flagCtx) > lim {
@@ -254,6 +258,9 @@ func openLLM(model string, opts engine.Options, ctx int, mode string, cfg genera
 	}
 	if d.Mode != generate.KVInPlace {
 		fmt.Fprintf(statsOut, "tl: in-place KV cache not possible, using --kv explicit: %s\n", d.Fallback)
+	}
+	for _, line := range d.LayerFallbacks {
+		fmt.Fprintf(statsOut, "tl: %s\n", line)
 	}
 	return d, nil
 }

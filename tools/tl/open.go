@@ -11,6 +11,7 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/symshape/infer"
 )
 
 // maxOpset is the newest default-domain opset tl accepts: ONNX 1.18's.
@@ -84,8 +85,23 @@ func checkModel(path string, userMax map[string]int64, extraSyms ...string) erro
 			}
 		}
 	}
+	var fresh map[string]bool
 	for name := range userMax {
-		if !syms[name] {
+		if syms[name] {
+			continue
+		}
+		if fresh == nil {
+			// Sizes only known from data at run time (a Range to an
+			// input's value, NonZero's count) are named by shape
+			// inference; the plan's error names them for --max.
+			fresh = map[string]bool{}
+			if res, err := infer.Run(m, infer.Options{}); err == nil {
+				for _, f := range res.Fresh {
+					fresh[f.Sym] = true
+				}
+			}
+		}
+		if !fresh[name] {
 			return fmt.Errorf("--max %s: the model has no input dim named %q (its symbols: %s)", name, name, joinSorted(syms))
 		}
 	}

@@ -149,6 +149,30 @@ func TestContextFromDerivedLimit(t *testing.T) {
 	}
 }
 
+// TestContextFromPositionTable: hf_llama's rotary tables are cached to 256
+// positions and read by position_ids, which bounds the context the same
+// way: tl generate takes 256 from it and says so, and --ctx beyond it is
+// refused (before, the context defaulted to 1024 and decoding stopped at
+// position 256 with an index error).
+func TestContextFromPositionTable(t *testing.T) {
+	model := "../../testdata/models/hf_llama/model.onnx"
+	out, _, err := capture(t, runGenerate, model, "--tokens", "1,2,3", "-n", "2", "--ignore-eos", "--device", "go", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g generateResult
+	if err := json.Unmarshal([]byte(out), &g); err != nil {
+		t.Fatal(err)
+	}
+	if g.Context != 256 || !strings.Contains(g.ContextFrom, "position_ids <= 255") || !strings.Contains(g.ContextFrom, "Gather") {
+		t.Errorf("context %d (%s); want 256 from the position_ids limit", g.Context, g.ContextFrom)
+	}
+	_, _, err = capture(t, runGenerate, model, "--tokens", "1,2,3", "-n", "4", "--ctx", "300", "--device", "go")
+	if err == nil || !strings.Contains(err.Error(), "limit of 256") {
+		t.Errorf("--ctx 300: %v", err)
+	}
+}
+
 // TestPureGoRefusesHugePlans: sizes that used to abort the pure-Go device
 // with out-of-memory (--ctx 100000, --max seq=100000) are refused at Open
 // with an error naming the size and the flag, before anything is allocated.

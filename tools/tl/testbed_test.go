@@ -16,8 +16,9 @@ import (
 // Hugging Face modeling code people export. With the cache fed back as
 // exported (--kv explicit) and with the default in-place cache, these
 // reproduce PyTorch's 32 greedy tokens on both backends, and the mode
-// asked for is the mode in effect. hf_bloom (int64 CumSum; ALiBi) and
-// hf_gqa_interleave (an exporter mistake) do not run; see issue 9.
+// asked for is the mode in effect. hf_bloom runs with its cache fed back
+// only (engine/generate's TestTestBedBloom) and hf_gqa_interleave (an
+// exporter mistake) does not run; see issue 9.
 func TestTestBedGreedy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
