@@ -181,6 +181,7 @@ type Session struct {
 	// kvStats asks cache-reading attention for statistics
 	// (KVConfig.AttentionStats); attnStats are their buffers.
 	kvStats    bool
+	statsOff   bool // SetAttentionStats(false): Runs skip the statistics
 	kvCacheSet map[*vinfo]bool
 	kvCap      int
 	attnStats  []*attnStat
