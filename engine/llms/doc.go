@@ -59,9 +59,19 @@
 //   - Chunks of levels 4 and 2 are quantized from the INT8-dequantized
 //     values; a level change re-quantizes from the device's current values.
 //   - Density is accumulated from the forwards the caller reports: call
-//     Observe after each forward of a call (prefill and every decode step);
-//     otherwise Commit takes only the last forward's statistics. Restore
-//     forwards (recompute) are never counted, to avoid counting rows twice.
+//     Prepare before and Observe after each forward of a call (prefill and
+//     every decode step); otherwise Commit takes only the last forward's
+//     statistics. Restore forwards (recompute) run without statistics and
+//     are never counted, to avoid counting rows twice.
+//   - Decode rows are sampled (Config.StatsEvery; tl serve's default 8):
+//     statistics cost a second attention-sized kernel per layer, which
+//     halved decode speed when gathered at every step. Prefill forwards
+//     always gather them; one decode step in StatsEvery does, its rows
+//     counted StatsEvery times (Density.AddWeighted) so that decode rows
+//     keep their weight against the prefill's in each column's mean. The
+//     spec's density is over every row; this is an estimate of it
+//     (TestSampledStatsRankChunks bounds how far it ranks chunks from
+//     the full one on testdata/longctx).
 //   - The literal weight 1/ratio_w is the default, as the spec says; it
 //     rewards compressing (flat densities go to the corner n8 = n/3, one
 //     dominant chunk keeps everything at 4 bits). WeightRatio is the other.
