@@ -335,6 +335,11 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 			}
 			return stats.run(ex.dev, s, ex.ref(q).buf(), ex.ref(k).buf(), p)
 		}
+		if hook != nil && ex.c.s.layerGate != nil {
+			if err := hook.gate(ex); err != nil {
+				return err
+			}
+		}
 		if hook != nil && ex.c.s.attnHook != nil {
 			return hook.run(ex, p, attend)
 		}

@@ -328,6 +328,12 @@ func (s *Session) kvSlots(what string, layer int, slots []int, p []byte, write b
 	if s.closed {
 		return fmt.Errorf("engine: %s on a closed session", what)
 	}
+	return s.kvSlotsLocked(what, layer, slots, p, write)
+}
+
+// kvSlotsLocked is kvSlots with the session's lock held (by the caller or
+// by the Run a LayerGate is called from).
+func (s *Session) kvSlotsLocked(what string, layer int, slots []int, p []byte, write bool) error {
 	caches := s.kvCaches()
 	if layer < 0 || layer >= len(caches) {
 		return fmt.Errorf("engine: %s: cache buffer %d of %d", what, layer, len(caches))

@@ -190,6 +190,8 @@ type Session struct {
 	attnHook   AttentionHook
 	attnShadow bool
 	attnLayers int
+	// layerGate is SetLayerGate's callback (layergate.go).
+	layerGate LayerGate
 }
 
 // Open loads the ONNX model at path and compiles it.
