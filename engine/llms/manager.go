@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/flash"
 	"github.com/tlite/tlite/engine/kv"
 )
@@ -489,6 +490,13 @@ func (m *Manager) observe() error {
 		return nil
 	}
 	stats, err := m.st.AttentionStats()
+	if errors.Is(err, engine.ErrNoAttentionStats) {
+		// The last forward ran without statistics: a restore's recompute
+		// (its rows were counted when first computed), or a step Prepare
+		// left out of the sample. There is nothing to count.
+		m.observed = true
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -206,8 +206,9 @@ func ranks(v []float64) []float64 {
 // without (the session reports engine.ErrNoAttentionStats after them),
 // and Observe counts each sampled step's rows 4 times: token 0 of the
 // context is attended by the 10 prefill rows and 3 sampled steps standing
-// for 4 rows each. Recompute at the next install runs without statistics,
-// and a mode that ranks nothing never turns them on.
+// for 4 rows each. Recompute at the next install runs without statistics
+// and a Commit right after it counts nothing more; a mode that ranks
+// nothing never turns them on.
 func TestPrepareSamplesDecode(t *testing.T) {
 	st := openDefault(t, 128)
 	m := newManager(t, st, t.TempDir(), Config{StatsEvery: 4})
@@ -283,6 +284,17 @@ func TestPrepareSamplesDecode(t *testing.T) {
 	}
 	if !m.statsOn {
 		t.Error("statistics left off after Install")
+	}
+	// Committing right after the restore counts nothing: the recompute's
+	// rows were counted when first computed.
+	if err := m.Commit("a", toks[:50]); err != nil {
+		t.Fatalf("Commit after an install by recompute: %v", err)
+	}
+	m.mu.Lock()
+	d = m.ctxs["a"].meta.Density
+	m.mu.Unlock()
+	if d.Count[0] != 10+3*4 {
+		t.Errorf("after a restore and a Commit, token 0 is counted %g times; want 22 as before", d.Count[0])
 	}
 
 	st2 := openDefault(t, 64)
