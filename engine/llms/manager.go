@@ -666,7 +666,7 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 	case m.choose != nil:
 		p = m.choose(miss, forced)
 	case m.plans():
-		p = m.lay.planRestore(miss, forced, m.cost)
+		p = m.lay.planRestore(miss, forced, m.cost, m.gates())
 	default:
 		// Baselines restore by I/O alone (LMK has nothing to read).
 		p = loadOnly(miss, forced)
