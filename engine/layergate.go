@@ -32,6 +32,19 @@ func (g *GateCall) WriteKVSlots(buf int, slots []int, src []byte) error {
 	return g.s.kvSlotsLocked("GateCall.WriteKVSlots", buf, slots, src, true)
 }
 
+// WriteLayerSlots writes this layer's keys and values of slots at once:
+// src is len(slots) rows of the lower-numbered of KBuf and VBuf, then
+// len(slots) rows of the other (buffer-major, as WriteAllKVSlots lays
+// buffers out), crossing to the device in one copy and scattered there;
+// it returns when the scatter is done.
+func (g *GateCall) WriteLayerSlots(slots []int, src []byte) error {
+	bufs := []int{g.KBuf, g.VBuf}
+	if g.VBuf < g.KBuf {
+		bufs = []int{g.VBuf, g.KBuf}
+	}
+	return g.s.batchKVSlots("GateCall.WriteLayerSlots", bufs, slots, src, true)
+}
+
 // LayerGate is called at each cache-reading attention of every Run (see
 // GateCall). An error fails the Run.
 type LayerGate func(g *GateCall) error

@@ -14,7 +14,9 @@ import (
 // (on OpenCL, where the kernels run asynchronously, and on the pure-Go
 // device); without the gate the garbage changes them, so the gate's
 // writes are what the attention read. The gate is called once per
-// cache-reading attention, in order, with that layer's K and V buffers.
+// cache-reading attention, in order, with that layer's K and V buffers;
+// odd layers write both in one GateCall.WriteLayerSlots, even layers
+// buffer by buffer.
 func TestLayerGate(t *testing.T) {
 	for _, d := range []string{"opencl", "go"} {
 		t.Run(d, func(t *testing.T) {
@@ -74,6 +76,13 @@ func TestLayerGate(t *testing.T) {
 						return fmt.Errorf("layer %d: buffer %d (of %d) out of range or given twice", g.Layer, b, bufs)
 					}
 					seen[b] = true
+				}
+				if g.Layer%2 == 1 {
+					// Both buffers in one copy, lower-numbered first.
+					lo, hi := min(g.KBuf, g.VBuf), max(g.KBuf, g.VBuf)
+					return g.WriteLayerSlots(pos[:4], append(append([]byte(nil), saved[lo]...), saved[hi]...))
+				}
+				for _, b := range []int{g.KBuf, g.VBuf} {
 					if err := g.WriteKVSlots(b, pos[:4], saved[b]); err != nil {
 						return err
 					}

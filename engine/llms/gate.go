@@ -107,9 +107,10 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 	}
 	done := make([]bool, G)
 	var stall, upload time.Duration
-	// install waits for region g's reads and writes its rows through
-	// write (the gate's, inside the forward, or the state's after it).
-	install := func(g int, write func(buf int, slots []int, src []byte) error) error {
+	// install waits for region g's reads and writes its rows, buffer-major
+	// over the region's buffers, through write (the gate's, inside the
+	// forward, or the state's after it).
+	install := func(g int, write func(bufs, slots []int, src []byte) error) error {
 		if done[g] {
 			return nil
 		}
@@ -133,9 +134,10 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 			}
 		}
 		td := time.Now()
+		var block []byte
+		var bufs []int
 		for b := g * m.lay.bpg; b < (g+1)*m.lay.bpg; b++ {
-			rb := m.lay.rowBytes(b)
-			block := make([]byte, 0, len(slots)*rb)
+			bufs = append(bufs, b)
 			for _, i := range gr.idx {
 				e := got[i]
 				enc := e.groups[g]
@@ -151,11 +153,10 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 					return fmt.Errorf("llms: chunk %d of %s, buffer %d: %w", i, c.meta.ID, b, err)
 				}
 			}
-			tm.Decode += time.Since(td)
-			if err := write(b, slots, block); err != nil {
-				return err
-			}
-			td = time.Now()
+		}
+		tm.Decode += time.Since(td)
+		if err := write(bufs, slots, block); err != nil {
+			return err
 		}
 		upload += time.Since(tu)
 		done[g] = true
@@ -171,7 +172,13 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 			return nil // a later piece of a split forward
 		}
 		lt := LayerTiming{Layer: gc.Layer, Enter: time.Since(t0)}
-		err := install(g, gc.WriteKVSlots)
+		err := install(g, func(bufs, slots []int, src []byte) error {
+			if len(bufs) == 2 && bufs[0] == min(gc.KBuf, gc.VBuf) && bufs[1] == max(gc.KBuf, gc.VBuf) {
+				// One copy to the device and two scatters.
+				return gc.WriteLayerSlots(slots, src)
+			}
+			return eachBuffer(bufs, slots, src, m.lay, gc.WriteKVSlots)
+		})
 		lt.Loaded = gr.sub[g].Add(gr.batch[g].Elapsed()).Sub(t0)
 		lt.Exit = time.Since(t0)
 		trace = append(trace, lt)
@@ -189,7 +196,9 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 	// Regions no attention asked for (none in a transformer whose every
 	// layer attends the cache; kept for safety) are installed now.
 	for g := 0; g < G; g++ {
-		if err := install(g, m.st.WriteSlots); err != nil {
+		if err := install(g, func(bufs, slots []int, src []byte) error {
+			return eachBuffer(bufs, slots, src, m.lay, m.st.WriteSlots)
+		}); err != nil {
 			return err
 		}
 	}
@@ -229,5 +238,19 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 	}
 	tm.Faults += len(bad)
 	m.counts.faults += int64(len(bad))
+	return nil
+}
+
+// eachBuffer writes a buffer-major block (len(slots) rows per buffer of
+// bufs) one buffer at a time through write.
+func eachBuffer(bufs, slots []int, src []byte, lay *layout, write func(buf int, slots []int, src []byte) error) error {
+	off := 0
+	for _, b := range bufs {
+		n := len(slots) * lay.rowBytes(b)
+		if err := write(b, slots, src[off:off+n]); err != nil {
+			return err
+		}
+		off += n
+	}
 	return nil
 }
