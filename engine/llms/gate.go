@@ -106,7 +106,7 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 		got[i] = &encChunk{level: l, n: n, groups: make([][]byte, G)}
 	}
 	done := make([]bool, G)
-	var stall, upload time.Duration
+	var stall, decode time.Duration
 	// install waits for region g's reads and writes its rows, buffer-major
 	// over the region's buffers, through write (the gate's, inside the
 	// forward, or the state's after it).
@@ -155,10 +155,10 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 			}
 		}
 		tm.Decode += time.Since(td)
+		decode += time.Since(tu) // splitting the reads and decoding them
 		if err := write(bufs, slots, block); err != nil {
 			return err
 		}
-		upload += time.Since(tu)
 		done[g] = true
 		return nil
 	}
@@ -202,9 +202,13 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 			return err
 		}
 	}
-	tm.Recompute += time.Since(trc) - stall - upload
+	// The gate's copies to the device wait for the kernels enqueued before
+	// them (the forward's earlier layers), so their time is the forward's:
+	// Recompute is the forward's span less the waits for reads and the
+	// host's decoding of loaded chunks, which Upload counts.
+	tm.Recompute += time.Since(trc) - stall - decode
 	tm.IOWait += stall
-	tm.Upload += upload
+	tm.Upload += decode
 	tm.Recomputed = len(rec)
 
 	var bad []int
