@@ -172,6 +172,9 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 			return nil // a later piece of a split forward
 		}
 		lt := LayerTiming{Layer: gc.Layer, Enter: time.Since(t0)}
+		if m.onGate != nil {
+			m.onGate(gc.Layer)
+		}
 		err := install(g, func(bufs, slots []int, src []byte) error {
 			if len(bufs) == 2 && bufs[0] == min(gc.KBuf, gc.VBuf) && bufs[1] == max(gc.KBuf, gc.VBuf) {
 				// One copy to the device and two scatters.

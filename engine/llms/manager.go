@@ -233,8 +233,10 @@ type Manager struct {
 	// choose, when set (tests), replaces the planner.
 	choose func(miss []missingChunk, forced []int) plan
 	// ioDelay, when set (tests), is called by a gated restore's I/O
-	// goroutine before it submits region g's reads.
+	// goroutine before it submits region g's reads; onGate, when set, at
+	// the layer gate's entry for layer l, before it waits.
 	ioDelay func(g int)
+	onGate  func(l int)
 }
 
 // NewManager opens (or creates) the state directory dir and returns a
