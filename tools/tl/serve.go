@@ -168,7 +168,7 @@ func runServe(args []string) error {
 	statsEvery := fs.Int("stats-every", 8, "gather attention statistics for one decode step in N (prefills always; 1: every step; engine/llms stores that rank chunks)")
 	lossless := fs.Bool("kv-lossless", false, "store chunks uncompressed (the exactness check; engine/llms stores)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: tl serve --model m.onnx [--addr 127.0.0.1:8080 | --socket PATH] --state-dir DIR [--store llms|lmk|swap|vllm_s|vllm_sq|device] [--kv-budget 256MiB|2ctx] [--ctx N] [--app-contexts K] [--sinks 4] [--device d]`)
+		fmt.Fprintln(fs.Output(), `usage: tl serve --model m.onnx [--addr 127.0.0.1:8080 | --socket PATH] --state-dir DIR [--store llms|lmk|swap|vllm_s|vllm_sq|device] [--kv-budget 256MiB|2ctx] [--ctx N] [--app-contexts K] [--sinks 4] [--stats-every 8] [--device d]`)
 		fmt.Fprintln(fs.Output(), "Serves the API of package engine/serve (go doc ./engine/serve Service.Handler) until SIGINT or SIGTERM.")
 		fs.PrintDefaults()
 	}
