@@ -196,12 +196,20 @@ func (m *Manager) restoreGated(c *context, rec []int, gr *gatedReads, levelOf fu
 	if err != nil {
 		return err
 	}
-	// Regions no attention asked for (none in a transformer whose every
-	// layer attends the cache; kept for safety) are installed now.
+	// A region no attention asked for (none in a transformer whose every
+	// layer attends the cache) is installed now, and the recompute, whose
+	// rows may have read that region's stale bytes, is run again.
+	missed := false
 	for g := 0; g < G; g++ {
+		missed = missed || !done[g]
 		if err := install(g, func(bufs, slots []int, src []byte) error {
 			return eachBuffer(bufs, slots, src, m.lay, m.st.WriteSlots)
 		}); err != nil {
+			return err
+		}
+	}
+	if missed {
+		if err := m.recompute(c, rec, 0); err != nil {
 			return err
 		}
 	}
