@@ -77,11 +77,11 @@ func BenchmarkDecodeStores(b *testing.B) {
 		}
 		defer s.Close()
 		svcs[i] = s
-		if ids[i], err = s.NewContext("", system); err != nil {
+		if ids[i], err = s.NewContext("", ""); err != nil {
 			b.Fatal(err)
 		}
 		// The first call prefills the context (not timed).
-		if _, err := s.Call(bg, ids[i], "\n", CallOptions{MaxTokens: 1}); err != nil {
+		if _, err := s.Call(bg, ids[i], system, CallOptions{MaxTokens: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
