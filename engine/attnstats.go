@@ -7,9 +7,13 @@ package engine
 // probabilities over the rows of the run and counts the rows that could
 // attend it. The buffers are allocated at Open (fp32, sized for
 // MaxContext rows and slots per query head) and read back on demand.
+// SetAttentionStats turns them off and on between Runs: a Run without them
+// costs what a session opened without them costs, so a caller can sample
+// the rows it gathers statistics for.
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -21,7 +25,29 @@ type attnStat struct {
 	name            string
 	heads, capacity int
 	lse, sum, count *buffer
-	skv             int // kv_len of the last run; 0 before any
+	skv             int // kv_len of the last run; 0 before any, -1 when it skipped the statistics
+}
+
+// ErrNoAttentionStats is returned (wrapped) by AttentionStats when the last
+// Run computed no statistics because SetAttentionStats had turned them off.
+var ErrNoAttentionStats = errors.New("the last run computed no attention statistics")
+
+// SetAttentionStats turns the attention statistics on or off for the
+// following Runs of a session opened with KVConfig.AttentionStats (they
+// start on). Off, the attentions run as in a session without statistics
+// and AttentionStats reports ErrNoAttentionStats until a Run computes them
+// again.
+func (s *Session) SetAttentionStats(on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("engine: SetAttentionStats on a closed session")
+	}
+	if len(s.attnStats) == 0 {
+		return fmt.Errorf("engine: the session computes no attention statistics (open it with KVConfig.AttentionStats)")
+	}
+	s.statsOff = !on
+	return nil
 }
 
 // AttnStats are one attention layer's statistics of the last Run, over the
@@ -81,6 +107,9 @@ func (s *Session) AttentionStats() ([]AttnStats, error) {
 	}
 	out := make([]AttnStats, len(s.attnStats))
 	for i, st := range s.attnStats {
+		if st.skv < 0 {
+			return nil, fmt.Errorf("engine: attention statistics of %s: %w", st.name, ErrNoAttentionStats)
+		}
 		n := st.heads * st.skv
 		a := AttnStats{Node: st.name, Heads: st.heads, Slots: st.skv, Sum: make([]float32, n), Count: make([]float32, n)}
 		raw := make([]byte, 4*n)

@@ -321,25 +321,28 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 			return ex.err
 		}
 		p.Mask = optBuf(mref)
+		attend := func() error {
+			if stats == nil {
+				return ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p)
+			}
+			if ex.c.s.statsOff {
+				stats.skv = -1
+				return ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p)
+			}
+			p.LSE = stats.lse.m
+			if err := ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p); err != nil {
+				return err
+			}
+			return stats.run(ex.dev, s, ex.ref(q).buf(), ex.ref(k).buf(), p)
+		}
+		if hook != nil && ex.c.s.layerGate != nil {
+			if err := hook.gate(ex); err != nil {
+				return err
+			}
+		}
 		if hook != nil && ex.c.s.attnHook != nil {
-			return hook.run(ex, p, func() error {
-				if stats == nil {
-					return ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p)
-				}
-				p.LSE = stats.lse.m
-				if err := ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p); err != nil {
-					return err
-				}
-				return stats.run(ex.dev, s, ex.ref(q).buf(), ex.ref(k).buf(), p)
-			})
+			return hook.run(ex, p, attend)
 		}
-		if stats == nil {
-			return ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p)
-		}
-		p.LSE = stats.lse.m
-		if err := ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p); err != nil {
-			return err
-		}
-		return stats.run(ex.dev, s, ex.ref(q).buf(), ex.ref(k).buf(), p)
+		return attend()
 	}}, nil
 }

@@ -261,16 +261,30 @@ func (s *Session) allKVSlots(what string, slots []int, p []byte, write bool) err
 	if s.closed {
 		return fmt.Errorf("engine: %s on a closed session", what)
 	}
+	return s.batchKVSlots(what, nil, slots, p, write)
+}
+
+// batchKVSlots is allKVSlots over the cache buffers bufs (indices into
+// KVInfo().Layers, ascending; nil: all), with the session's lock held.
+func (s *Session) batchKVSlots(what string, bufs []int, slots []int, p []byte, write bool) error {
 	info, ok := s.KVInfo()
 	if !ok {
 		return fmt.Errorf("engine: %s: the session has no in-place KV cache", what)
 	}
+	if bufs == nil {
+		for i := range info.Layers {
+			bufs = append(bufs, i)
+		}
+	}
 	total := 0
-	for _, l := range info.Layers {
-		total += l.RowBytes
+	for k, b := range bufs {
+		if b < 0 || b >= len(info.Layers) || (k > 0 && b <= bufs[k-1]) {
+			return fmt.Errorf("engine: %s: cache buffers %v: want ascending indices below %d", what, bufs, len(info.Layers))
+		}
+		total += info.Layers[b].RowBytes
 	}
 	if len(p) != len(slots)*total {
-		return fmt.Errorf("engine: %s: %d bytes for %d slots of %d bytes across %d buffers", what, len(p), len(slots), total, len(info.Layers))
+		return fmt.Errorf("engine: %s: %d bytes for %d slots of %d bytes across %d buffers", what, len(p), len(slots), total, len(bufs))
 	}
 	if err := checkSlots(what, slots, info.MaxContext, write); err != nil {
 		return err
@@ -302,7 +316,8 @@ func (s *Session) allKVSlots(what string, slots []int, p []byte, write bool) err
 	}
 	caches := s.kvCaches()
 	off, n := 0, len(slots)
-	for i, l := range info.Layers {
+	for _, i := range bufs {
+		l := info.Layers[i]
 		esz := l.RowBytes / (l.KVHeads * l.HeadDim)
 		cache := s.x.refs[caches[i].id].buf()
 		part := kernels.Buf{Mem: stage.m.Mem, Host: stage.m.Host, Off: off / esz}
@@ -352,6 +367,12 @@ func (s *Session) kvSlots(what string, layer int, slots []int, p []byte, write b
 	if s.closed {
 		return fmt.Errorf("engine: %s on a closed session", what)
 	}
+	return s.kvSlotsLocked(what, layer, slots, p, write)
+}
+
+// kvSlotsLocked is kvSlots with the session's lock held (by the caller or
+// by the Run a LayerGate is called from).
+func (s *Session) kvSlotsLocked(what string, layer int, slots []int, p []byte, write bool) error {
 	caches := s.kvCaches()
 	if layer < 0 || layer >= len(caches) {
 		return fmt.Errorf("engine: %s: cache buffer %d of %d", what, layer, len(caches))

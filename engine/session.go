@@ -181,6 +181,7 @@ type Session struct {
 	// kvStats asks cache-reading attention for statistics
 	// (KVConfig.AttentionStats); attnStats are their buffers.
 	kvStats    bool
+	statsOff   bool // SetAttentionStats(false): Runs skip the statistics
 	kvCacheSet map[*vinfo]bool
 	kvCap      int
 	attnStats  []*attnStat
@@ -193,6 +194,8 @@ type Session struct {
 	// side branches' scratch (lora.go).
 	loraBufs []*buffer
 	loraTmp  *buffer
+	// layerGate is SetLayerGate's callback (layergate.go).
+	layerGate LayerGate
 }
 
 // Open loads the ONNX model at path and compiles it.

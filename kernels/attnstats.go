@@ -53,6 +53,10 @@ func (l *Lib) AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionPa
 	return nil
 }
 
+// statsOneItem launches the statistics kernel with one work-item per
+// work-group on CPU devices (the old launch; benchmarks set it).
+var statsOneItem = false
+
 func (l *Lib) attentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error {
 	p, err := p.norm()
 	if err != nil {
@@ -87,11 +91,22 @@ func (l *Lib) attentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionPa
 	}
 	i32 := func(v int) int32 { return int32(v) }
 	ms := p.MaskStrides
-	// One work-item per work-group on CPUs, as for attention: a decode
-	// step's few keys still spread over every core.
+	// The work-items are independent (no barriers). On CPUs a work-group
+	// holds up to 64 consecutive keys (the largest power of two dividing
+	// SeqKV): with one item per group, as attention uses there, PoCL's
+	// per-group overhead made a decode step's statistics cost about as
+	// much as the rest of the step (BenchmarkAttentionStatsLocal compares
+	// the two; statsOneItem restores the old launch).
 	var local []int
 	if l.info().Type != "GPU" {
 		local = []int{1, 1, 1}
+		if !statsOneItem {
+			w := 64
+			for p.SeqKV%w != 0 {
+				w /= 2
+			}
+			local = []int{w, 1, 1}
+		}
 	}
 	return l.dev.Launch(kern, []int{p.SeqKV, p.Heads, p.Batch}, local,
 		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),

@@ -374,6 +374,18 @@ func (st *State) AttentionStats() ([]engine.AttnStats, error) {
 	return a, nil
 }
 
+// SetAttentionStats turns the attention statistics on or off for the
+// following Forwards (engine.Session.SetAttentionStats): a Forward without
+// them costs what one of a state opened without them costs, and
+// AttentionStats after it reports engine.ErrNoAttentionStats. It fails for
+// a state opened without Config.AttentionStats.
+func (st *State) SetAttentionStats(on bool) error {
+	if err := st.s.SetAttentionStats(on); err != nil {
+		return fmt.Errorf("kv: %w", err)
+	}
+	return nil
+}
+
 func grow(b []int64, n int) []int64 {
 	if cap(b) < n {
 		return make([]int64, n)

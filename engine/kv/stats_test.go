@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"errors"
 	"math"
 	"math/rand"
 	"testing"
@@ -102,5 +103,75 @@ func TestAttentionStats(t *testing.T) {
 	st := openState(t, "llama", Config{MaxContext: 16})
 	if _, err := st.AttentionStats(); err == nil {
 		t.Error("a session without attention statistics returned some")
+	}
+}
+
+// TestAttentionStatsToggle: SetAttentionStats(false) makes the following
+// forwards skip the statistics (AttentionStats reports
+// engine.ErrNoAttentionStats, and the logits are those of a state opened
+// without statistics); turned on again, the next forward's statistics
+// count exactly its own rows. A state opened without statistics refuses
+// the toggle.
+func TestAttentionStatsToggle(t *testing.T) {
+	path := "../../testdata/default/model.onnx"
+	var sts [2]*State
+	for i, on := range []bool{true, false} {
+		st, err := Open(path, engine.Options{Device: "go"}, Config{MaxContext: 48, AttentionStats: on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Session().Close()
+		sts[i] = st
+	}
+	if err := sts[1].SetAttentionStats(true); err == nil {
+		t.Fatal("a state opened without statistics accepted SetAttentionStats")
+	}
+	toks := []int{5, 9, 2, 7, 11, 3, 8, 1}
+	pos := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	steps := []struct {
+		on        bool
+		toks, pos []int
+	}{{true, toks, pos}, {false, []int{4}, []int{8}}, {false, []int{6}, []int{9}}, {true, []int{12}, []int{10}}}
+	for k, s := range steps {
+		if err := sts[0].SetAttentionStats(s.on); err != nil {
+			t.Fatal(err)
+		}
+		var logits [2][]float32
+		for i, st := range sts {
+			l, err := st.Forward(s.toks, s.pos, s.pos)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logits[i] = l
+		}
+		for j := range logits[0] {
+			if d := math.Abs(float64(logits[0][j] - logits[1][j])); d > 1e-5 {
+				t.Fatalf("step %d (statistics %v): logit %d differs by %g from a state without statistics", k, s.on, j, d)
+			}
+		}
+		stats, err := sts[0].AttentionStats()
+		if !s.on {
+			if !errors.Is(err, engine.ErrNoAttentionStats) {
+				t.Fatalf("step %d, statistics off: AttentionStats gave %v; want ErrNoAttentionStats", k, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("step %d: %v", k, err)
+		}
+		last := s.pos[len(s.pos)-1]
+		for _, a := range stats {
+			for j := 0; j <= last; j++ {
+				want := 0
+				for _, p := range s.pos {
+					if j <= p {
+						want++
+					}
+				}
+				if got := a.Count[j]; got != float32(want) {
+					t.Fatalf("step %d %s slot %d: count %g; want %d (this forward's rows only)", k, a.Node, j, got, want)
+				}
+			}
+		}
 	}
 }

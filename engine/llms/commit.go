@@ -80,7 +80,10 @@ func (m *Manager) Commit(id string, tokens []int) error {
 			return fmt.Errorf("llms: Commit %s: %w", id, err)
 		}
 	}
-	m.observed = false
+	m.observed, m.step = false, 0
+	if err := m.setStats(m.ranks()); err != nil {
+		return err
+	}
 	c.meta.Tokens = append([]int(nil), tokens...)
 	c.meta.Positions = seq(n)
 	c.meta.Density.Grow(n)
@@ -348,6 +351,12 @@ func (m *Manager) IOBytes() (read, written int64) {
 func (m *Manager) profile() (CostModel, error) {
 	var cm CostModel
 	defer m.st.Reset()
+	// Recompute runs without statistics (Manager.recompute), and so does
+	// its profile.
+	if err := m.setStats(false); err != nil {
+		return cm, err
+	}
+	defer m.setStats(m.ranks())
 	var xs, ys []float64
 	for _, x := range []int{1, 2, 4, 8} {
 		n := x * m.lay.C

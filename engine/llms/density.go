@@ -42,6 +42,17 @@ func (d *Density) Truncate(n int) {
 // Add accumulates one forward's statistics, where slot j holds token
 // slotToken(j) (-1: not this context's).
 func (d *Density) Add(stats []engine.AttnStats, slotToken func(int) int) error {
+	return d.AddWeighted(stats, slotToken, 1)
+}
+
+// AddWeighted is Add with the forward's rows counted w times, sums and
+// counts alike: a decode step sampled one in w (Config.StatsEvery) stands
+// for the w steps of its stride, so that decode rows keep their weight
+// against the prefill's in each column's mean.
+func (d *Density) AddWeighted(stats []engine.AttnStats, slotToken func(int) int, w float64) error {
+	if !(w > 0) || math.IsInf(w, 0) {
+		return fmt.Errorf("llms: density rows weighted %g", w)
+	}
 	if len(stats) == 0 {
 		return fmt.Errorf("llms: density from no attention statistics")
 	}
@@ -67,11 +78,11 @@ func (d *Density) Add(stats []engine.AttnStats, slotToken func(int) int) error {
 			}
 			d.Grow(t + 1)
 			for h := 0; h < a.Heads; h++ {
-				d.Sum[t] += float64(a.Sum[h*a.Slots+j])
+				d.Sum[t] += w * float64(a.Sum[h*a.Slots+j])
 			}
 			if first {
 				// The count is per row, shared by heads and layers.
-				d.Count[t] += float64(a.Count[j])
+				d.Count[t] += w * float64(a.Count[j])
 			}
 		}
 		first = false

@@ -43,13 +43,21 @@
 //
 // Deviations from the spec, named:
 //
-//   - No per-layer hook (H2) yet: the pipeline is the spec's "cheaper
-//     variant". An I/O goroutine pool reads every missing chunk's regions;
-//     the recompute forward starts once the chunks positioned before the
-//     last recomputed chunk are installed, and the reads of later chunks
-//     overlap it. The planner costs exactly that (IO(pre) + max(T_re,
-//     IO(post))) and also reports the paper's max(T_re, T_IO). Within a
-//     level, earlier chunks are recomputed first so more I/O can overlap.
+//   - The pipeline's execution (gate.go): when a restore both loads and
+//     recomputes, reads are submitted region by region (one model layer
+//     of the layer-major file each) and the recompute forward starts at
+//     once; at each layer's attention a layer gate
+//     (engine.Session.SetLayerGate, a narrower H2 that reads nothing back
+//     from the device) waits for that layer's reads only and writes that
+//     layer's loaded rows. Chunk checksums span every layer, so they are
+//     verified after the forward; a bad chunk is recomputed afterwards
+//     with the recomputed chunks after it. Config.Ungated keeps the
+//     spec's "cheaper variant" as the control: the chunks positioned
+//     before the last recomputed one are installed first and only later
+//     reads overlap the forward. The planner costs the cheaper variant
+//     (IO(pre) + max(T_re, IO(post))) and also reports the paper's
+//     max(T_re, T_IO), which is what the gate aims at. Within a level,
+//     earlier chunks are recomputed first so more I/O can overlap.
 //   - T_IO has a per-read term (our addition; storage here is IOPS-bound).
 //   - A run read covers whole slots up to its last chunk: compressed chunks
 //     inside a run are read with their slot's padding (one operation
@@ -59,9 +67,19 @@
 //   - Chunks of levels 4 and 2 are quantized from the INT8-dequantized
 //     values; a level change re-quantizes from the device's current values.
 //   - Density is accumulated from the forwards the caller reports: call
-//     Observe after each forward of a call (prefill and every decode step);
-//     otherwise Commit takes only the last forward's statistics. Restore
-//     forwards (recompute) are never counted, to avoid counting rows twice.
+//     Prepare before and Observe after each forward of a call (prefill and
+//     every decode step); otherwise Commit takes only the last forward's
+//     statistics. Restore forwards (recompute) run without statistics and
+//     are never counted, to avoid counting rows twice.
+//   - Decode rows are sampled (Config.StatsEvery; tl serve's default 8):
+//     statistics cost a second attention-sized kernel per layer, which
+//     halved decode speed when gathered at every step. Prefill forwards
+//     always gather them; one decode step in StatsEvery does, its rows
+//     counted StatsEvery times (Density.AddWeighted) so that decode rows
+//     keep their weight against the prefill's in each column's mean. The
+//     spec's density is over every row; this is an estimate of it
+//     (TestSampledStatsRankChunks bounds how far it ranks chunks from
+//     the full one on testdata/longctx).
 //   - The literal weight 1/ratio_w is the default, as the spec says; it
 //     rewards compressing (flat densities go to the corner n8 = n/3, one
 //     dominant chunk keeps everything at 4 bits). WeightRatio is the other.

@@ -125,6 +125,13 @@ type ExperimentConfig struct {
 	// Cost, when set, skips profiling (else each manager profiles once;
 	// the first profile is reused by the others).
 	Cost *CostModel
+	// ChunkTokens are the chunk sizes to run every mode at (default 16
+	// only): the paper's chunk-size curve (Fig. 14). At a size other than
+	// 16 a system is reported as "mode@C" (e.g. "llms@32"), and the
+	// recompute cost is profiled per size (a chunk of C tokens costs what
+	// C tokens cost), unless Cost is given. The budget stays in units of
+	// 16-token INT8 contexts, so every size gets the same bytes.
+	ChunkTokens []int
 }
 
 // RunExperiment replays one trace per context count against every mode,
@@ -142,35 +149,60 @@ func RunExperiment(st *kv.State, corpus []int, dir string, ec ExperimentConfig) 
 	budget := int64(ec.BudgetContexts * float64(unit))
 	rep := &trace.Report{}
 	costs := map[string]CostModel{}
+	sizes := ec.ChunkTokens
+	if len(sizes) == 0 {
+		sizes = []int{16}
+	}
+	for _, c := range sizes {
+		if c < 1 || c > st.MaxContext() {
+			return nil, nil, fmt.Errorf("llms: chunks of %d tokens in a cache of %d", c, st.MaxContext())
+		}
+	}
+	for _, c := range sizes {
+		if err := runSize(st, corpus, dir, ec, c, budget, rep, costs); err != nil {
+			return nil, nil, err
+		}
+	}
+	return rep, costs, nil
+}
+
+// runSize is RunExperiment at chunks of C tokens.
+func runSize(st *kv.State, corpus []int, dir string, ec ExperimentConfig, C int, budget int64, rep *trace.Report, costs map[string]CostModel) error {
 	cost := ec.Cost
+	label := func(m Mode) string {
+		if C == 16 {
+			return string(m)
+		}
+		return fmt.Sprintf("%s@%d", m, C)
+	}
 	for _, n := range ec.Contexts {
 		arr, err := trace.Generate(trace.Config{Contexts: n, Calls: ec.Calls, MeanGap: 5 * time.Minute, Pattern: ec.Pattern,
 			Deltas: trace.ScaleDeltas(trace.PaperDeltas, st.MaxContext()), Seed: ec.Seed})
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		for _, mode := range ec.Modes {
-			d := filepath.Join(dir, fmt.Sprintf("%s-%d", mode, n))
+			d := filepath.Join(dir, fmt.Sprintf("%s-%d", label(mode), n))
 			os.RemoveAll(d)
 			st.Reset()
-			m, err := NewManager(st, d, Config{Mode: mode, BudgetBytes: budget, Cost: cost})
+			m, err := NewManager(st, d, Config{Mode: mode, BudgetBytes: budget, Cost: cost, ChunkTokens: C})
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
 			if cost == nil {
 				c := m.Cost()
 				cost = &c
 			}
-			costs[string(mode)] = m.Cost()
-			sys := &TraceSystem{M: m, St: st, Corpus: corpus}
+			costs[label(mode)] = m.Cost()
+			sys := &TraceSystem{M: m, St: st, Corpus: corpus, Label: label(mode)}
 			res, err := trace.Run(sys, n, arr, nil)
 			m.Close()
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
 			rep.Add(res)
 			os.RemoveAll(d)
 		}
 	}
-	return rep, costs, nil
+	return nil
 }

@@ -105,3 +105,32 @@ func longctxCorpus(b testing.TB) []int {
 	}
 	return ids
 }
+
+// TestExperimentChunkSizes: ExperimentConfig.ChunkTokens runs LLMS at
+// each chunk size under its own label with its own cost model, every call
+// completes, and a size larger than the cache is refused.
+func TestExperimentChunkSizes(t *testing.T) {
+	st := openDefault(t, 128)
+	corpus := heldoutTokens(t, 400)
+	rep, costs, err := RunExperiment(st, corpus, t.TempDir(), ExperimentConfig{
+		Modes: []Mode{ModeLLMS}, Contexts: []int{2}, Calls: 3,
+		Pattern: trace.Random, BudgetContexts: 0.5, Seed: 1, Cost: fixedCost, ChunkTokens: []int{8, 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sys := range []string{"llms@8", "llms"} {
+		if s, ok := rep.Systems[sys][2]; !ok || s.Calls != 3 {
+			t.Errorf("%s: %+v (systems %v)", sys, s, rep.Systems)
+		}
+		if _, ok := costs[sys]; !ok {
+			t.Errorf("no cost model reported for %s", sys)
+		}
+	}
+	if len(rep.Systems) != 2 {
+		t.Errorf("systems %v; want llms@8 and llms", rep.Systems)
+	}
+	if _, _, err := RunExperiment(st, corpus, t.TempDir(), ExperimentConfig{Modes: []Mode{ModeLLMS}, Contexts: []int{2}, Calls: 1,
+		Pattern: trace.Random, BudgetContexts: 0.5, Cost: fixedCost, ChunkTokens: []int{129}}); err == nil {
+		t.Error("chunks larger than the cache accepted")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/flash"
 	"github.com/tlite/tlite/engine/kv"
 )
@@ -84,6 +85,19 @@ type Config struct {
 	// MaxStep caps the tokens of one forward (the session plan's seq
 	// maximum); 0: no cap.
 	MaxStep int
+	// StatsEvery samples the decode rows density is gathered from: a
+	// call's forwards announced by Prepare gather attention statistics
+	// when they run more than one token (prefill: always) and for one
+	// single-token forward (decode step) in StatsEvery, the first
+	// included. 0 or 1: every forward. Density stays the mean of a column
+	// over the rows observed, now a systematic sample of the decode rows
+	// (a deviation from the spec's "every row", named in doc.go).
+	StatsEvery int
+	// Ungated restores with the spec's "cheaper variant" instead of the
+	// per-layer I/O gate: the chunks positioned before the last recomputed
+	// one are installed before the recompute forward, and only later
+	// reads overlap it. The A/B control of the gate (gate.go).
+	Ungated bool
 	// Cost is the planner's model; nil profiles the machine at NewManager.
 	Cost *CostModel
 	// Flash opens the swap files (Buffered opts out of O_DIRECT, labelled).
@@ -127,6 +141,9 @@ type SwitchTimings struct {
 	Reads      int   `json:"reads"`
 	// Noop: the context was already installed.
 	Noop bool `json:"noop"`
+	// Layers is the per-layer timeline of a gated restore (gate.go);
+	// empty when the restore did not both load and recompute.
+	Layers []LayerTiming `json:"layers,omitempty"`
 }
 
 // ManagerStats is a snapshot for reports and the service's /v1/stats.
@@ -197,6 +214,14 @@ type Manager struct {
 	active  string
 	// observed: Observe accumulated this call's forwards already.
 	observed bool
+	// hasStats: the session computes attention statistics; statsOn is
+	// the switch as the manager last set it (SetAttentionStats), step
+	// counts the call's single-token forwards announced by Prepare, and
+	// rowWeight is what the next observed forward's rows count for (a
+	// sampled decode step stands for StatsEvery steps).
+	hasStats, statsOn bool
+	step              int
+	rowWeight         float64
 
 	reader *flash.Pool
 	stats  *flash.Stats
@@ -207,6 +232,11 @@ type Manager struct {
 	counts struct{ recomputed, faults, evicted int64 }
 	// choose, when set (tests), replaces the planner.
 	choose func(miss []missingChunk, forced []int) plan
+	// ioDelay, when set (tests), is called by a gated restore's I/O
+	// goroutine before it submits region g's reads; onGate, when set, at
+	// the layer gate's entry for layer l, before it waits.
+	ioDelay func(g int)
+	onGate  func(l int)
 }
 
 // NewManager opens (or creates) the state directory dir and returns a
@@ -244,10 +274,15 @@ func NewManager(st *kv.State, dir string, cfg Config) (*Manager, error) {
 	if cfg.BudgetBytes < 0 || cfg.RatioGlobal <= 0 || cfg.RatioGlobal > 1 {
 		return nil, fmt.Errorf("llms: budget %d, global ratio %g", cfg.BudgetBytes, cfg.RatioGlobal)
 	}
+	if cfg.StatsEvery < 0 {
+		return nil, fmt.Errorf("llms: statistics every %d decode steps", cfg.StatsEvery)
+	}
+	// Probing the switch also turns the statistics on.
+	statsErr := st.SetAttentionStats(true)
 	if (cfg.Mode == ModeLLMS || cfg.Mode == ModeNoLifecycle || cfg.Mode == ModeNoPipeline) && !cfg.Lossless {
 		// Density needs the engine's attention statistics (hook H3).
-		if _, err := st.AttentionStats(); err != nil {
-			return nil, fmt.Errorf("llms: mode llms ranks chunks by attention: open the session with kv.Config.AttentionStats (%w)", err)
+		if statsErr != nil {
+			return nil, fmt.Errorf("llms: mode llms ranks chunks by attention: open the session with kv.Config.AttentionStats (%w)", statsErr)
 		}
 	}
 	lay, err := newLayout(st.Info(), cfg.ChunkTokens, topLevel(cfg))
@@ -260,6 +295,11 @@ func NewManager(st *kv.State, dir string, cfg Config) (*Manager, error) {
 	m := &Manager{st: st, dir: dir, cfg: cfg, lay: lay, ctxs: map[string]*context{}, corrupt: map[string]string{},
 		queue: NewLCTRU(!(cfg.Mode == ModeLLMS || cfg.Mode == ModeNoTolerance || cfg.Mode == ModeNoPipeline)), stats: flash.NewStats()}
 	m.cfg.Flash.Stats = m.stats
+	m.hasStats, m.statsOn = statsErr == nil, statsErr == nil
+	// Modes that do not rank chunks never pay for statistics.
+	if err := m.setStats(m.ranks()); err != nil {
+		return nil, err
+	}
 	metas, bad, err := loadMetas(dir)
 	if err != nil {
 		return nil, err
@@ -445,25 +485,85 @@ func (m *Manager) observe() error {
 	if c == nil {
 		return fmt.Errorf("llms: Observe with no context installed")
 	}
+	if !m.statsOn {
+		// Prepare left this forward out of the sample (or the mode ranks
+		// nothing): it is observed by design.
+		m.observed = true
+		return nil
+	}
 	stats, err := m.st.AttentionStats()
+	if errors.Is(err, engine.ErrNoAttentionStats) {
+		// The last forward ran without statistics: a restore's recompute
+		// (its rows were counted when first computed), or a step Prepare
+		// left out of the sample. There is nothing to count.
+		m.observed = true
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	m.observed = true
-	return c.meta.Density.Add(stats, func(j int) int {
+	w := m.rowWeight
+	m.rowWeight = 1
+	return c.meta.Density.AddWeighted(stats, func(j int) int {
 		if p, ok := m.st.Position(j); ok && p == j {
 			return j
 		}
 		return -1
-	})
+	}, max(w, 1))
+}
+
+// Prepare announces the next forward of a call, of rows tokens, and
+// switches the attention statistics on or off for it by
+// Config.StatsEvery: on for a forward of several tokens (a prefill), on
+// for one decode step in StatsEvery. Modes that do not rank chunks keep
+// them off. Call it before each forward and Observe after.
+func (m *Manager) Prepare(rows int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.prepare(rows)
+}
+
+func (m *Manager) prepare(rows int) error {
+	if rows < 1 {
+		return fmt.Errorf("llms: Prepare of a forward of %d tokens", rows)
+	}
+	if !m.ranks() {
+		return nil
+	}
+	on, every := true, max(m.cfg.StatsEvery, 1)
+	m.rowWeight = 1
+	if rows == 1 {
+		on = m.step%every == 0
+		m.step++
+		m.rowWeight = float64(every)
+	}
+	return m.setStats(on)
+}
+
+// setStats sets the session's statistics switch (a no-op for a session
+// without statistics).
+func (m *Manager) setStats(on bool) error {
+	if !m.hasStats || m.statsOn == on {
+		return nil
+	}
+	if err := m.st.SetAttentionStats(on); err != nil {
+		return fmt.Errorf("llms: %w", err)
+	}
+	m.statsOn = on
+	return nil
 }
 
 // Forward runs st.Forward and accumulates the forward's attention
-// statistics into the installed context's density (Observe): the way to
-// drive a call's prefill and decode steps so that density sees every row.
+// statistics into the installed context's density (Prepare, then
+// Observe): the way to drive a call's prefill and decode steps so that
+// density sees every row Config.StatsEvery samples.
 func (m *Manager) Forward(tokens, positions, slots []int) ([]float32, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.prepare(max(len(tokens), 1)); err != nil {
+		return nil, err
+	}
 	logits, err := m.st.Forward(tokens, positions, slots)
 	if err != nil {
 		return nil, err
@@ -528,7 +628,7 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 			return tm, err
 		}
 		tm.Noop = len(tokens) == stored
-		m.observed = false
+		m.observed, m.step = false, 0
 		m.queue.Lock(id)
 		if len(tokens) > stored {
 			trc := time.Now()
@@ -545,7 +645,7 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 	}
 	m.active = ""
 	m.queue.Lock(id)
-	m.observed = false
+	m.observed, m.step = false, 0
 	m.st.Reset()
 
 	// Resident chunks are decoded and uploaded; missing ones are planned.
@@ -568,7 +668,7 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 	case m.choose != nil:
 		p = m.choose(miss, forced)
 	case m.plans():
-		p = m.lay.planRestore(miss, forced, m.cost)
+		p = m.lay.planRestore(miss, forced, m.cost, m.gates())
 	default:
 		// Baselines restore by I/O alone (LMK has nothing to read).
 		p = loadOnly(miss, forced)
@@ -610,7 +710,14 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 		rs.batch = m.reader.Submit(rs.reqs)
 		return rs
 	}
-	pre, post := submit(p.pre), submit(p.post)
+	gated := m.gates() && len(p.recompute) > 0 && len(p.load) > 0
+	var pre, post *readSet
+	var gr *gatedReads
+	if gated {
+		gr = m.submitGated(f, p.load, levelOf, &tm)
+	} else {
+		pre, post = submit(p.pre), submit(p.post)
+	}
 	var ioEnd time.Time
 
 	// Reclaim room for the chunks being loaded into the pool.
@@ -688,31 +795,38 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 		tm.Upload += time.Since(tu)
 		return nil
 	}
-	if err := collect(pre); err != nil {
-		return tm, err
-	}
-	// Recompute: after everything before the last recomputed chunk is in.
-	// Chunks of the pre set that failed their CRC join this forward, so
-	// that later recomputed chunks attend them.
-	rec := p.recompute
-	if len(faults) > 0 {
-		rec = append(append([]int(nil), rec...), faults...)
-		sort.Ints(rec)
-		for _, i := range faults {
-			c.meta.Chunks[i].Dirty = true
+	if gated {
+		if err := m.restoreGated(c, p.recompute, gr, levelOf, t0, &ioEnd, &tm); err != nil {
+			return tm, err
 		}
-		tm.Faults += len(faults)
-		m.counts.faults += int64(len(faults))
-		faults = nil
-	}
-	trc := time.Now()
-	if err := m.recompute(c, rec, 0); err != nil {
-		return tm, err
-	}
-	tm.Recompute = time.Since(trc)
-	tm.Recomputed = len(p.recompute)
-	if err := collect(post); err != nil {
-		return tm, err
+	} else {
+		// The spec's "cheaper variant" (Config.Ungated).
+		if err := collect(pre); err != nil {
+			return tm, err
+		}
+		// Recompute: after everything before the last recomputed chunk is in.
+		// Chunks of the pre set that failed their CRC join this forward, so
+		// that later recomputed chunks attend them.
+		rec := p.recompute
+		if len(faults) > 0 {
+			rec = append(append([]int(nil), rec...), faults...)
+			sort.Ints(rec)
+			for _, i := range faults {
+				c.meta.Chunks[i].Dirty = true
+			}
+			tm.Faults += len(faults)
+			m.counts.faults += int64(len(faults))
+			faults = nil
+		}
+		trc := time.Now()
+		if err := m.recompute(c, rec, 0); err != nil {
+			return tm, err
+		}
+		tm.Recompute = time.Since(trc)
+		tm.Recomputed = len(p.recompute)
+		if err := collect(post); err != nil {
+			return tm, err
+		}
 	}
 	if ioEnd.IsZero() {
 		ioEnd = ioStart
@@ -851,7 +965,16 @@ func (m *Manager) recompute(c *context, idx []int, _ int) error {
 			pos = append(pos, p)
 		}
 	}
-	if err := m.forward(toks, pos); err != nil {
+	// The recomputed rows were observed when first computed: they run
+	// without statistics (cheaper, and density does not count them twice).
+	if err := m.setStats(false); err != nil {
+		return err
+	}
+	err := m.forward(toks, pos)
+	if e := m.setStats(m.ranks()); err == nil {
+		err = e
+	}
+	if err != nil {
 		return fmt.Errorf("llms: recomputing %d chunks of %s: %w", len(idx), c.meta.ID, err)
 	}
 	return nil

@@ -68,7 +68,7 @@ func clobber(t *testing.T, st *kv.State) {
 }
 
 // evictAll drops every pool chunk of id (clean, so flash keeps them).
-func evictAll(t *testing.T, m *Manager, id string) {
+func evictAll(t testing.TB, m *Manager, id string) {
 	t.Helper()
 	if err := m.waitBG(); err != nil {
 		t.Fatal(err)

@@ -110,8 +110,11 @@ type plan struct {
 // taken heaviest level first (recompute saves the most I/O per chunk
 // there), earliest position first within a level (so that later loaded
 // chunks can overlap the forward), and every prefix length X is costed.
-// Chunks with no flash copy are always recomputed.
-func (lay *layout) planRestore(miss []missingChunk, forced []int, cost CostModel) plan {
+// Chunks with no flash copy are always recomputed. gated: the restore
+// runs through the per-layer gate (gate.go), whose reads all overlap the
+// forward, so a plan is costed by the paper's max(T_re, T_IO) instead of
+// the cheaper variant's IO(pre) + max(T_re, IO(post)).
+func (lay *layout) planRestore(miss []missingChunk, forced []int, cost CostModel, gated bool) plan {
 	cand := append([]missingChunk(nil), miss...)
 	sort.SliceStable(cand, func(a, b int) bool {
 		if cand[a].level != cand[b].level {
@@ -169,6 +172,9 @@ func (lay *layout) planRestore(miss []missingChunk, forced []int, cost CostModel
 		sort.Ints(all)
 		bAll, rAll := ioOf(all)
 		p.PaperMax = max(tre, cost.IO(bAll, rAll))
+		if gated && len(rec) > 0 && len(all) > 0 {
+			p.Predicted = p.PaperMax
+		}
 		if p.Predicted < best.Predicted {
 			for i := range rec {
 				p.recompute = append(p.recompute, i)

@@ -37,7 +37,7 @@ func TestPlanner(t *testing.T) {
 		// run, two reads (two layers), so loading them all wins.
 		{"middle", CostModel{ReA: 1e-3, ReB: 0, IOC: 0, IOE: 1e-3}, nil},
 	} {
-		p := lay.planRestore(miss, nil, tc.cost)
+		p := lay.planRestore(miss, nil, tc.cost, false)
 		if tc.want != nil && !equalInts(p.recompute, tc.want) {
 			t.Errorf("%s: recompute %v, want %v", tc.name, p.recompute, tc.want)
 		}
@@ -75,7 +75,7 @@ func TestPlanner(t *testing.T) {
 		t.Logf("%s: recompute %v load %v predicted %v (paper's max %v)", tc.name, p.recompute, p.load, p.Predicted, p.PaperMax)
 	}
 	// Forced chunks (no flash copy) are always recomputed.
-	p := lay.planRestore(miss[1:], []int{0}, CostModel{ReA: 1, ReB: 1, IOE: 1e-4})
+	p := lay.planRestore(miss[1:], []int{0}, CostModel{ReA: 1, ReB: 1, IOE: 1e-4}, false)
 	if len(p.recompute) != 1 || p.recompute[0] != 0 {
 		t.Errorf("forced chunk: recompute %v", p.recompute)
 	}
@@ -123,4 +123,27 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// TestPlannerGated: costed for the per-layer gate, a plan that both loads
+// and recomputes is predicted at the paper's max(T_re, T_IO), never above
+// the cheaper variant's prediction; when recomputing a chunk costs half
+// of reading an 8-bit one, the gated plan recomputes some chunks and loads
+// the others.
+func TestPlannerGated(t *testing.T) {
+	lay := testLayout(t)
+	miss := []missingChunk{{0, Level2, 16}, {1, Level8, 16}, {2, Level4, 16}, {3, Level8, 16}, {4, Level2, 16}, {5, Level8, 16}}
+	// Reading an 8-bit chunk costs 1 ms, recomputing a chunk 0.5 ms.
+	cost := CostModel{ReA: 0.5e-3, IOC: 1e-3 / float64(lay.chunkSize(Level8, 16))}
+	g := lay.planRestore(miss, nil, cost, true)
+	u := lay.planRestore(miss, nil, cost, false)
+	if len(g.recompute) == 0 || len(g.load) == 0 {
+		t.Fatalf("gated plan recomputes %v and loads %v; want both", g.recompute, g.load)
+	}
+	if g.Predicted != g.PaperMax {
+		t.Errorf("gated plan predicted %v; want the paper's max %v", g.Predicted, g.PaperMax)
+	}
+	if g.Predicted > u.Predicted {
+		t.Errorf("gated prediction %v above the ungated %v", g.Predicted, u.Predicted)
+	}
 }

@@ -8,8 +8,8 @@ import (
 // service's ContextStore: chunked, compressed, swapped contexts restored
 // by the swap–recompute pipeline, and the paper's baselines (the
 // Manager's modes). It observes every forward of a call, so that chunk
-// density counts the prefill's rows and each decode step's, not only the
-// call's last forward.
+// density counts the prefill's rows and the decode steps' (one in
+// llms.Config.StatsEvery), not only the call's last forward.
 //
 // The Manager must drive the service's kv.State and be used by nothing
 // else; its state directory must not be the service's.
@@ -58,6 +58,16 @@ func (s *LLMSStore) ContextStats(id string) any {
 		return llms.CtxInfo{ID: id, Chunks: map[string]int{}, Tiers: map[string]int{}}
 	}
 	return ci
+}
+
+// Prepare announces a forward of rows tokens: the Manager gathers
+// attention statistics for prefills and one decode step in
+// llms.Config.StatsEvery.
+func (s *LLMSStore) Prepare(rows int) error {
+	if !s.m.Ranks() {
+		return nil
+	}
+	return s.m.Prepare(rows)
 }
 
 // Observe accumulates the last forward's attention statistics into the

@@ -9,16 +9,34 @@ import (
 	"github.com/tlite/tlite/engine/llms"
 )
 
-// observingLMK counts the forwards the service reports.
+// observingLMK counts the forwards the service reports, and the rows of
+// each one announced.
 type observingLMK struct {
 	*LMK
 	observed int
+	rows     []int
 }
 
-func (s *observingLMK) Observe() error { s.observed++; return nil }
+func (s *observingLMK) Prepare(rows int) error {
+	if len(s.rows) != s.observed {
+		return fmt.Errorf("Prepare of forward %d after %d observed", len(s.rows), s.observed)
+	}
+	s.rows = append(s.rows, rows)
+	return nil
+}
+
+func (s *observingLMK) Observe() error {
+	s.observed++
+	if len(s.rows) != s.observed {
+		return fmt.Errorf("Observe of forward %d, %d prepared", s.observed, len(s.rows))
+	}
+	return nil
+}
 
 // TestObserverSeesEveryForward: a store that observes forwards is told of
-// the prefill and of every decode step, not only of the last.
+// the prefill and of every decode step, not only of the last, each one
+// announced (Prepare) before it runs with its token count: several for the
+// prefill, one for each decode step.
 func TestObserverSeesEveryForward(t *testing.T) {
 	st, tok := testModel(t)
 	store := &observingLMK{LMK: NewLMK(st, 0)}
@@ -42,6 +60,11 @@ func TestObserverSeesEveryForward(t *testing.T) {
 	}
 	if store.observed != want {
 		t.Errorf("observed %d forwards for %d generated tokens, want %d", store.observed, rep.Tokens, want)
+	}
+	for i, r := range store.rows {
+		if (i == 0) != (r > 1) {
+			t.Errorf("forward %d announced %d rows; want several for the prefill only (%v)", i, r, store.rows)
+		}
 	}
 }
 

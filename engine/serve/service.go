@@ -742,6 +742,11 @@ func (p *offsetStepper) Step(tokens, positions []int) ([]float32, error) {
 	for i, q := range positions {
 		at[i] = q + p.base
 	}
+	if p.obs != nil {
+		if err := p.obs.Prepare(len(tokens)); err != nil {
+			return nil, fmt.Errorf("the context store preparing the forward: %w", err)
+		}
+	}
 	logits, err := p.st.Forward(tokens, at, at)
 	if err != nil {
 		return nil, err

@@ -79,10 +79,13 @@ type ContextStatser interface {
 
 // ForwardObserver is optionally implemented by a ContextStore that learns
 // from the model's forwards (LLMS ranks chunks by the attention they
-// receive): the service calls Observe after every forward of a call, the
-// prefill and each decode step, while the call's context is installed. An
+// receive): the service calls Prepare before and Observe after every
+// forward of a call, the prefill and each decode step, while the call's
+// context is installed; Prepare is told the forward's token count, so
+// that the store may sample the forwards it gathers statistics for. An
 // error fails the call (nothing is committed).
 type ForwardObserver interface {
+	Prepare(rows int) error
 	Observe() error
 }
 

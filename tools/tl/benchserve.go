@@ -65,6 +65,7 @@ func runBenchServe(args []string) error {
 	limits := fs.String("limits-ms", "10,25,50,100,250", "latency limits for the contexts-held count")
 	stateDir := fs.String("state-dir", "", "where the swap files go (default a temporary directory on disk; must support O_DIRECT)")
 	seed := fs.Int64("seed", 7, "trace seed")
+	chunkSizes := fs.String("chunk-sizes", "16", "chunk sizes in tokens to run every system at (the chunk-size curve, e.g. 4,8,16,32,64); systems at a size other than 16 are reported as system@size")
 	asJSON := fs.Bool("json", false, "write JSON")
 	sf := addSessionFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -88,6 +89,14 @@ func runBenchServe(args []string) error {
 	var modes []llms.Mode
 	for _, f := range strings.Split(*systems, ",") {
 		modes = append(modes, llms.Mode(strings.TrimSpace(f)))
+	}
+	var sizes []int
+	for _, f := range strings.Split(*chunkSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--chunk-sizes: %q is not a positive count", f)
+		}
+		sizes = append(sizes, n)
 	}
 	var lims []float64
 	for _, f := range strings.Split(*limits, ",") {
@@ -134,7 +143,7 @@ func runBenchServe(args []string) error {
 		}
 		defer os.RemoveAll(sd)
 	}
-	rep, costs, err := llms.RunExperiment(st, corpus, sd, llms.ExperimentConfig{Modes: modes, Contexts: counts, Calls: *calls, Pattern: pat, BudgetContexts: *budget, Seed: *seed})
+	rep, costs, err := llms.RunExperiment(st, corpus, sd, llms.ExperimentConfig{Modes: modes, Contexts: counts, Calls: *calls, Pattern: pat, BudgetContexts: *budget, Seed: *seed, ChunkTokens: sizes})
 	if err != nil {
 		return err
 	}

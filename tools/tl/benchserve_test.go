@@ -12,6 +12,7 @@ func TestBenchServeArgs(t *testing.T) {
 		{"bench", "serve", "--model", "m.onnx", "--contexts", "2,x"},
 		{"bench", "serve", "--model", "m.onnx", "--budget-contexts", "0"},
 		{"bench", "serve", "--model", "m.onnx", "--limits-ms", "-3"},
+		{"bench", "serve", "--model", "m.onnx", "--chunk-sizes", "16,0"},
 	} {
 		if code := dispatch(args); code != 1 {
 			t.Errorf("tl %v: exit %d, want 1", args, code)

@@ -165,13 +165,14 @@ func runServe(args []string) error {
 	sinks := fs.Int("sinks", 4, "tokens at the start of a context the sliding window always keeps (attention sinks)")
 	maxBody := fs.Int64("max-body", serve.DefaultMaxBody, "largest request body in bytes (larger: 413)")
 	store := fs.String("store", "llms", `context store: "llms" (engine/llms: chunked, compressed by attention, swapped ahead of time, restored by swap and recompute), one of its baselines "lmk" (kill under pressure, recompute), "swap", "vllm_s", "vllm_sq" or ablations "llms_nolife", "llms_notol", "llms_nopipe", all under --kv-budget with their state in STATE-DIR/kv; or "device" (keeps only the context in the model's cache; recomputes on every switch)`)
+	statsEvery := fs.Int("stats-every", 8, "gather attention statistics for one decode step in N (prefills always; 1: every step; engine/llms stores that rank chunks)")
 	lossless := fs.Bool("kv-lossless", false, "store chunks uncompressed (the exactness check; engine/llms stores)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: tl serve --model m.onnx [--addr 127.0.0.1:8080 | --socket PATH] --state-dir DIR [--store llms|lmk|swap|vllm_s|vllm_sq|device] [--kv-budget 256MiB|2ctx] [--ctx N] [--app-contexts K] [--sinks 4] [--device d]`)
+		fmt.Fprintln(fs.Output(), `usage: tl serve --model m.onnx [--addr 127.0.0.1:8080 | --socket PATH] --state-dir DIR [--store llms|lmk|swap|vllm_s|vllm_sq|device] [--kv-budget 256MiB|2ctx] [--ctx N] [--app-contexts K] [--sinks 4] [--stats-every 8] [--device d]`)
 		fmt.Fprintln(fs.Output(), "Serves the API of package engine/serve (go doc ./engine/serve Service.Handler) until SIGINT or SIGTERM.")
 		fs.PrintDefaults()
 	}
-	flags, pos := splitArgs(args, llmValued("addr", "socket", "state-dir", "kv-budget", "app-contexts", "sinks", "max-body", "store"))
+	flags, pos := splitArgs(args, llmValued("addr", "socket", "state-dir", "kv-budget", "app-contexts", "sinks", "max-body", "store", "stats-every"))
 	if err := fs.Parse(flags); err != nil {
 		return err
 	}
@@ -191,6 +192,9 @@ func runServe(args []string) error {
 	budgetCtx, bytes, err := parseBudget(*budget)
 	if err != nil {
 		return fmt.Errorf("--kv-budget: %w", err)
+	}
+	if *statsEvery < 1 {
+		return fmt.Errorf("--stats-every %d: want 1 or more", *statsEvery)
 	}
 	if *appCtx < 0 || *sinks < 1 || *maxBody < 1 {
 		return fmt.Errorf("--app-contexts %d, --sinks %d, --max-body %d: want K >= 0, at least one sink and a positive body limit", *appCtx, *sinks, *maxBody)
@@ -240,7 +244,7 @@ func runServe(args []string) error {
 		if err != nil {
 			fmt.Fprintf(statsOut, "tl serve: %v; profiling again\n", err)
 		}
-		m, err := llms.NewManager(state, kvDir, llms.Config{Mode: mode, BudgetBytes: bytes, Lossless: *lossless, MaxStep: seqMax(state), Cost: cost})
+		m, err := llms.NewManager(state, kvDir, llms.Config{Mode: mode, BudgetBytes: bytes, Lossless: *lossless, MaxStep: seqMax(state), Cost: cost, StatsEvery: *statsEvery})
 		if err != nil {
 			return err
 		}

@@ -481,6 +481,7 @@ func TestServeRefusals(t *testing.T) {
 		{[]string{model, "--state-dir", dir, "--addr", "127.0.0.1:0", "--socket", filepath.Join(dir, "s")}, "not both"},
 		{[]string{model, "--state-dir", dir, "--kv-budget", "lots"}, "--kv-budget"},
 		{[]string{model, "--state-dir", dir, "--sinks", "0"}, "sink"},
+		{[]string{model, "--state-dir", dir, "--stats-every", "0"}, "--stats-every"},
 		{[]string{model, "--state-dir", dir, "--store", "lru"}, "--store"},
 		{[]string{model, "--state-dir", dir, "--kv-budget", "0ctx"}, "--kv-budget"},
 		{[]string{model, "--state-dir", dir, "--kv", "explicit"}, "in-place"},
