@@ -11,6 +11,17 @@ import (
 //go:embed quant.cl
 var quantSrc string
 
+// quantProg is the quant family's program text: the half arithmetic layer
+// its qmt_mm shares with matmul.cl's mm_reg, then quant.cl.
+func quantProg() string { return halfMathSrc + "\n" + quantSrc }
+
+// qmtRows and qmtCols are qmt_mm's rows and columns per work-item
+// (quant.cl's QMR and QMC).
+const (
+	qmtRows = 4
+	qmtCols = 2
+)
+
 // QBuf is a 4-bit packed weight on the device, laid out as graph/quant
 // documents (quant.Packed): logical shape [K, N], codes column-major by
 // output column with groups along K, and a separate array of per-group
@@ -250,8 +261,16 @@ func (l *Lib) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) error {
 // qpick chooses the kernel variant and its (rows, columns) per work-item.
 func (l *Lib) qpick(g qmm) (string, int, int) {
 	if g.w.Layout == QLayoutTile4 {
-		// Only the tiled kernel reads this layout (qForce does not apply);
-		// it takes one row per work-group.
+		// Only the tiled kernels read this layout (qForce applies only
+		// when it names one of them): qmt_r1 a work-group per row for
+		// decode, qmt_mm (4 rows by 2 columns per work-item) once there
+		// are 4 rows to share each weight decode.
+		if qForce == "qmt_r1" {
+			return "qmt_r1", 1, 4
+		}
+		if g.m >= qmtRows || qForce == "qmt_mm" {
+			return "qmt_mm", qmtRows, qmtCols
+		}
 		return "qmt_r1", 1, 4
 	}
 	name := qForce
@@ -280,8 +299,11 @@ func (g qmm) options(fp16, subgroups bool) string {
 	o := fmt.Sprintf("-DQG=%d", g.w.Group)
 	if g.w.Format == quant.E0M4 {
 		o += " -DQ_E0M4"
-		if fp16 && g.s == F16 {
-			o += " -DQ_HALF"
+		switch {
+		case g.s == F16 && halfEmu:
+			o += " -DQ_HALF -DHALF_EMU"
+		case fp16 && g.s == F16:
+			o += " -DQ_HALF -DHALF_MATH -cl-mad-enable"
 		}
 	} else {
 		o += " -DQ_INT4"
@@ -302,7 +324,7 @@ func (g qmm) options(fp16, subgroups bool) string {
 func (l *Lib) qmm(g qmm) error {
 	name, rb, cb := l.qpick(g)
 	inf := l.info()
-	k, err := l.kernel("quant", quantSrc, g.options(inf.FP16, inf.Subgroups), name)
+	k, err := l.kernel("quant", quantProg(), g.options(inf.FP16, inf.Subgroups), name)
 	if err != nil {
 		return err
 	}
@@ -310,6 +332,8 @@ func (l *Lib) qmm(g qmm) error {
 	switch name {
 	case "qmv_wg":
 		global, local = []int{g.n * 64, (g.m + 3) / 4}, []int{64, 1}
+	case "qmt_mm":
+		global, local = l.cpuGroups([]int{(g.m + rb - 1) / rb, (g.n + cb - 1) / cb})
 	case "qmt_r1":
 		global, local = []int{(g.n + 3) / 4 * qtLanes, (g.m + rb - 1) / rb}, []int{qtLanes, 1}
 	default:
