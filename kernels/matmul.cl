@@ -317,6 +317,9 @@ __kernel void mm_axpy_1x16(MM_PARAMS) { mm_axpy(1, 16, MM_ARGS); }
 
 #endif // !MM_GPU
 
+// The half-emulation build (-DHALF_EMU, tests only) holds only mm_reg, the
+// kernel with an emulated half path: fewer kernels to compile.
+#ifndef HALF_EMU
 __kernel void mm_naive(MM_PARAMS) {
 	const int n = get_global_id(0), m = get_global_id(1);
 	if (n >= N || m >= M) return;
@@ -326,8 +329,10 @@ __kernel void mm_naive(MM_PARAMS) {
 		acc = fma(ALOAD(A, m * am + k * ak), BLOAD(B, k * bk + n * bn), acc);
 	mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, acc, alpha, beta);
 }
+#endif // !HALF_EMU
 
 #ifdef MM_GPU
+#ifndef HALF_EMU
 // mm_gemv_wg: work-group (MM_WG, 1, 1) per output column n and block of up
 // to 4 rows (global (N*MM_WG, ceil(M/4), batch)). Adjacent work-items read
 // adjacent float4s of the same weight row, which is what a GPU's memory
@@ -534,6 +539,8 @@ mm_tiled(MM_PARAMS) {
 		}
 	}
 }
+
+#endif // !HALF_EMU
 
 // mm_reg: the phone prefill GEMM for K-contiguous operands (A [M, K] with
 // ak == 1, B stored [N, K] with bk == 1, the Linear layout PrefersTransB

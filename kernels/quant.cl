@@ -302,6 +302,9 @@ static inline void qput(__global store_t *C, int ci, __global const bias_t *Bias
 // 1x1 is 30% slower than either; for 64 rows 4x2, 4x4, 2x4 and 8x2 are within 10% of
 // each other. Each variant adds about a second to a cold build, so only
 // these two are compiled.
+// The half-emulation build (-DHALF_EMU, tests only) holds only qmt_mm, the
+// kernel with an emulated half path: fewer kernels to compile.
+#ifndef HALF_EMU
 QMM_KERNEL(qmm_1x4, 1, 4, 1)
 QMM_KERNEL(qmm_4x2, 4, 2, 1)
 
@@ -353,6 +356,8 @@ qmv_wg(QMM_PARAMS) {
 	if (l < 4 && m0 + l < M)
 		qput(C, offC + (m0 + l) * ldc + n, Bias, offBias + n, hasBias, red[l][0]);
 }
+
+#endif // !HALF_EMU
 
 // ---------------------------------------------------------------------------
 // The phone decode GEMV on the four-column tiled layout (QLayoutTile4,
@@ -528,9 +533,11 @@ qmv_wg(QMM_PARAMS) {
 
 // One row per work-group (dimension 1 of the launch takes the rows): the
 // four-row variant kept 80-154 VGPRs live on the register gate's target,
-// two rows 64-116, over the 64 a phone GPU allows, so GPU prefill on a
-// tiled weight reads it once per row until the phone GEMM replaces it.
+// two rows 64-116, over the 64 a phone GPU allows. It serves decode (up to
+// 3 rows); prefill takes qmt_mm below.
+#ifndef HALF_EMU
 QMT_KERNEL(qmt_r1, 1)
+#endif
 
 // ---------------------------------------------------------------------------
 // qmt_mm: the phone prefill GEMM on the tiled layout (QLayoutTile4). A
@@ -545,7 +552,8 @@ QMT_KERNEL(qmt_r1, 1)
 // column. The codes stay live across the chunk and the activations of one
 // nibble at a time. On the register gate's target 4 x 2 keeps 57-63 VGPRs
 // live, 2 x 4 56-62, 2 x 2 39-45, 4 x 4 80-96; 4 x 2 shares each weight
-// decode among four rows.
+// decode among four rows. The launcher sets 2 x 2 for the half path at
+// groups of 32, which keeps 66 live at 4 x 2.
 //
 // Half path (halfmath.cl's HM_ON, E0M4 weights, fp16 storage): the
 // group's parameters are rounded to half, each weight decodes as

@@ -16,11 +16,22 @@ var quantSrc string
 func quantProg() string { return halfMathSrc + "\n" + quantSrc }
 
 // qmtRows and qmtCols are qmt_mm's rows and columns per work-item
-// (quant.cl's QMR and QMC).
+// (quant.cl's QMR and QMC) by default.
 const (
 	qmtRows = 4
 	qmtCols = 2
 )
+
+// qmtBlock is qmt_mm's rows and columns per work-item for g on a device
+// with (fp16) or without cl_khr_fp16. The half path at groups of 32
+// (group parameters every chunk) kept 66 VGPRs live at 4 x 2 on the
+// register gate's target, so it takes 2 x 2.
+func (g qmm) qmtBlock(fp16 bool) (rows, cols int) {
+	if g.w.Format == quant.E0M4 && g.s == F16 && (fp16 || halfEmu) && g.w.Group == 32 {
+		return 2, 2
+	}
+	return qmtRows, qmtCols
+}
 
 // QBuf is a 4-bit packed weight on the device, laid out as graph/quant
 // documents (quant.Packed): logical shape [K, N], codes column-major by
@@ -233,9 +244,12 @@ func checkQBufs(ops []qOperand) error {
 // stored in s and W a 4-bit packed weight (E0M4 or INT4). On a CPU device,
 // fewer than 4 rows (decode) run a work-item per 4 output columns and row;
 // more rows (prefill) a work-item per 4 rows x 2 columns, which dequantizes
-// each weight vector once per 4 rows, in registers. On a GPU, up to 4 rows
-// run a work-group per column (coalesced reads). K must be a multiple of the
-// weight's group size. Work is enqueued, not finished.
+// each weight vector once per 4 rows, in registers. On a GPU the weight is
+// in QLayoutTile4: up to 3 rows run a 64-lane work-group per row and block
+// of four columns (qmt_r1), more rows 4 rows x 2 columns per work-item in
+// registers (qmt_mm), with half arithmetic for E0M4 in fp16 storage where
+// the device has cl_khr_fp16. K must be a multiple of the weight's group
+// size. Work is enqueued, not finished.
 func (l *Lib) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) error {
 	fail := func(err error) error {
 		return fmt.Errorf("kernels: MatMulQ %s %dx%dx%d (weight [%d, %d], group %d): %w",
@@ -269,7 +283,8 @@ func (l *Lib) qpick(g qmm) (string, int, int) {
 			return "qmt_r1", 1, 4
 		}
 		if g.m >= qmtRows || qForce == "qmt_mm" {
-			return "qmt_mm", qmtRows, qmtCols
+			rb, cb := g.qmtBlock(l.info().FP16)
+			return "qmt_mm", rb, cb
 		}
 		return "qmt_r1", 1, 4
 	}
@@ -304,6 +319,9 @@ func (g qmm) options(fp16, subgroups bool) string {
 			o += " -DQ_HALF -DHALF_EMU"
 		case fp16 && g.s == F16:
 			o += " -DQ_HALF -DHALF_MATH -cl-mad-enable"
+		}
+		if rb, cb := g.qmtBlock(fp16); rb != qmtRows || cb != qmtCols {
+			o += fmt.Sprintf(" -DQMR=%d -DQMC=%d", rb, cb)
 		}
 	} else {
 		o += " -DQ_INT4"
