@@ -160,14 +160,19 @@ func TestKernelsCompileForVendorProfiles(t *testing.T) {
 		}
 	}
 	t.Logf("%d programs built (%d from the binary cache)", builds, hits)
-	// Every kernel family (a .cl file beside common.cl) must be in the list.
+	// Every kernel family (a .cl file beside the shared prefixes common.cl
+	// and halfmath.cl) must be in the list, and halfmath.cl in the programs
+	// that include it.
+	if !slices.ContainsFunc(gpuVariants(true, false), func(v variantBuild) bool { return strings.Contains(v.src, halfMathSrc) }) {
+		t.Errorf("no program in the vendor build list includes halfmath.cl")
+	}
 	files, err := filepath.Glob("*.cl")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no .cl files found: %v", err)
 	}
 	for _, f := range files {
 		fam := strings.TrimSuffix(f, ".cl")
-		if fam != "common" && !slices.ContainsFunc(gpuVariants(true, false), func(v variantBuild) bool { return v.family == fam }) {
+		if fam != "common" && fam != "halfmath" && !slices.ContainsFunc(gpuVariants(true, false), func(v variantBuild) bool { return v.family == fam }) {
 			t.Errorf("kernel family %s (%s) has no variants in the vendor build list", fam, f)
 		}
 	}
