@@ -17,8 +17,9 @@ import (
 
 // TestQuantTiledOnGPU opens a quantized Linear (odd N) with a kernel
 // library that selects as a GPU does: the packed weight must be repacked
-// into four-column tiles at Open and run by the tiled kernel (the build
-// dump names it), for decode (one row) and prefill (five rows), and give
+// into four-column tiles at Open and run by the tiled kernels (the build
+// dump names them: qmt_r1 for decode, one row, and qmt_mm for prefill,
+// five rows), and give
 // what the dequantized weight gives.
 func TestQuantTiledOnGPU(t *testing.T) {
 	const k, n, group = 96, 37, 32
@@ -84,7 +85,7 @@ func TestQuantTiledOnGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kern := range []string{"qmt_r1"} {
+	for _, kern := range []string{"qmt_r1", "qmt_mm"} {
 		if !strings.Contains(string(tsv), "\t"+kern+"\t") {
 			t.Errorf("no build of %s recorded; builds:\n%s", kern, tsv)
 		}

@@ -202,9 +202,9 @@ func (l *Lib) forced(family, name string) bool {
 	switch family {
 	case "matmul":
 		// The GPU kernels of pick; gemm marks their builds -DMM_GPU.
-		return mmForce != "" && !(gpu && (name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_gemv_c4" || name == "mm_naive"))
+		return halfEmu || mmForce != "" && !(gpu && (name == "mm_reg" || name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_gemv_c4" || name == "mm_naive"))
 	case "quant":
-		return qForce != "" && !(gpu && (name == "qmv_wg" || name == "qmm_4x2" || name == "qmt_r1"))
+		return halfEmu || qForce != "" && !(gpu && (name == "qmv_wg" || name == "qmm_4x2" || name == "qmt_r1" || name == "qmt_mm"))
 	case "attention":
 		return attnForce != "" && !(gpu && (name == "attn_wg" || name == "attn_split" || name == "attn_combine" || name == "attn_qtile"))
 	case "conv", "volume":

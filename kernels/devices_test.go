@@ -181,8 +181,17 @@ func TestPublishedDevices(t *testing.T) {
 			if v := attnVariant(l.info().Type, AttentionParams{Heads: 8, KVHeads: 2, SeqQ: 1}); v != "attn_wg" {
 				t.Errorf("attention variant %s, want attn_wg", v)
 			}
-			if _, name := l.pick(gemm{m: 64, n: 64, k: 64, ak: 1, bk: 1, bn: 64}, l.info().Type == "GPU"); name != "mm_tiled" {
-				t.Errorf("GEMM variant %s, want mm_tiled", name)
+			if _, name := l.pick(gemm{m: 64, n: 64, k: 64, ak: 1, bk: 1, bn: 64}, l.info().Type == "GPU"); name != "mm_reg" {
+				t.Errorf("GEMM variant for weights [N, K] %s, want mm_reg", name)
+			}
+			if _, name := l.pick(gemm{m: 64, n: 64, k: 64, ak: 1, bk: 64, bn: 1}, l.info().Type == "GPU"); name != "mm_tiled" {
+				t.Errorf("GEMM variant for B [K, N] %s, want mm_tiled", name)
+			}
+			if name, _, _ := l.qpick(qmm{w: QBuf{Layout: QLayoutTile4}, m: 64}); name != "qmt_mm" {
+				t.Errorf("tiled prefill GEMM variant %s, want qmt_mm", name)
+			}
+			if o, _ := (gemm{at: F16, bt: F16}).regOptions(l.info().FP16); strings.Contains(o, "-DHALF_MATH") != tc.halfInQGEM {
+				t.Errorf("mm_reg fp16 build %q: want half arithmetic %v", o, tc.halfInQGEM)
 			}
 			if !preferGroups(l) || groupSize(l) != tc.group {
 				t.Errorf("row kernels: groups %v of %d, want groups of %d", preferGroups(l), groupSize(l), tc.group)

@@ -15,7 +15,8 @@
 //
 // Each operand has its own storage, chosen per build: -DA_F16, -DB_F16,
 // -DBIAS_F16, and the output C follows -DSTORAGE_F16 (common.cl). Arithmetic
-// is fp32.
+// is fp32, except the half paths of mm_gemv_c4 (-DMM_HALF) and mm_reg
+// (halfmath.cl) on devices with cl_khr_fp16.
 //
 // Variants (the launcher picks one by layout and device type; -DMM_GPU builds
 // the GPU set, otherwise the CPU set, so neither device compiles kernels it
@@ -33,8 +34,11 @@
 //                strides over K and reduces in local memory.
 //   mm_gemv_c4   GPU decode (one row), K contiguous: a work-group per four
 //                output columns, subgroup or local-memory reduction.
-//   mm_tiled     GPU: 64x64 output tiles staged through local memory in
-//                16-deep K slices, 4x4 outputs per work-item.
+//   mm_reg       GPU prefill, K contiguous: 4x4 (half arithmetic: 2x4)
+//                outputs per work-item in registers, no local memory.
+//   mm_tiled     GPU prefill for the other layouts: 64x64 output tiles
+//                staged through local memory in 16-deep K slices, 4x4
+//                outputs per work-item.
 //   mm_naive     one work-item per output, any strides: the fallback, and on
 //                GPUs the small-M path when B is contiguous along N (adjacent
 //                work-items then read adjacent B elements).
@@ -313,6 +317,9 @@ __kernel void mm_axpy_1x16(MM_PARAMS) { mm_axpy(1, 16, MM_ARGS); }
 
 #endif // !MM_GPU
 
+// The half-emulation build (-DHALF_EMU, tests only) holds only mm_reg, the
+// kernel with an emulated half path: fewer kernels to compile.
+#ifndef HALF_EMU
 __kernel void mm_naive(MM_PARAMS) {
 	const int n = get_global_id(0), m = get_global_id(1);
 	if (n >= N || m >= M) return;
@@ -322,8 +329,10 @@ __kernel void mm_naive(MM_PARAMS) {
 		acc = fma(ALOAD(A, m * am + k * ak), BLOAD(B, k * bk + n * bn), acc);
 	mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, acc, alpha, beta);
 }
+#endif // !HALF_EMU
 
 #ifdef MM_GPU
+#ifndef HALF_EMU
 // mm_gemv_wg: work-group (MM_WG, 1, 1) per output column n and block of up
 // to 4 rows (global (N*MM_WG, ceil(M/4), batch)). Adjacent work-items read
 // adjacent float4s of the same weight row, which is what a GPU's memory
@@ -527,6 +536,106 @@ mm_tiled(MM_PARAMS) {
 			if (n < N)
 				mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, acc[i][j],
 				       alpha, beta);
+		}
+	}
+}
+
+#endif // !HALF_EMU
+
+// mm_reg: the phone prefill GEMM for K-contiguous operands (A [M, K] with
+// ak == 1, B stored [N, K] with bk == 1, the Linear layout PrefersTransB
+// asks for): a work-item computes MR rows x 4 columns in registers, without
+// local memory (global (ceil(M/MR), ceil(N/4), batch)); MR is 4, and 2 for
+// the half path (the launcher sets it: 84 VGPRs at 4 on the register
+// gate's target, 58 at 2). Dimension 0 runs
+// over row blocks, so the work-items of a wave load the same four weight
+// rows at the same time (one fetch, broadcast) and the weight is fetched
+// once per wave of rows. Per four k a work-item loads four weight and MR
+// activation vectors of four and does 16*MR multiply-adds.
+//
+// Half path (halfmath.cl's HM_ON with fp16 A and B): runs of up to MR_HK
+// k are summed per output by HFMA in half, in k order, from zero; each
+// run's half sum is then added to the output's float sum. The K % 4 tail
+// is float fma on the converted halves. halfemu_test.go emulates it in Go.
+#ifndef MR
+#define MR 4
+#endif
+#define MR_HK 16
+#if defined(HM_ON) && defined(A_F16) && defined(B_F16)
+#define MR_HALF 1
+// mr_dot4 is h + a.x*b.x + ... + a.w*b.w, one rounding per term, x first.
+static inline hreal mr_dot4(hreal4 a, hreal4 b, hreal h) {
+	return HFMA(a.w, b.w, HFMA(a.z, b.z, HFMA(a.y, b.y, HFMA(a.x, b.x, h))));
+}
+#endif
+
+__kernel void mm_reg(MM_PARAMS) {
+	const int m0 = get_global_id(0) * MR, n0 = get_global_id(1) * 4;
+	if (m0 >= M || n0 >= N) return;
+	MM_BATCH(get_global_id(2))
+	// Element offsets rather than pointers: half the registers on a
+	// 64-bit GPU.
+	int oa[MR], ob[4];
+	#pragma unroll
+	for (int r = 0; r < MR; r++) oa[r] = min(m0 + r, M - 1) * am;
+	#pragma unroll
+	for (int c = 0; c < 4; c++) ob[c] = min(n0 + c, N - 1) * bn;
+	float4 acc[MR];
+	#pragma unroll
+	for (int r = 0; r < MR; r++) acc[r] = (float4)(0.0f);
+	const int k4 = K & ~3;
+#ifdef MR_HALF
+	for (int k0 = 0; k0 < k4; k0 += MR_HK) {
+		const int k1 = min(k0 + MR_HK, k4);
+		hreal h[MR][4];
+		#pragma unroll
+		for (int r = 0; r < MR; r++)
+			#pragma unroll
+			for (int c = 0; c < 4; c++) h[r][c] = HZERO;
+		for (int k = k0; k < k1; k += 4) {
+			const hreal4 b0 = HLOAD4(B, ob[0] + k), b1 = HLOAD4(B, ob[1] + k);
+			const hreal4 b2 = HLOAD4(B, ob[2] + k), b3 = HLOAD4(B, ob[3] + k);
+			#pragma unroll
+			for (int r = 0; r < MR; r++) {
+				const hreal4 a = HLOAD4(A, oa[r] + k);
+				h[r][0] = mr_dot4(a, b0, h[r][0]);
+				h[r][1] = mr_dot4(a, b1, h[r][1]);
+				h[r][2] = mr_dot4(a, b2, h[r][2]);
+				h[r][3] = mr_dot4(a, b3, h[r][3]);
+			}
+		}
+		#pragma unroll
+		for (int r = 0; r < MR; r++)
+			acc[r] += (float4)(HTOF(h[r][0]), HTOF(h[r][1]), HTOF(h[r][2]),
+			                   HTOF(h[r][3]));
+	}
+#else
+	for (int k = 0; k < k4; k += 4) {
+		const float4 b0 = BLOAD4(B, ob[0] + k), b1 = BLOAD4(B, ob[1] + k);
+		const float4 b2 = BLOAD4(B, ob[2] + k), b3 = BLOAD4(B, ob[3] + k);
+		#pragma unroll
+		for (int r = 0; r < MR; r++) {
+			const float4 a = ALOAD4(A, oa[r] + k);
+			acc[r] += (float4)(dot(a, b0), dot(a, b1), dot(a, b2), dot(a, b3));
+		}
+	}
+#endif
+	for (int k = k4; k < K; k++) {
+		const float4 b = (float4)(BLOAD(B, ob[0] + k), BLOAD(B, ob[1] + k),
+		                          BLOAD(B, ob[2] + k), BLOAD(B, ob[3] + k));
+		#pragma unroll
+		for (int r = 0; r < MR; r++) acc[r] = fma((float4)(ALOAD(A, oa[r] + k)), b, acc[r]);
+	}
+	#pragma unroll
+	for (int r = 0; r < MR; r++) {
+		const int m = m0 + r;
+		if (m >= M) break;
+		const float o[4] = {acc[r].x, acc[r].y, acc[r].z, acc[r].w};
+		#pragma unroll
+		for (int c = 0; c < 4; c++) {
+			const int n = n0 + c;
+			if (n >= N) break;
+			mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, o[c], alpha, beta);
 		}
 	}
 }

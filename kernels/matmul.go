@@ -10,6 +10,19 @@ import (
 //go:embed matmul.cl
 var matmulSrc string
 
+//go:embed halfmath.cl
+var halfMathSrc string
+
+// matmulProg is the matmul family's program text: the half arithmetic
+// layer its mm_reg shares with quant.cl's qmt_mm, then matmul.cl.
+func matmulProg() string { return halfMathSrc + "\n" + matmulSrc }
+
+// halfEmu, when set by a test, builds the half paths of mm_reg and qmt_mm
+// with halfmath.cl's exact emulation (-DHALF_EMU) on any device, so that
+// their sequence of half roundings executes on PoCL, which has no half
+// arithmetic, and can be compared with the Go emulation bit for bit.
+var halfEmu bool
+
 // MatMulBatch lays out a batch of matrix products in up to two nested levels:
 // product z = z0*Count[1] + z1 (z0 < Count[0], z1 < Count[1]) reads A at
 // z0*A[0] + z1*A[1] elements past its start, and likewise B, C and the bias.
@@ -430,6 +443,8 @@ func (l *Lib) pick(g gemm, gpu bool) (gemm, string) {
 	axpy := func(g gemm) bool { return g.bn == 1 }
 	if gpu {
 		switch {
+		case g.m > 4 && dot(g):
+			return g, "mm_reg"
 		case g.m > 4:
 			return g, "mm_tiled"
 		case dot(g) && g.m == 1:
@@ -531,6 +546,24 @@ func (g gemm) options(gpu bool) string {
 	return strings.Join(o, " ")
 }
 
+// regOptions are mm_reg's extra build options and its rows per
+// work-item: half arithmetic (with -cl-mad-enable) where the device has
+// cl_khr_fp16 and A and B are both fp16, or its exact emulation when a
+// test asks (halfEmu). The half path takes 2 rows (MR): at 4 it kept 84
+// VGPRs live on the register gate's target, at 2 58; the fp32 path keeps
+// 62 at 4.
+func (g gemm) regOptions(fp16 bool) (string, int) {
+	switch {
+	case g.at != F16 || g.bt != F16:
+		return "", 4
+	case halfEmu:
+		return " -DHALF_EMU -DMR=2", 2
+	case fp16:
+		return " -DHALF_MATH -cl-mad-enable -DMR=2", 2
+	}
+	return "", 4
+}
+
 // gemvOptions are mm_gemv_c4's extra build options: the subgroup
 // reduction where the device has subgroups, half arithmetic where it has
 // cl_khr_fp16 and both operands are fp16.
@@ -559,18 +592,25 @@ func (l *Lib) gemm(g gemm) error {
 	}
 	info := l.info()
 	g, name := l.pick(g, info.Type == "GPU")
-	gpu := name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_gemv_c4" || name == "mm_naive" && info.Type == "GPU"
+	gpu := name == "mm_reg" || name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_gemv_c4" || name == "mm_naive" && info.Type == "GPU"
 	opts := g.options(gpu)
-	if name == "mm_gemv_c4" {
+	regRows := 0 // mm_reg's rows per work-item
+	switch name {
+	case "mm_gemv_c4":
 		opts += g.gemvOptions(info.Subgroups, info.FP16)
+	case "mm_reg":
+		o, rows := g.regOptions(info.FP16)
+		opts, regRows = opts+o, rows
 	}
-	k, err := l.kernel("matmul", matmulSrc, opts, name)
+	k, err := l.kernel("matmul", matmulProg(), opts, name)
 	if err != nil {
 		return err
 	}
 	batch := g.nb0 * g.nb1
 	var global, local []int
 	switch {
+	case name == "mm_reg":
+		global = []int{(g.m + regRows - 1) / regRows, (g.n + 3) / 4, batch}
 	case name == "mm_tiled":
 		global, local = []int{roundUp(g.n, 64) / 4, roundUp(g.m, 64) / 4, batch}, []int{16, 16, 1}
 	case name == "mm_gemv_wg":

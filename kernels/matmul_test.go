@@ -127,6 +127,7 @@ func TestMatMulVariants(t *testing.T) {
 		"mm_gemv_wg": {{false, true}},
 		"mm_gemv_c4": {{false, true}},
 		"mm_tiled":   {{false, false}, {false, true}, {true, false}, {true, true}},
+		"mm_reg":     {{false, true}},
 	}
 	for name, layouts := range variants {
 		for _, st := range [][2]Storage{{F32, F32}, {F16, F16}} {

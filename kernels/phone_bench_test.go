@@ -75,3 +75,54 @@ func BenchmarkAttentionSplitDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPhoneGEMM compares the phone prefill GEMMs with the GPU paths
+// they replace, on whatever device the tests run on (PoCL here, where the
+// half arithmetic of the new kernels does not exist and their fp32 path
+// runs): "old" is qmt_r1 on the tiled 4-bit layout (a work-group per row
+// and block of four columns, so the weight is read once per row) or
+// mm_tiled (local-memory tiles) for fp16 weights [N, K]; "new" is qmt_mm
+// or mm_reg. Activations are fp16, M = 64 rows. These are CPU timings of
+// GPU-shaped kernels, not phone speed; run the variants alternately
+// (tools/phonebench.sh).
+func BenchmarkPhoneGEMM(b *testing.B) {
+	defer func() { qForce, mmForce = "", "" }()
+	const M = 64
+	for _, sh := range [][2]int{{2048, 2048}} {
+		K, N := sh[0], sh[1]
+		b.Run(fmt.Sprintf("%dx%dx%d", M, K, N), func(b *testing.B) {
+			w := laRand(71, K*N, F16)
+			a := upload(b, F16, laRand(72, M*K, F16))
+			c := alloc(b, F16, M*N)
+			flops := int64(2 * M * K * N)
+			b.Run("e0m4", func(b *testing.B) {
+				p, err := quant.Quantize(w, K, N, quant.Options{Format: quant.E0M4})
+				if err != nil {
+					b.Fatal(err)
+				}
+				tiled := uploadQTile4(b, p)
+				for _, v := range []struct{ name, kern string }{{"old", "qmt_r1"}, {"new", "qmt_mm"}} {
+					b.Run(v.name, func(b *testing.B) {
+						qForce = v.kern
+						b.SetBytes(flops) // MB/s reads as MFLOP/s
+						benchLaunches(b, func() error { return testLib.MatMulQ(F16, a, tiled, c, QMatMulParams{M: M, N: N, K: K}) })
+						qForce = ""
+					})
+				}
+			})
+			b.Run("f16", func(b *testing.B) {
+				wh := upload(b, F16, w)
+				for _, v := range []struct{ name, kern string }{{"old", "mm_tiled"}, {"new", "mm_reg"}} {
+					b.Run(v.name, func(b *testing.B) {
+						mmForce = v.kern
+						b.SetBytes(flops)
+						benchLaunches(b, func() error {
+							return testLib.MatMul(F16, a, wh, c, MatMulParams{M: M, N: N, K: K, TransB: true, Weight: F16})
+						})
+						mmForce = ""
+					})
+				}
+			})
+		})
+	}
+}

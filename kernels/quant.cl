@@ -302,6 +302,9 @@ static inline void qput(__global store_t *C, int ci, __global const bias_t *Bias
 // 1x1 is 30% slower than either; for 64 rows 4x2, 4x4, 2x4 and 8x2 are within 10% of
 // each other. Each variant adds about a second to a cold build, so only
 // these two are compiled.
+// The half-emulation build (-DHALF_EMU, tests only) holds only qmt_mm, the
+// kernel with an emulated half path: fewer kernels to compile.
+#ifndef HALF_EMU
 QMM_KERNEL(qmm_1x4, 1, 4, 1)
 QMM_KERNEL(qmm_4x2, 4, 2, 1)
 
@@ -353,6 +356,8 @@ qmv_wg(QMM_PARAMS) {
 	if (l < 4 && m0 + l < M)
 		qput(C, offC + (m0 + l) * ldc + n, Bias, offBias + n, hasBias, red[l][0]);
 }
+
+#endif // !HALF_EMU
 
 // ---------------------------------------------------------------------------
 // The phone decode GEMV on the four-column tiled layout (QLayoutTile4,
@@ -528,6 +533,127 @@ qmv_wg(QMM_PARAMS) {
 
 // One row per work-group (dimension 1 of the launch takes the rows): the
 // four-row variant kept 80-154 VGPRs live on the register gate's target,
-// two rows 64-116, over the 64 a phone GPU allows, so GPU prefill on a
-// tiled weight reads it once per row until the phone GEMM replaces it.
+// two rows 64-116, over the 64 a phone GPU allows. It serves decode (up to
+// 3 rows); prefill takes qmt_mm below.
+#ifndef HALF_EMU
 QMT_KERNEL(qmt_r1, 1)
+#endif
+
+// ---------------------------------------------------------------------------
+// qmt_mm: the phone prefill GEMM on the tiled layout (QLayoutTile4). A
+// work-item computes QMR = 4 rows x QMC = 2 columns (half a block of four)
+// in registers, without local memory (global
+// (ceil(M/QMR), ceil(N/QMC))). Dimension 0 runs over row blocks, so the
+// work-items of a wave read the same codes and group parameters at the
+// same time (one fetch, broadcast): the weight is fetched once per wave of
+// rows instead of once per row (qmt_r1). Per 32-weight chunk a work-item
+// loads its columns' code words and group parameters; then for each nibble
+// t it loads QMR activation vectors of four and decodes four weights per
+// column. The codes stay live across the chunk and the activations of one
+// nibble at a time. On the register gate's target 4 x 2 keeps 57-63 VGPRs
+// live, 2 x 4 56-62, 2 x 2 39-45, 4 x 4 80-96; 4 x 2 shares each weight
+// decode among four rows. The launcher sets 2 x 2 for the half path at
+// groups of 32, which keeps 66 live at 4 x 2.
+//
+// Half path (halfmath.cl's HM_ON, E0M4 weights, fp16 storage): the
+// group's parameters are rounded to half, each weight decodes as
+// HFMA(1 + q/16, d, m), and a chunk's 32 products per output are summed by
+// HFMA in half, in the order k = kb + t*QW + 0..3 for t = 0..7; the
+// chunk's half sum is then added to the output's float sum. The fp32 path
+// is DEQ and dot. halfemu_test.go emulates the half path in Go.
+#ifndef QMR
+#define QMR 4
+#endif
+#ifndef QMC
+#define QMC 2
+#endif
+#if defined(HM_ON) && defined(Q_E0M4) && defined(STORAGE_F16)
+#define QM_HALF 1
+
+// qm_dot4 adds a.x*w.x, then a.y*w.y, a.z*w.z and a.w*w.w to h, each
+// multiply-add rounded once to half.
+static inline hreal qm_dot4(hreal4 a, hreal4 w, hreal h) {
+	return HFMA(a.w, w.w, HFMA(a.z, w.z, HFMA(a.y, w.y, HFMA(a.x, w.x, h))));
+}
+
+#define QM_STEP(t)                                                             \
+	{                                                                          \
+		hreal4 a[QMR];                                                         \
+		_Pragma("unroll") for (int r = 0; r < QMR; r++)                        \
+		    a[r] = HLOAD4(A, oa[r] + kb + (t) * QW);                           \
+		_Pragma("unroll") for (int c = 0; c < QMC; c++) {                      \
+			const hreal4 b = HE0M4(QNIB##t(u[c]));                             \
+			const hreal4 w = (hreal4)(HFMA(b.x, d[c], m[c]), HFMA(b.y, d[c], m[c]), \
+			                          HFMA(b.z, d[c], m[c]), HFMA(b.w, d[c], m[c])); \
+			_Pragma("unroll") for (int r = 0; r < QMR; r++)                    \
+			    h[r][c] = qm_dot4(a[r], w, h[r][c]);                           \
+		}                                                                      \
+	}
+#define QM_CHUNK                                                               \
+	{                                                                          \
+		hreal d[QMC], m[QMC], h[QMR][QMC];                                     \
+		_Pragma("unroll") for (int c = 0; c < QMC; c++) {                      \
+			const float2 pr = vload2(4 * g + c0 + c, pb);                      \
+			d[c] = HCVT(pr.x);                                                 \
+			m[c] = HCVT(pr.y);                                                 \
+			_Pragma("unroll") for (int r = 0; r < QMR; r++) h[r][c] = HZERO;   \
+		}                                                                      \
+		QM_STEP(0) QM_STEP(1) QM_STEP(2) QM_STEP(3)                            \
+		QM_STEP(4) QM_STEP(5) QM_STEP(6) QM_STEP(7)                            \
+		_Pragma("unroll") for (int r = 0; r < QMR; r++)                        \
+		    _Pragma("unroll") for (int c = 0; c < QMC; c++)                    \
+		        acc[r][c] += HTOF(h[r][c]);                                    \
+	}
+#else
+#define QM_STEP(t)                                                             \
+	{                                                                          \
+		float4 a[QMR];                                                         \
+		_Pragma("unroll") for (int r = 0; r < QMR; r++)                        \
+		    a[r] = ALOAD4(A, oa[r] + kb + (t) * QW);                           \
+		_Pragma("unroll") for (int c = 0; c < QMC; c++) {                      \
+			const float4 w = DEQ(float4, as_float4, convert_float4, u[c], t,   \
+			                     pr[c].x, pr[c].y);                            \
+			_Pragma("unroll") for (int r = 0; r < QMR; r++)                    \
+			    acc[r][c] += dot(a[r], w);                                     \
+		}                                                                      \
+	}
+#define QM_CHUNK                                                               \
+	{                                                                          \
+		float2 pr[QMC];                                                        \
+		_Pragma("unroll") for (int c = 0; c < QMC; c++)                        \
+		    pr[c] = vload2(4 * g + c0 + c, pb);                                \
+		QM_STEP(0) QM_STEP(1) QM_STEP(2) QM_STEP(3)                            \
+		QM_STEP(4) QM_STEP(5) QM_STEP(6) QM_STEP(7)                            \
+	}
+#endif
+
+__kernel void qmt_mm(QMM_PARAMS) {
+	const int m0 = get_global_id(0) * QMR, n0 = get_global_id(1) * QMC;
+	if (m0 >= M || n0 >= N) return;
+	// Block n0/4, first column c0 within it.
+	const int c0 = n0 % 4;
+	__global const uint *qb = Q + offQ + (n0 / 4) * ldq;
+	__global const float *pb = P + offP + (n0 / 4) * ldp;
+	A += offA;
+	int oa[QMR]; // element offsets: half a pointer's registers
+	_Pragma("unroll") for (int r = 0; r < QMR; r++) oa[r] = min(m0 + r, M - 1) * lda;
+	float acc[QMR][QMC];
+	_Pragma("unroll") for (int r = 0; r < QMR; r++)
+	    _Pragma("unroll") for (int c = 0; c < QMC; c++) acc[r][c] = 0.0f;
+	const int chunks = K / 32;
+	for (int e = 0; e < chunks; e++) {
+		const int g = (4 * e) / QW, kb = g * QG + (4 * e) % QW;
+		uint4 u[QMC];
+		_Pragma("unroll") for (int c = 0; c < QMC; c++) u[c] = vload4(4 * e + c0 + c, qb);
+		QM_CHUNK
+	}
+	_Pragma("unroll") for (int r = 0; r < QMR; r++) {
+		const int m = m0 + r;
+		if (m >= M) break;
+		_Pragma("unroll") for (int c = 0; c < QMC; c++) {
+			const int n = n0 + c;
+			if (n >= N) break;
+			qput(C, offC + m * ldc + n, Bias, offBias + n, hasBias, acc[r][c]);
+		}
+	}
+}

@@ -11,6 +11,28 @@ import (
 //go:embed quant.cl
 var quantSrc string
 
+// quantProg is the quant family's program text: the half arithmetic layer
+// its qmt_mm shares with matmul.cl's mm_reg, then quant.cl.
+func quantProg() string { return halfMathSrc + "\n" + quantSrc }
+
+// qmtRows and qmtCols are qmt_mm's rows and columns per work-item
+// (quant.cl's QMR and QMC) by default.
+const (
+	qmtRows = 4
+	qmtCols = 2
+)
+
+// qmtBlock is qmt_mm's rows and columns per work-item for g on a device
+// with (fp16) or without cl_khr_fp16. The half path at groups of 32
+// (group parameters every chunk) kept 66 VGPRs live at 4 x 2 on the
+// register gate's target, so it takes 2 x 2.
+func (g qmm) qmtBlock(fp16 bool) (rows, cols int) {
+	if g.w.Format == quant.E0M4 && g.s == F16 && (fp16 || halfEmu) && g.w.Group == 32 {
+		return 2, 2
+	}
+	return qmtRows, qmtCols
+}
+
 // QBuf is a 4-bit packed weight on the device, laid out as graph/quant
 // documents (quant.Packed): logical shape [K, N], codes column-major by
 // output column with groups along K, and a separate array of per-group
@@ -222,9 +244,12 @@ func checkQBufs(ops []qOperand) error {
 // stored in s and W a 4-bit packed weight (E0M4 or INT4). On a CPU device,
 // fewer than 4 rows (decode) run a work-item per 4 output columns and row;
 // more rows (prefill) a work-item per 4 rows x 2 columns, which dequantizes
-// each weight vector once per 4 rows, in registers. On a GPU, up to 4 rows
-// run a work-group per column (coalesced reads). K must be a multiple of the
-// weight's group size. Work is enqueued, not finished.
+// each weight vector once per 4 rows, in registers. On a GPU the weight is
+// in QLayoutTile4: up to 3 rows run a 64-lane work-group per row and block
+// of four columns (qmt_r1), more rows 4 rows x 2 columns per work-item in
+// registers (qmt_mm), with half arithmetic for E0M4 in fp16 storage where
+// the device has cl_khr_fp16. K must be a multiple of the weight's group
+// size. Work is enqueued, not finished.
 func (l *Lib) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) error {
 	fail := func(err error) error {
 		return fmt.Errorf("kernels: MatMulQ %s %dx%dx%d (weight [%d, %d], group %d): %w",
@@ -250,8 +275,17 @@ func (l *Lib) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) error {
 // qpick chooses the kernel variant and its (rows, columns) per work-item.
 func (l *Lib) qpick(g qmm) (string, int, int) {
 	if g.w.Layout == QLayoutTile4 {
-		// Only the tiled kernel reads this layout (qForce does not apply);
-		// it takes one row per work-group.
+		// Only the tiled kernels read this layout (qForce applies only
+		// when it names one of them): qmt_r1 a work-group per row for
+		// decode, qmt_mm (4 rows by 2 columns per work-item) once there
+		// are 4 rows to share each weight decode.
+		if qForce == "qmt_r1" {
+			return "qmt_r1", 1, 4
+		}
+		if g.m >= qmtRows || qForce == "qmt_mm" {
+			rb, cb := g.qmtBlock(l.info().FP16)
+			return "qmt_mm", rb, cb
+		}
 		return "qmt_r1", 1, 4
 	}
 	name := qForce
@@ -280,8 +314,14 @@ func (g qmm) options(fp16, subgroups bool) string {
 	o := fmt.Sprintf("-DQG=%d", g.w.Group)
 	if g.w.Format == quant.E0M4 {
 		o += " -DQ_E0M4"
-		if fp16 && g.s == F16 {
-			o += " -DQ_HALF"
+		switch {
+		case g.s == F16 && halfEmu:
+			o += " -DQ_HALF -DHALF_EMU"
+		case fp16 && g.s == F16:
+			o += " -DQ_HALF -DHALF_MATH -cl-mad-enable"
+		}
+		if rb, cb := g.qmtBlock(fp16); rb != qmtRows || cb != qmtCols {
+			o += fmt.Sprintf(" -DQMR=%d -DQMC=%d", rb, cb)
 		}
 	} else {
 		o += " -DQ_INT4"
@@ -302,7 +342,7 @@ func (g qmm) options(fp16, subgroups bool) string {
 func (l *Lib) qmm(g qmm) error {
 	name, rb, cb := l.qpick(g)
 	inf := l.info()
-	k, err := l.kernel("quant", quantSrc, g.options(inf.FP16, inf.Subgroups), name)
+	k, err := l.kernel("quant", quantProg(), g.options(inf.FP16, inf.Subgroups), name)
 	if err != nil {
 		return err
 	}
@@ -310,6 +350,8 @@ func (l *Lib) qmm(g qmm) error {
 	switch name {
 	case "qmv_wg":
 		global, local = []int{g.n * 64, (g.m + 3) / 4}, []int{64, 1}
+	case "qmt_mm":
+		global, local = l.cpuGroups([]int{(g.m + rb - 1) / rb, (g.n + cb - 1) / cb})
 	case "qmt_r1":
 		global, local = []int{(g.n + 3) / 4 * qtLanes, (g.m + rb - 1) / rb}, []int{qtLanes, 1}
 	default:

@@ -147,9 +147,13 @@ func TestQuantLayoutChoice(t *testing.T) {
 	if name, _, _ := cpu.qpick(tiled); name != "qmt_r1" {
 		t.Errorf("tiled decode picks %s", name)
 	}
-	tiled.m = 5
+	tiled.m = 3
 	if name, rb, _ := cpu.qpick(tiled); name != "qmt_r1" || rb != 1 {
-		t.Errorf("tiled prefill picks %s with %d rows per work-group", name, rb)
+		t.Errorf("3 rows on the tiled layout pick %s with %d rows per work-group", name, rb)
+	}
+	tiled.m = 5
+	if name, rb, cb := cpu.qpick(tiled); name != "qmt_mm" || rb != 4 || cb != 2 {
+		t.Errorf("tiled prefill picks %s with %d x %d outputs per work-item, want qmt_mm 4 x 2", name, rb, cb)
 	}
 	if o := tiled.options(false, true); !strings.Contains(o, "-DQ_SG") {
 		t.Errorf("subgroups on: %s", o)

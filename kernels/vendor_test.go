@@ -58,8 +58,8 @@ func gpuVariants(fp16, all bool) []variantBuild {
 		}
 		return fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef -DATT_GPU", s.define(), hd, float32(masked))
 	}
-	add("matmul", matmulSrc, gemm{at: F16, bt: F16, biasT: F16, ct: F16}.options(true))
-	add("quant", quantSrc, qmm{w: QBuf{Format: quant.E0M4, Group: 128}, s: F16, bs: F16, hasBias: true}.options(fp16, false))
+	add("matmul", matmulProg(), gemm{at: F16, bt: F16, biasT: F16, ct: F16}.options(true)+regOpts(fp16))
+	add("quant", quantProg(), qmm{w: QBuf{Format: quant.E0M4, Group: 128}, s: F16, bs: F16, hasBias: true}.options(fp16, false))
 	add("attention", attentionSrc, attn(F16, 128))
 	add("norm", normSrc, fmt.Sprintf("%s -DGROUP=128 %s", F16.define(), weightDefine(F16)))
 	add("conv", convSrc, F16.define()+" "+weightDefine(F16))
@@ -71,11 +71,11 @@ func gpuVariants(fp16, all bool) []variantBuild {
 	add("volume", volumeSrc, F16.define()+" "+weightDefine(F16))
 	add("resize", resizeSrc, F16.define()+" -cl-fp32-correctly-rounded-divide-sqrt")
 	if all {
-		add("matmul", matmulSrc, gemm{}.options(true))
-		add("matmul", matmulSrc, gemm{at: F16}.options(true))
-		add("matmul", matmulSrc, gemm{bt: F16, biasT: F16}.options(true))
-		add("quant", quantSrc, qmm{w: QBuf{Format: quant.E0M4, Group: 32}}.options(fp16, false))
-		add("quant", quantSrc, qmm{w: QBuf{Format: quant.Int4, Group: 128}, s: F16, bs: F32, hasBias: true}.options(fp16, false))
+		add("matmul", matmulProg(), gemm{}.options(true))
+		add("matmul", matmulProg(), gemm{at: F16}.options(true))
+		add("matmul", matmulProg(), gemm{bt: F16, biasT: F16}.options(true))
+		add("quant", quantProg(), qmm{w: QBuf{Format: quant.E0M4, Group: 32}}.options(fp16, false))
+		add("quant", quantProg(), qmm{w: QBuf{Format: quant.Int4, Group: 128}, s: F16, bs: F32, hasBias: true}.options(fp16, false))
 		add("attention", attentionSrc, attn(F32, 64))
 		add("norm", normSrc, "-DGROUP=128")
 		add("conv", convSrc, "")
@@ -107,6 +107,12 @@ func gpuVariants(fp16, all bool) []variantBuild {
 		add("elementwise", src, "-DEW_B0_0")
 	}
 	return out
+}
+
+// regOpts are mm_reg's options for fp16 operands.
+func regOpts(fp16 bool) string {
+	o, _ := gemm{at: F16, bt: F16}.regOptions(fp16)
+	return o
 }
 
 // TestKernelsCompileForVendorProfiles builds the GPU variants (gpuVariants)
@@ -154,14 +160,19 @@ func TestKernelsCompileForVendorProfiles(t *testing.T) {
 		}
 	}
 	t.Logf("%d programs built (%d from the binary cache)", builds, hits)
-	// Every kernel family (a .cl file beside common.cl) must be in the list.
+	// Every kernel family (a .cl file beside the shared prefixes common.cl
+	// and halfmath.cl) must be in the list, and halfmath.cl in the programs
+	// that include it.
+	if !slices.ContainsFunc(gpuVariants(true, false), func(v variantBuild) bool { return strings.Contains(v.src, halfMathSrc) }) {
+		t.Errorf("no program in the vendor build list includes halfmath.cl")
+	}
 	files, err := filepath.Glob("*.cl")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no .cl files found: %v", err)
 	}
 	for _, f := range files {
 		fam := strings.TrimSuffix(f, ".cl")
-		if fam != "common" && !slices.ContainsFunc(gpuVariants(true, false), func(v variantBuild) bool { return v.family == fam }) {
+		if fam != "common" && fam != "halfmath" && !slices.ContainsFunc(gpuVariants(true, false), func(v variantBuild) bool { return v.family == fam }) {
 			t.Errorf("kernel family %s (%s) has no variants in the vendor build list", fam, f)
 		}
 	}
