@@ -48,9 +48,9 @@ orthogonally initialised embeddings (k = round(10 * fraction)). Pretrained
 by masked-token prediction on the train split, then the score head (bottom
 frozen), then the decision head (bottom frozen).
 
-Deviations, named: the grid is 5 x 5 levels (20, 40, 60, 80, 100 for the
-model and the prompt), not 9 x 9, to keep the labelling within minutes of
-CPU; the TLM has 6 layers of dim 64 per path (~0.3M parameters besides its
+Deviations, named: the grid is by default 3 x 3 levels (20, 60, 100 for
+the model and the prompt; `tasks --grid` changes it), not 9 x 9, to keep the
+labelling within minutes of CPU on a shared 2-core machine; the TLM has 6 layers of dim 64 per path (~0.3M parameters besides its
 embedding), not MobileBERT's 24 layers and 40M.
 """
 
@@ -81,7 +81,7 @@ import elastic  # noqa: E402
 import exportlib  # noqa: E402
 import llama  # noqa: E402
 
-GRID = [20, 40, 60, 80, 100]
+GRID = [20, 60, 100]  # tasks --grid sets it; the other steps read it from tasks.json
 SEED = 1111
 MAX_TLM = 320  # TLM positions: 3 SLO/CLS slots + the prompt
 N_FACTS = 6
@@ -130,6 +130,13 @@ def model_config(model_dir):
 def key_split(name):
     """'train' or 'held' from the key's own hash (disjoint key sets)."""
     return "held" if int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % 2 == 0 else "train"
+
+
+def load_grid(work):
+    """Sets GRID from W/tasks.json."""
+    global GRID
+    with open(os.path.join(work, "tasks.json"), encoding="utf-8") as f:
+        GRID = json.load(f)["grid"]
 
 
 def make_tasks(model_dir, out, n_train, n_eval, log=log):
@@ -597,10 +604,11 @@ def export(tlm, work, info, sub="tlm"):
 
 
 def fixture(out):
-    """A random-weight TLM of the same structure, small (LM vocabulary 40,
+    """A random-weight TLM of the same structure, small (LM vocabulary 256, as
+    testdata/elastic/llama,
     dim 32), exported with its reference outputs for the engine test."""
     torch.manual_seed(SEED)
-    cfg = TLMConfig(40)
+    cfg = TLMConfig(256)
     cfg.dim, cfg.ffn, cfg.max_positions = 32, 64, 48
     tlm = TLM(cfg).eval()
     exportlib.randomize_norms(tlm)
@@ -628,6 +636,7 @@ def main():
     t.add_argument("--out", required=True)
     t.add_argument("--n-train", type=int, default=160)
     t.add_argument("--n-eval", type=int, default=60)
+    t.add_argument("--grid", default="20,60,100", help="model and prompt levels of the decision (percent)")
     g = sub.add_parser("grid")
     g.add_argument("--model", required=True)
     g.add_argument("--work", required=True)
@@ -647,12 +656,16 @@ def main():
     x.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.set_num_threads(1)
+    global GRID
     if a.cmd == "tasks":
+        GRID = [int(x) for x in a.grid.split(",")]
         make_tasks(a.model, a.out, a.n_train, a.n_eval)
         mlm_stream(a.model, a.out)
     elif a.cmd == "grid":
+        load_grid(a.work)
         run_grid(a.model, a.work, a.split, a.tlm, a.limit)
     elif a.cmd == "train":
+        load_grid(a.work)
         train(a.model, a.work, a.profile, a.mlm_steps, a.head_steps)
     elif a.cmd == "init":
         torch.manual_seed(SEED)

@@ -377,6 +377,9 @@ func runGenerate(args []string) error {
 	if sf.set() && set["level"] {
 		return fmt.Errorf("give --level or --slo-ttft/--slo-tpot, not both: under an SLO the TLM picks the level")
 	}
+	if sf.set() && (*sf.ttft == 0 || *sf.tpot == 0) {
+		return fmt.Errorf("give both --slo-ttft and --slo-tpot")
+	}
 	model, err := lf.modelPath(pos)
 	if err != nil {
 		fs.Usage()

@@ -22,9 +22,6 @@ import (
 	"github.com/tlite/tlite/engine/generate"
 )
 
-// sloGrid is the decision grid: model and prompt levels in percent.
-var sloGrid = []int{20, 40, 60, 80, 100}
-
 // modelDir is the folder of a model file (or the folder itself).
 func modelDir(model string) string {
 	if st, err := os.Stat(model); err == nil && st.IsDir() {
@@ -306,6 +303,8 @@ type sloServer struct {
 	t    *tlm.TLM
 	prof *slo.Profile
 	rng  *rand.Rand
+	// grid is the decision's model and prompt levels (the TLM's classes).
+	grid []int
 }
 
 // decide runs the TLM on ids, picks a decision by strategy (tlm: the
@@ -320,10 +319,10 @@ func (s *sloServer) decide(ids []int, tail int, o slo.SLO, strategy string, fixe
 	req := slo.Request{N: len(ids), Tail: tail, SLO: o}
 	switch strategy {
 	case "tlm":
-		r.Decision, r.FellBack, err = s.prof.Pick(req, res.Model, res.Prompt, sloGrid, sloGrid, s.rng)
+		r.Decision, r.FellBack, err = s.prof.Pick(req, res.Model, res.Prompt, s.grid, s.grid, s.rng)
 	case "greedy", "random":
 		var feas []slo.Decision
-		if feas, err = s.prof.Feasible(req, sloGrid, sloGrid); err != nil {
+		if feas, err = s.prof.Feasible(req, s.grid, s.grid); err != nil {
 			return sloRun{}, err
 		}
 		var ok bool
@@ -334,7 +333,7 @@ func (s *sloServer) decide(ids []int, tail int, o slo.SLO, strategy string, fixe
 		}
 		if !ok {
 			r.FellBack = true
-			r.Decision, err = s.prof.Predict(req, sloGrid[0], sloGrid[0])
+			r.Decision, err = s.prof.Predict(req, s.grid[0], s.grid[0])
 		}
 	case "fixed":
 		r.Decision = *fixed
@@ -412,7 +411,17 @@ func (f *sloFlags) open(st llmStepper, model string, opts engine.Options) (*sloS
 		t.Close()
 		return nil, err
 	}
-	return &sloServer{em: em, t: t, prof: prof, rng: rand.New(rand.NewSource(1))}, nil
+	for _, lv := range t.Meta.Grid {
+		if _, err := prof.TTFT(1, lv); err != nil {
+			t.Close()
+			return nil, fmt.Errorf("the TLM's level %d%%: %w", lv, err)
+		}
+		if _, err := em.Spec.LevelOf(lv); err != nil {
+			t.Close()
+			return nil, fmt.Errorf("the TLM's level %d%%: %w", lv, err)
+		}
+	}
+	return &sloServer{em: em, t: t, prof: prof, rng: rand.New(rand.NewSource(1)), grid: t.Meta.Grid}, nil
 }
 
 // readJSONL reads one JSON object per line into fn.

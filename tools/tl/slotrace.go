@@ -31,7 +31,7 @@ type gridItem struct {
 	Correct    map[string]int `json:"correct"`
 }
 
-func (g *gridItem) check(vocab int) error {
+func (g *gridItem) check(vocab int, grid []int) error {
 	if len(g.IDs) < 2 || g.Tail < 0 || g.Tail >= len(g.IDs) {
 		return fmt.Errorf("a prompt of %d tokens with a tail of %d", len(g.IDs), g.Tail)
 	}
@@ -48,8 +48,8 @@ func (g *gridItem) check(vocab int) error {
 			}
 		}
 	}
-	for _, m := range sloGrid {
-		for _, p := range sloGrid {
+	for _, m := range grid {
+		for _, p := range grid {
 			if _, ok := g.Correct[fmt.Sprintf("%d,%d", m, p)]; !ok {
 				return fmt.Errorf("no grid entry %d,%d (run tlm.py grid)", m, p)
 			}
@@ -184,13 +184,24 @@ func elasticTrace(args []string) error {
 		return err
 	}
 	defer st.Close()
+	sf := &sloFlags{ttft: new(float64), tpot: new(float64), tlmDir: tlmDir, profile: profPath, tail: new(int)}
+	*sf.ttft, *sf.tpot = 1, 1
+	opts, err := lf.sf.options()
+	if err != nil {
+		return err
+	}
+	srv, err := sf.open(st, model, opts)
+	if err != nil {
+		return err
+	}
+	defer srv.t.Close()
 	var items []gridItem
 	err = readJSONL(*gridPath, func(line []byte) error {
 		var it gridItem
 		if err := json.Unmarshal(line, &it); err != nil {
 			return err
 		}
-		if err := it.check(st.Vocab()); err != nil {
+		if err := it.check(st.Vocab(), srv.grid); err != nil {
 			return err
 		}
 		if n := len(it.IDs) + *decode + maxLen(it.Candidates); n > st.MaxContext() {
@@ -205,17 +216,6 @@ func elasticTrace(args []string) error {
 	if len(items) == 0 {
 		return fmt.Errorf("%s: no items", *gridPath)
 	}
-	sf := &sloFlags{ttft: new(float64), tpot: new(float64), tlmDir: tlmDir, profile: profPath, tail: new(int)}
-	*sf.ttft, *sf.tpot = 1, 1
-	opts, err := lf.sf.options()
-	if err != nil {
-		return err
-	}
-	srv, err := sf.open(st, model, opts)
-	if err != nil {
-		return err
-	}
-	defer srv.t.Close()
 	srv.rng = rand.New(rand.NewSource(*seed))
 	if err := warmUp(st); err != nil {
 		return err
@@ -248,7 +248,7 @@ func elasticTrace(args []string) error {
 				var fixed *slo.Decision
 				name := s
 				if s == "oracle" {
-					d, err := oracle(srv.prof, req, it)
+					d, err := oracle(srv.prof, req, it, srv.grid)
 					if err != nil {
 						return err
 					}
@@ -364,8 +364,8 @@ func (c *traceSummary) finish() {
 
 // oracle is the lightest feasible decision the grid says answers right;
 // with none right the greedy one; with none feasible the lightest of all.
-func oracle(p *slo.Profile, r slo.Request, it *gridItem) (slo.Decision, error) {
-	feas, err := p.Feasible(r, sloGrid, sloGrid)
+func oracle(p *slo.Profile, r slo.Request, it *gridItem, grid []int) (slo.Decision, error) {
+	feas, err := p.Feasible(r, grid, grid)
 	if err != nil {
 		return slo.Decision{}, err
 	}
@@ -377,7 +377,7 @@ func oracle(p *slo.Profile, r slo.Request, it *gridItem) (slo.Decision, error) {
 	if d, ok := slo.Greedy(feas); ok {
 		return d, nil
 	}
-	return p.Predict(r, sloGrid[0], sloGrid[0])
+	return p.Predict(r, grid[0], grid[0])
 }
 
 // engineChoose scores each candidate's summed log-likelihood after prompt
