@@ -14,11 +14,11 @@ Tasks (spec §3c substitutes), built from the local corpus and split by
 document hash (models/train/corpus.py: split_of): the *train* split of the
 documents feeds the TLM's labels, the *held* split the evaluation.
 
-* continuation: 4-way multiple choice, the true next 16 tokens of a prose
-  document against 16-token spans of three other documents of the same
+* continuation: 4-way multiple choice, the true next 8 tokens of a prose
+  document (after 24-64 tokens of it) against 8-token spans of three other documents of the same
   split, scored by the LM's summed log-likelihood (ARC-style).
-* lookup: key -> value in-context lookup ("select the right item"): six
-  facts "The code for K is V.", a filler paragraph of the split, then the
+* lookup: key -> value in-context lookup ("select the right item"): four
+  facts "The code for K is V.", 10-30 filler tokens of the split, then the
   question; the 4 candidates are values of the listed facts. Train and
   evaluation keys are disjoint (the key's own hash picks its split).
 
@@ -84,8 +84,8 @@ import llama  # noqa: E402
 GRID = [20, 60, 100]  # tasks --grid sets it; the other steps read it from tasks.json
 SEED = 1111
 MAX_TLM = 320  # TLM positions: 3 SLO/CLS slots + the prompt
-N_FACTS = 6
-CONT_TOKENS = 16
+N_FACTS = 4
+CONT_TOKENS = 8
 # The six SLO classes of the trace (spec §3b, Table 3): <TTFT, TPOT>.
 SLO_CLASSES = [(1.0, 1.0), (0.8, 0.9), (0.6, 0.8), (0.4, 0.7), (0.2, 0.6), (0.2, 0.5)]
 
@@ -144,6 +144,7 @@ def make_tasks(model_dir, out, n_train, n_eval, log=log):
     bos = model_config(model_dir)["bos_token_id"]
     splits = corpus.build_text_splits(REPO, log)
     os.makedirs(out, exist_ok=True)
+    mlm_stream(enc, splits, out, log)
     meta = {"bos": bos, "grid": GRID, "splits": {}}
     for part, n, name in (("train", n_train, "train"), ("held", n_eval, "eval")):
         rng = random.Random(SEED + (0 if part == "train" else 1))
@@ -157,7 +158,7 @@ def make_tasks(model_dir, out, n_train, n_eval, log=log):
             if len(items) % 2 == 0:
                 i = rng.choice(long_)
                 t = toks[i]
-                cut = rng.randint(40, min(len(t) - CONT_TOKENS, 120))
+                cut = rng.randint(24, min(len(t) - CONT_TOKENS, 64))
                 cands = [t[cut:cut + CONT_TOKENS]]
                 while len(cands) < 4:
                     j = rng.choice(long_)
@@ -175,7 +176,7 @@ def make_tasks(model_dir, out, n_train, n_eval, log=log):
                 vals = [str(rng.randint(1000, 9999)) for _ in ks]
                 facts = " ".join(f"The code for {k} is {v}." for k, v in zip(ks, vals))
                 j = rng.choice(fill)
-                filler = enc.decode(toks[j][:rng.randint(20, 60)])
+                filler = enc.decode(toks[j][:rng.randint(10, 30)])
                 qi = rng.randrange(N_FACTS)
                 head = "Remember these codes. " + facts + "\n\n" + filler + "\n\n"
                 question = f"Question: What is the code for {ks[qi]}?\nAnswer:"
@@ -616,13 +617,11 @@ def fixture(out):
     export(tlm, out, {"fixture": "random weights (tlm.py fixture); structure of the trained TLM"}, sub="")
 
 
-def mlm_stream(model_dir, work, log=log):
+def mlm_stream(enc, splits, work, log=log):
     """The train split's documents, tokenized, as the MLM stream."""
-    enc = load_encoder(model_dir)
-    splits = corpus.build_text_splits(REPO, log)
     ids = []
     for s in ("pydoc", "debref", "fortunes"):
-        for d in splits[s]["train"][:400]:
+        for d in splits[s]["train"][:150]:
             ids += enc.encode(d)
     np.save(os.path.join(work, "mlm_train.npy"), np.array(ids, dtype=np.int32))
     log(f"mlm stream: {len(ids)} tokens of the train split")
@@ -660,7 +659,6 @@ def main():
     if a.cmd == "tasks":
         GRID = [int(x) for x in a.grid.split(",")]
         make_tasks(a.model, a.out, a.n_train, a.n_eval)
-        mlm_stream(a.model, a.out)
     elif a.cmd == "grid":
         load_grid(a.work)
         run_grid(a.model, a.work, a.split, a.tlm, a.limit)
