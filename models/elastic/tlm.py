@@ -485,22 +485,15 @@ def decision_label(prof, it, ttft, tpot, rng):
     return m, p, "default"
 
 
-def train(model_dir, work, profile_path, mlm_steps, head_steps, log=log):
-    torch.manual_seed(SEED)
-    rng = random.Random(SEED)
-    lm_vocab = model_config(model_dir)["vocab_size"]
-    cfg = TLMConfig(lm_vocab)
-    tlm = TLM(cfg)
-    n_params = sum(p.numel() for p in tlm.parameters())
-    items = read_jsonl(os.path.join(work, "grid_train.jsonl"))
-    prof = Profile(profile_path)
-    t0 = time.time()
-    # 1. Masked-token pretraining on the train split's token streams.
-    stream = np.concatenate([np.load(os.path.join(work, "mlm_train.npy"))])
+def pretrain_mlm(tlm, work, steps, rng, t0, log=log):
+    """Masked-token prediction (15% of positions) on the train split's
+    token stream, through the shared bottom and the score branch."""
+    cfg = tlm.cfg
+    stream = np.load(os.path.join(work, "mlm_train.npy"))
     opt = torch.optim.AdamW(tlm.parameters(), lr=1e-3, weight_decay=0.01)
     seq, bs = 128, 16
     tlm.train()
-    for step in range(mlm_steps):
+    for step in range(steps):
         starts = [rng.randrange(len(stream) - seq) for _ in range(bs)]
         x = torch.tensor(np.stack([stream[s:s + seq] for s in starts]).astype(np.int64))
         x = torch.cat([torch.full((bs, 3), cfg.cls), x], 1)
@@ -515,8 +508,35 @@ def train(model_dir, work, profile_path, mlm_steps, head_steps, log=log):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if step % 50 == 0 or step == mlm_steps - 1:
-            log(f"train: mlm step {step} loss {loss.item():.3f} ({time.time() - t0:.0f} s)")
+        if step % 20 == 0 or step == steps - 1:
+            log(f"pretrain: mlm step {step} loss {loss.item():.3f} ({time.time() - t0:.0f} s)")
+
+
+def pretrain(model_dir, work, steps, log=log):
+    torch.manual_seed(SEED)
+    tlm = TLM(TLMConfig(model_config(model_dir)["vocab_size"]))
+    pretrain_mlm(tlm, work, steps, random.Random(SEED + 7), time.time())
+    torch.save(tlm.state_dict(), os.path.join(work, "tlm_mlm.pt.tmp"))
+    os.replace(os.path.join(work, "tlm_mlm.pt.tmp"), os.path.join(work, "tlm_mlm.pt"))
+
+
+def train(model_dir, work, profile_path, mlm_steps, head_steps, log=log):
+    torch.manual_seed(SEED)
+    rng = random.Random(SEED)
+    lm_vocab = model_config(model_dir)["vocab_size"]
+    cfg = TLMConfig(lm_vocab)
+    tlm = TLM(cfg)
+    n_params = sum(p.numel() for p in tlm.parameters())
+    items = read_jsonl(os.path.join(work, "grid_train.jsonl"))
+    prof = Profile(profile_path)
+    t0 = time.time()
+    # 1. Masked-token pretraining (tlm.py pretrain), unless done before.
+    pre = os.path.join(work, "tlm_mlm.pt")
+    if os.path.exists(pre):
+        tlm.load_state_dict(torch.load(pre))
+        log(f"train: masked-token pretraining loaded from {pre}")
+    else:
+        pretrain_mlm(tlm, work, mlm_steps, rng, t0)
     # 2. Score head on the retention labels, bottom frozen.
     for p in list(tlm.embeddings.parameters()) + list(tlm.shared.parameters()):
         p.requires_grad_(False)
@@ -648,6 +668,10 @@ def main():
     r.add_argument("--profile", required=True)
     r.add_argument("--mlm-steps", type=int, default=300)
     r.add_argument("--head-steps", type=int, default=600)
+    q = sub.add_parser("pretrain", help="masked-token pretraining of the TLM alone (train reuses W/tlm_mlm.pt)")
+    q.add_argument("--model", required=True)
+    q.add_argument("--work", required=True)
+    q.add_argument("--steps", type=int, default=150)
     i = sub.add_parser("init", help="export an untrained TLM of the real size (for timing it before training)")
     i.add_argument("--model", required=True)
     i.add_argument("--work", required=True)
@@ -665,6 +689,9 @@ def main():
     elif a.cmd == "train":
         load_grid(a.work)
         train(a.model, a.work, a.profile, a.mlm_steps, a.head_steps)
+    elif a.cmd == "pretrain":
+        load_grid(a.work)
+        pretrain(a.model, a.work, a.steps)
     elif a.cmd == "init":
         torch.manual_seed(SEED)
         export(TLM(TLMConfig(model_config(a.model)["vocab_size"])).eval(), a.work, {"untrained": True})
