@@ -279,10 +279,16 @@ def retention_labels(si, tail):
     return [1 if (i == 0 or i >= n - tail or i in top) else 0 for i in range(n)]
 
 
-def run_grid(model_dir, work, split, tlm_path=None, limit=0, log=log):
+def run_grid(model_dir, work, split, tlm_path=None, limit=0, shard=None, log=log):
+    """Writes grid_SPLIT.jsonl: each item with its correctness at every
+    decision. shard (k, n) takes every n-th item from the k-th into
+    grid_SPLIT.k.jsonl, so that n processes share the work; concatenated,
+    the shards hold every item (in another order, which nothing depends on)."""
     items = read_jsonl(os.path.join(work, f"tasks_{split}.jsonl"))
     if limit:
         items = items[:limit]
+    if shard:
+        items = items[shard[0]::shard[1]]
     lm = LevelModel(model_dir)
     tlm = None
     if tlm_path:
@@ -292,13 +298,13 @@ def run_grid(model_dir, work, split, tlm_path=None, limit=0, log=log):
     ranks = []
     for it in items:
         ids = it["ids"]
+        if tlm is not None:  # the evaluation grid: compression by the score head
+            ranks.append(tlm_scores(tlm, ids))
+            continue
         si = self_information(lm, ids)
         it["self_information"] = [round(x, 4) if math.isfinite(x) else 99.0 for x in si]
         it["retain"] = retention_labels(si, it["tail"])
-        if tlm is not None:
-            ranks.append(tlm_scores(tlm, ids))
-        else:
-            ranks.append(si)
+        ranks.append(si)
     table = []
     for m in GRID:
         lm.set_level(m)
@@ -314,7 +320,7 @@ def run_grid(model_dir, work, split, tlm_path=None, limit=0, log=log):
         log(f"grid {split}: model level {m}%: accuracy by prompt level {acc} ({time.time() - t0:.0f} s)")
     for it, row in zip(items, table):
         it["correct"] = row
-    name = f"grid_{split}.jsonl"
+    name = f"grid_{split}.jsonl" if not shard else f"grid_{split}.{shard[0]}.jsonl"
     write_jsonl(os.path.join(work, name), items)
     log(f"grid {split}: wrote {name} ({len(items)} items, ranking by {'the score head' if tlm else 'self-information'})")
 
@@ -662,6 +668,7 @@ def main():
     g.add_argument("--split", choices=["train", "eval"], required=True)
     g.add_argument("--tlm")
     g.add_argument("--limit", type=int, default=0)
+    g.add_argument("--shard", help="K/N: every N-th item from the K-th (run N in parallel, cat the outputs)")
     r = sub.add_parser("train")
     r.add_argument("--model", required=True)
     r.add_argument("--work", required=True)
@@ -685,7 +692,10 @@ def main():
         make_tasks(a.model, a.out, a.n_train, a.n_eval)
     elif a.cmd == "grid":
         load_grid(a.work)
-        run_grid(a.model, a.work, a.split, a.tlm, a.limit)
+        shard = tuple(int(x) for x in a.shard.split("/")) if a.shard else None
+        if shard and not (len(shard) == 2 and 0 <= shard[0] < shard[1]):
+            raise SystemExit(f"--shard {a.shard}: want K/N with 0 <= K < N")
+        run_grid(a.model, a.work, a.split, a.tlm, a.limit, shard)
     elif a.cmd == "train":
         load_grid(a.work)
         train(a.model, a.work, a.profile, a.mlm_steps, a.head_steps)

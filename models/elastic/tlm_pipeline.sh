@@ -37,15 +37,22 @@ step "untrained TLM of the real size, to time it in the profile"
 nice -n 10 "$PY" "$HERE/tlm.py" init --model "$EL" --work "$W/init"
 step "profile: TTFT(p, m), TPOT(m), TLM and switch time, measured"
 nice -n 10 "$TL" elastic profile --model "$EL/model.onnx" --tlm "$W/init/tlm" -r "${PROFILE_REPS:-5}"
-step "grid on the train split (self-information compression)"
+step "grid on the train split (self-information compression), beside the TLM's masked-token pretraining"
+nice -n 10 "$PY" "$HERE/tlm.py" pretrain --model "$EL" --work "$W" --steps "${MLM_STEPS:-15}" &
 nice -n 10 "$PY" "$HERE/tlm.py" grid --model "$EL" --work "$W" --split train
+wait
 step "train the TLM (MLM, score head, decision head) and export it"
 nice -n 10 "$PY" "$HERE/tlm.py" train --model "$EL" --work "$W" --profile "$EL/profile.json" \
-	--mlm-steps "${MLM_STEPS:-150}" --head-steps "${HEAD_STEPS:-400}"
+	--head-steps "${HEAD_STEPS:-150}"
 rm -rf "$EL/tlm"
 cp -r "$W/tlm" "$EL/tlm"
 step "grid on the evaluation split (score-head compression): the oracle's table"
-nice -n 10 "$PY" "$HERE/tlm.py" grid --model "$EL" --work "$W" --split eval --tlm "$W/tlm.pt"
+for k in 0 1; do
+	nice -n 10 "$PY" "$HERE/tlm.py" grid --model "$EL" --work "$W" --split eval --tlm "$W/tlm.pt" --shard "$k/2" &
+done
+wait
+cat "$W/grid_eval.0.jsonl" "$W/grid_eval.1.jsonl" > "$W/grid_eval.jsonl.tmp"
+mv "$W/grid_eval.jsonl.tmp" "$W/grid_eval.jsonl"
 step "trace: decision head vs greedy, random and oracle at three skews"
 nice -n 10 "$TL" elastic trace --model "$EL/model.onnx" --grid "$W/grid_eval.jsonl" --requests "$NREQ" \
 	--check "${CHECK:-8}" --out "$OUT/trace.json"
