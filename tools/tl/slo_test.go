@@ -88,6 +88,19 @@ func TestProfileAndTrace(t *testing.T) {
 			engineChecked++
 		}
 	}
+	// Greedy and the oracle fall back exactly when nothing is feasible.
+	fell := map[int]map[string]bool{}
+	for _, r := range res.Requests {
+		if fell[r.Request] == nil {
+			fell[r.Request] = map[string]bool{}
+		}
+		fell[r.Request][r.Strategy] = r.FellBack
+	}
+	for req, m := range fell {
+		if m["greedy"] != m["oracle"] {
+			t.Fatalf("request %d: greedy fell back %v, oracle %v", req, m["greedy"], m["oracle"])
+		}
+	}
 	if engineChecked != 2 {
 		t.Fatalf("%d rows scored by the engine, want 2", engineChecked)
 	}

@@ -246,18 +246,19 @@ func elasticTrace(args []string) error {
 			}
 			for _, s := range strats {
 				var fixed *slo.Decision
-				name := s
+				name, oracleFellBack := s, false
 				if s == "oracle" {
-					d, err := oracle(srv.prof, req, it, srv.grid)
+					d, fb, err := oracle(srv.prof, req, it, srv.grid)
 					if err != nil {
 						return err
 					}
-					fixed, name = &d, "fixed"
+					fixed, name, oracleFellBack = &d, "fixed", fb
 				}
 				run, err := srv.decide(it.IDs, it.Tail, o, name, fixed)
 				if err != nil {
 					return err
 				}
+				run.FellBack = run.FellBack || oracleFellBack
 				pre, last, err := timedPrefill(st, run.Prompt)
 				if err != nil {
 					return err
@@ -363,21 +364,23 @@ func (c *traceSummary) finish() {
 }
 
 // oracle is the lightest feasible decision the grid says answers right;
-// with none right the greedy one; with none feasible the lightest of all.
-func oracle(p *slo.Profile, r slo.Request, it *gridItem, grid []int) (slo.Decision, error) {
+// with none right the greedy one; with none feasible the lightest of all
+// (fellBack, as for the other strategies).
+func oracle(p *slo.Profile, r slo.Request, it *gridItem, grid []int) (d slo.Decision, fellBack bool, err error) {
 	feas, err := p.Feasible(r, grid, grid)
 	if err != nil {
-		return slo.Decision{}, err
+		return slo.Decision{}, false, err
 	}
 	for _, d := range feas {
 		if it.Correct[fmt.Sprintf("%d,%d", d.Model, d.Prompt)] == 1 {
-			return d, nil
+			return d, false, nil
 		}
 	}
 	if d, ok := slo.Greedy(feas); ok {
-		return d, nil
+		return d, false, nil
 	}
-	return p.Predict(r, grid[0], grid[0])
+	d, err = p.Predict(r, grid[0], grid[0])
+	return d, true, err
 }
 
 // engineChoose scores each candidate's summed log-likelihood after prompt
