@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/engine/elastic/slo"
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/tokenizer"
 	"github.com/tlite/tlite/graph"
@@ -291,6 +292,7 @@ type generateResult struct {
 	Startup      startup           `json:"startup"`
 	Stats        generateStatsJSON `json:"stats"`
 	Warnings     []string          `json:"warnings,omitempty"`
+	SLO          *sloJSON          `json:"slo,omitempty"`
 }
 
 type samplingJSON struct {
@@ -371,17 +373,25 @@ func runGenerate(args []string) error {
 	noBOS := fs.Bool("no-bos", false, "do not put the BOS token before the prompt")
 	special := fs.Bool("special", false, "print special tokens")
 	asJSON := fs.Bool("json", false, "write the prompt, the text and the statistics as one JSON object instead of streaming")
+	sf := addSLOFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: tl generate --model m.onnx [--tokenizer tokenizer.json] --prompt "..." | --tokens 1,2,3 [-n 128] [--temperature 0] [--top-k 0] [--top-p 0] [--repeat-penalty 1] [--seed N] [--stop STR] [--ctx N] [--json] [--device d] [--precision fp32|fp16] [--max sym=N] [--profile]`)
+		fmt.Fprintln(fs.Output(), `usage: tl generate --model m.onnx [--tokenizer tokenizer.json] --prompt "..." | --tokens 1,2,3 [-n 128] [--temperature 0] [--top-k 0] [--top-p 0] [--repeat-penalty 1] [--seed N] [--stop STR] [--ctx N] [--json] [--device d] [--precision fp32|fp16] [--max sym=N] [--profile] [--level P | --slo-ttft F --slo-tpot F [--tlm DIR] [--slo-profile FILE]]`)
 		fmt.Fprintln(fs.Output(), "The text streams to stdout; timings go to stderr. Sampling: give --temperature (e.g. 0.8) with --top-k/--top-p.")
 		fs.PrintDefaults()
 	}
-	flags, pos := splitArgs(args, llmValued("prompt", "tokens", "n", "temperature", "top-k", "top-p", "repeat-penalty", "seed", "stop"))
+	flags, pos := splitArgs(args, llmValued("prompt", "tokens", "n", "temperature", "top-k", "top-p", "repeat-penalty", "seed", "stop",
+		"slo-ttft", "slo-tpot", "tlm", "slo-profile", "slo-keep-tail"))
 	if err := fs.Parse(flags); err != nil {
 		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if sf.set() && set["level"] {
+		return fmt.Errorf("give --level or --slo-ttft/--slo-tpot, not both: under an SLO the TLM picks the level")
+	}
+	if sf.set() && (*sf.ttft == 0 || *sf.tpot == 0) {
+		return fmt.Errorf("give both --slo-ttft and --slo-tpot")
+	}
 	model, err := lf.modelPath(pos)
 	if err != nil {
 		fs.Usage()
@@ -485,6 +495,36 @@ func runGenerate(args []string) error {
 		return err
 	}
 	second = ms(time.Since(tw))
+	var sloOut *sloJSON
+	if sf.set() {
+		opts, err := lf.sf.options()
+		if err != nil {
+			return err
+		}
+		srv, err := sf.open(st, model, opts)
+		if err != nil {
+			return err
+		}
+		defer srv.t.Close()
+		if *sf.tail >= len(promptIDs) {
+			return fmt.Errorf("--slo-keep-tail %d: the prompt is only %d tokens", *sf.tail, len(promptIDs))
+		}
+		o := slo.SLO{TTFT: *sf.ttft, TPOT: *sf.tpot}
+		run, err := srv.decide(promptIDs, *sf.tail, o, "tlm", nil)
+		if err != nil {
+			return err
+		}
+		bt, bp, err := srv.prof.Budget(slo.Request{N: len(promptIDs), Tail: *sf.tail, SLO: o})
+		if err != nil {
+			return err
+		}
+		sloOut = &sloJSON{TTFT: o.TTFT, TPOT: o.TPOT, HeadModel: run.HeadModel, HeadPrompt: run.HeadPrmpt, Model: run.Decision.Model,
+			Prompt: run.Decision.Prompt, FellBack: run.FellBack, PromptTokens: len(promptIDs), KeptTokens: len(run.Prompt),
+			TLMMs: run.TLMMs, SwitchMs: run.SwitchMs, PredictedTTFTMs: run.Decision.TTFTMs, PredictedTPOTMs: run.Decision.TPOTMs,
+			BudgetTTFTMs: bt, BudgetTPOTMs: bp}
+		req.Tokens, req.NoBOS, req.Prompt = run.Prompt, true, ""
+		promptIDs = run.Prompt
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	onToken := func(s string) error {
@@ -509,6 +549,14 @@ func runGenerate(args []string) error {
 	if ids != nil {
 		out.Prompt = ""
 	}
+	if sloOut != nil {
+		sloOut.PrefillMs = ms(res.PrefillTime)
+		sloOut.TTFTMs = sloOut.TLMMs + sloOut.SwitchMs + ms(res.FirstTokenTime)
+		if res.DecodeSteps > 0 {
+			sloOut.TPOTMs = ms(res.DecodeTime) / float64(res.DecodeSteps)
+		}
+		out.SLO = sloOut
+	}
 	if sess != nil {
 		out.Device = deviceOf(sess)
 		out.Startup = startupOf(sess, loadMs, first, second, built, cached)
@@ -522,6 +570,9 @@ func runGenerate(args []string) error {
 	fmt.Fprintf(statsOut, "context: %d tokens (%s)\n", ctxLen, lf.ctxFrom)
 	fmt.Fprintf(statsOut, "prompt %d tokens: prefill %.1f ms (%.1f tok/s), time to first token %.1f ms\n",
 		res.PromptTokens, ms(res.PrefillTime), res.PrefillTokPerSec, ms(res.FirstTokenTime))
+	if sloOut != nil {
+		sloOut.print()
+	}
 	fmt.Fprintf(statsOut, "generated %d tokens (%s): decode %.1f ms for %d steps (%.1f tok/s), KV cache %s\n",
 		res.NewTokens, res.Reason, ms(res.DecodeTime), res.DecodeSteps, res.DecodeTokPerSec, out.KV)
 	if *temp > 0 {
