@@ -132,7 +132,7 @@ func elasticProfile(args []string) error {
 	if m := ls[len(ls)-1] + *steps; m > st.MaxContext() {
 		return fmt.Errorf("--lengths up to %d plus %d decode steps exceed the context of %d (give --ctx)", ls[len(ls)-1], *steps, st.MaxContext())
 	}
-	em, err := bindElastic(st, model)
+	em, err := bindElastic(st, model, "")
 	if err != nil {
 		return err
 	}
@@ -275,15 +275,6 @@ func writeJSONFile(path string, v any) error {
 	return nil
 }
 
-// bindElastic binds elastic.json beside model to the stepper's session.
-func bindElastic(st llmStepper, model string) (*elastic.Model, error) {
-	spec, err := elastic.Load(model)
-	if err != nil {
-		return nil, err
-	}
-	return elastic.Bind(st.Session(), spec)
-}
-
 // sloRun is one request served under an SLO: the TLM, the decision, the
 // switch and the compressed prompt.
 type sloRun struct {
@@ -397,7 +388,7 @@ func (f *sloFlags) open(st llmStepper, model string, opts engine.Options) (*sloS
 	if err != nil {
 		return nil, err
 	}
-	em, err := bindElastic(st, model)
+	em, err := bindElastic(st, model, "")
 	if err != nil {
 		return nil, err
 	}
