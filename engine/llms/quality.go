@@ -26,6 +26,12 @@ const (
 	PolicyReversed QualityPolicy = "reversed"
 	// PolicyLLMSRatio is LLMS with the "natural" weight ratio_w.
 	PolicyLLMSRatio QualityPolicy = "llms_ratio_weight"
+	// PolicyRandomRatio and PolicyReversedRatio are the controls of
+	// PolicyLLMSRatio. They are needed where the default weight gives every
+	// chunk one level (as on the retrained default model: all INT4), which
+	// makes Random and Reversed equal to LLMS and silent about density.
+	PolicyRandomRatio   QualityPolicy = "random_ratio_weight"
+	PolicyReversedRatio QualityPolicy = "reversed_ratio_weight"
 )
 
 // QualityResult is one policy's outcome over all windows.
@@ -188,9 +194,10 @@ func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Le
 		for i := 0; i < full; i++ {
 			levels[i] = l
 		}
-	case PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed:
+	case PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed, PolicyRandomRatio, PolicyReversedRatio:
 		w := WeightInverse
-		if p == PolicyLLMSRatio {
+		switch p {
+		case PolicyLLMSRatio, PolicyRandomRatio, PolicyReversedRatio:
 			w = WeightRatio
 		}
 		lv, err := llms(w)
@@ -198,12 +205,12 @@ func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Le
 			return nil, err
 		}
 		switch p {
-		case PolicyRandom:
+		case PolicyRandom, PolicyRandomRatio:
 			perm := rng.Perm(full)
 			for i := 0; i < full; i++ {
 				levels[perm[i]] = lv[i]
 			}
-		case PolicyReversed:
+		case PolicyReversed, PolicyReversedRatio:
 			// The densest chunk gets LLMS's lowest level, and so on.
 			byDens := make([]int, full)
 			for i := range byDens {

@@ -13,7 +13,8 @@ import (
 	"github.com/tlite/tlite/engine/tokenizer"
 )
 
-var allPolicies = []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT4, PolicyINT2, PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed}
+var allPolicies = []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT4, PolicyINT2, PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed,
+	PolicyRandomRatio, PolicyReversedRatio}
 
 // TestQualityControls on the default model: the uncompressed policy gives
 // the plain forward's NLL, the LLMS, random and reversed policies store
@@ -21,7 +22,8 @@ var allPolicies = []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT4, PolicyINT2, 
 func TestQualityControls(t *testing.T) {
 	st := openDefault(t, 96)
 	toks := heldoutTokens(t, 120)
-	res, byPos, err := Quality(st, toks, 64, 16, 1, 16, []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT2, PolicyLLMS, PolicyRandom, PolicyReversed}, 1)
+	res, byPos, err := Quality(st, toks, 64, 16, 1, 16, []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT2, PolicyLLMS, PolicyRandom, PolicyReversed,
+		PolicyLLMSRatio, PolicyRandomRatio, PolicyReversedRatio}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +62,9 @@ func TestQualityControls(t *testing.T) {
 	}
 	if by[PolicyLLMS].Bytes != by[PolicyRandom].Bytes || by[PolicyLLMS].Bytes != by[PolicyReversed].Bytes {
 		t.Errorf("controls differ in bytes: llms %d random %d reversed %d", by[PolicyLLMS].Bytes, by[PolicyRandom].Bytes, by[PolicyReversed].Bytes)
+	}
+	if r := by[PolicyLLMSRatio].Bytes; by[PolicyRandomRatio].Bytes != r || by[PolicyReversedRatio].Bytes != r {
+		t.Errorf("ratio-weight controls differ in bytes: llms %d random %d reversed %d", r, by[PolicyRandomRatio].Bytes, by[PolicyReversedRatio].Bytes)
 	}
 	if !(by[PolicyINT2].Bytes < by[PolicyLLMS].Bytes && by[PolicyLLMS].Bytes < by[PolicyINT8].Bytes && by[PolicyINT8].Bytes < by[PolicyFP].Bytes) {
 		t.Errorf("bytes not ordered int2 < llms < int8 < fp32")
