@@ -17,8 +17,8 @@ var halfMathSrc string
 // layer its mm_reg shares with quant.cl's qmt_mm, then matmul.cl.
 func matmulProg() string { return halfMathSrc + "\n" + matmulSrc }
 
-// halfEmu, when set by a test, builds the half paths of mm_reg and qmt_mm
-// with halfmath.cl's exact emulation (-DHALF_EMU) on any device, so that
+// halfEmu, when set by a test, builds the half paths of mm_reg, qmt_mm
+// and norm_group with halfmath.cl's exact emulation (-DHALF_EMU) on any device, so that
 // their sequence of half roundings executes on PoCL, which has no half
 // arithmetic, and can be compared with the Go emulation bit for bit.
 var halfEmu bool
