@@ -15,8 +15,8 @@
 //
 // Each operand has its own storage, chosen per build: -DA_F16, -DB_F16,
 // -DBIAS_F16, and the output C follows -DSTORAGE_F16 (common.cl). Arithmetic
-// is fp32, except the half paths of mm_gemv_c4 (-DMM_HALF) and mm_reg
-// (halfmath.cl) on devices with cl_khr_fp16.
+// is fp32, except the half paths of mm_gemv_c4 (-DMM_HALF) and mm_reg, both
+// written with halfmath.cl's macros, on devices with cl_khr_fp16.
 //
 // Variants (the launcher picks one by layout and device type; -DMM_GPU builds
 // the GPU set, otherwise the CPU set, so neither device compiles kernels it
