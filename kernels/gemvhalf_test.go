@@ -3,6 +3,8 @@ package kernels
 import (
 	"math"
 	"testing"
+
+	"github.com/tlite/tlite/graph/quant"
 )
 
 // gemvC4HalfSim is mm_gemv_c4's half path (halfmath.cl's HALF_EMU build,
@@ -104,4 +106,89 @@ func TestGemvC4HalfAccuracy(t *testing.T) {
 		}
 		t.Logf("%s: largest error %.3g = %.2g of the output scale %.3g, %.2g of its bound", tc.name, maxErr, maxErr/scale, scale, worst)
 	}
+}
+
+// qChunkHalfSim is the half sum of chunk e (32 weights) of column n of
+// the E0M4 weight p against a, in the order qmt_mm and qmt_r1 share: the
+// group's parameters rounded to half, each weight decoded by half fma,
+// the products summed by half fma from zero for k = kb + t*qw + 0..3,
+// t = 0..7.
+func qChunkHalfSim(a []float32, p *quant.Packed, n, e int) float32 {
+	qw := p.Group / 8
+	g := 4 * e / qw
+	kb := g*p.Group + 4*e%qw
+	h := 0.0
+	for t := 0; t < 8; t++ {
+		for j := 0; j < 4; j++ {
+			k := kb + t*qw + j
+			q, d, m := qCode(p, k, n)
+			w := hfma(1+float64(q)/16, hcvt(d), hcvt(m))
+			h = hfma(float64(a[k]), w, h)
+		}
+	}
+	return float32(h)
+}
+
+// qmtR1HalfSim is qmt_r1's half path (HALF_EMU build, local-memory
+// reduction) for output (row a, column n): lane l of 64 adds the half sums
+// of chunks l, l + 64, ... to its float sum; the four columns' 64 lane
+// sums meet in 16 runs of four lanes each (from zero), then one lane adds
+// the 16 runs in order; then the bias (nil for none) in float.
+func qmtR1HalfSim(a []float32, p *quant.Packed, n int, bias *float32) float32 {
+	const lanes = 64
+	var acc [lanes]float32
+	for l := range acc {
+		for e := l; e < len(a)/32; e += lanes {
+			acc[l] = float32(acc[l] + qChunkHalfSim(a, p, n, e))
+		}
+	}
+	var runs [lanes / 4]float32
+	for part := range runs {
+		var s float32
+		for j := 0; j < 4; j++ {
+			s = float32(s + acc[4*part+j])
+		}
+		runs[part] = s
+	}
+	s := runs[0]
+	for _, r := range runs[1:] {
+		s = float32(s + r)
+	}
+	if bias != nil {
+		s = float32(s + *bias)
+	}
+	return s
+}
+
+// TestQmtR1HalfBitExact runs qmt_r1's half path in halfmath.cl's float
+// emulation on PoCL and compares every output bit for bit with the Go
+// emulation: E0M4 in fp16 storage on the four-column tiled layout, 2 rows
+// (a launch per row), 7 columns (a partial block), K = 2240 = 70 chunks
+// (more than the 64 lanes, so some lanes add two), groups of 32 (new
+// parameters every chunk; the options of TestHalfPathsBitExact's qmt_mm
+// build, so the two share one program), with an fp16 bias.
+func TestQmtR1HalfBitExact(t *testing.T) {
+	withHalfEmu(t, func() {
+		defer func() { qForce = "" }()
+		qForce = "qmt_r1"
+		for i, group := range []int{32} {
+			const m, n, k, lda = 2, 7, 2240, 2243
+			_, wp := qWeight(t, int64(80+i), quant.E0M4, k, n, group)
+			wq := uploadQTile4(t, wp)
+			p := QMatMulParams{M: m, N: n, K: k, LDA: lda, BiasStorage: F16}
+			got, want := qRun(t, F16, wq, wp, p, true)
+			a := laRand(11, m*lda, F16)
+			bias := laRand(13, n, F16)
+			for r := 0; r < m; r++ {
+				for c := 0; c < n; c++ {
+					want[r*n+c] = roundTrip(F16, qmtR1HalfSim(a[r*lda:r*lda+k], wp, c, &bias[c]))
+				}
+			}
+			for j := range got {
+				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+					t.Fatalf("qmt_r1 group %d: output %d: kernel %g, Go emulation %g", group, j, got[j], want[j])
+				}
+			}
+		}
+	})
 }
