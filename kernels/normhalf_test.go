@@ -82,8 +82,9 @@ func normStatsSim(v []float32, g int, eps float32, rms bool) (mean, inv float32)
 }
 
 // normHalfSim is norm_group's half path on the rows of x, cols wide, with
-// a group of g items; res, w and b may be nil.
-func normHalfSim(x, res, w, b []float32, cols, g int, eps float32, rms bool) []float32 {
+// a group of g items; res, w and b may be nil. Column j of row r takes
+// weight wi(r, j) (nil: j).
+func normHalfSim(x, res, w, b []float32, cols, g int, eps float32, rms bool, wi func(r, j int) int) []float32 {
 	out := make([]float32, len(x))
 	v := make([]float32, cols)
 	for r := 0; r*cols < len(x); r++ {
@@ -97,12 +98,16 @@ func normHalfSim(x, res, w, b []float32, cols, g int, eps float32, rms bool) []f
 		hinv := hcvt(inv)
 		for j := range v {
 			t := hfma(hcvt(float32(v[j]-mean)), hinv, 0)
+			k := j
+			if wi != nil {
+				k = wi(r, j)
+			}
 			wj, bj := 1.0, 0.0
 			if w != nil {
-				wj = float64(w[j])
+				wj = float64(w[k])
 			}
 			if b != nil {
-				bj = float64(b[j])
+				bj = float64(b[k])
 			}
 			out[r*cols+j] = float32(hfma(t, wj, bj))
 		}
@@ -143,7 +148,8 @@ func runNormHalf(t *testing.T, c normHalfCase, x, res, w, b []float32, eps float
 // emulation on PoCL and compares every output bit for bit with the Go
 // emulation. Odd row lengths (not multiples of the group or of any
 // vector), a mean far from zero (where half(v - mean) must be formed in
-// float), a residual added in float, and every weight combination.
+// float), a residual added in float, every weight combination, and
+// GroupNorm's per-channel weights.
 func TestNormHalfBitExact(t *testing.T) {
 	old := styleOverride
 	styleOverride = 2
@@ -160,11 +166,27 @@ func TestNormHalfBitExact(t *testing.T) {
 		} {
 			x, res, w, b := c.data(int64(70 + 5*i))
 			got := runNormHalf(t, c, x, res, w, b, 1e-5)
-			want := normHalfSim(x, res, w, b, c.cols, g, 1e-5, c.rms)
+			want := normHalfSim(x, res, w, b, c.cols, g, 1e-5, c.rms, nil)
 			for j := range got {
 				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
 					t.Fatalf("%s %dx%d: output %d: kernel %g, Go emulation %g", c.name, c.rows, c.cols, j, got[j], want[j])
 				}
+			}
+		}
+		// GroupNorm (the same kernel with per-channel weights): 2 images,
+		// 4 channels in 2 groups, 13 positions.
+		p := GroupNormParams{Storage: F16, Weights: F16, N: 2, C: 4, Groups: 2, Spatial: 13, Eps: 1e-5}
+		x := stored(F16, randVec(99, 2*4*13))
+		w, b := stored(F16, randVec(100, 4)), stored(F16, randVec(101, 4))
+		ob := alloc(t, F16, len(x))
+		if err := testLib.GroupNorm(p, upload(t, F16, x), upload(t, F16, w), upload(t, F16, b), ob); err != nil {
+			t.Fatal(err)
+		}
+		got := download(t, F16, ob, len(x))
+		want := normHalfSim(x, nil, w, b, 2*13, g, 1e-5, false, func(r, j int) int { return (r%2)*2 + j/13 })
+		for j := range got {
+			if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+				t.Fatalf("GroupNorm: output %d: kernel %g, Go emulation %g", j, got[j], want[j])
 			}
 		}
 	})
@@ -201,7 +223,7 @@ func TestNormHalfAccuracy(t *testing.T) {
 		{name: "RMSNorm 333, no scale", rows: 2, cols: 333, rms: true, spread: 8},
 	} {
 		x, _, w, b := c.data(int64(90 + 5*i))
-		got := normHalfSim(x, nil, w, b, c.cols, g, eps, c.rms)
+		got := normHalfSim(x, nil, w, b, c.cols, g, eps, c.rms, nil)
 		n := c.cols
 		// Float roundings per statistic: an item's run of n/g additions,
 		// the tree's log2(g), the division and eps.
