@@ -211,7 +211,9 @@ func (l *Lib) forced(family, name string) bool {
 		return convKMajor && !gpu
 	case "resize":
 		return resizeSeparable
-	case "move", "norm", "reduce", "softmax":
+	case "norm":
+		return halfEmu || styleOverride == 1 && gpu || styleOverride == 2 && !gpu
+	case "move", "reduce", "softmax":
 		return styleOverride == 1 && gpu || styleOverride == 2 && !gpu
 	}
 	return false

@@ -1,7 +1,9 @@
 // halfmath.cl: the fp16 arithmetic of the phone prefill GEMMs (matmul.cl's
 // mm_reg, quant.cl's qmt_mm), written once as macros so that the same
 // kernel text can also run on a device without half arithmetic. It is
-// prepended to those two families' sources (after common.cl).
+// prepended to those two families' sources (after common.cl), and to
+// norm.cl's, whose norm_group has a half path for its normalise-and-affine
+// step.
 //
 // A kernel's half path computes with hreal / hreal4 values, HFMA(a, b, c)
 // (one fused multiply-add rounded once to half), HCVT(x) (a float rounded

@@ -15,8 +15,8 @@
 //
 // Each operand has its own storage, chosen per build: -DA_F16, -DB_F16,
 // -DBIAS_F16, and the output C follows -DSTORAGE_F16 (common.cl). Arithmetic
-// is fp32, except the half paths of mm_gemv_c4 (-DMM_HALF) and mm_reg
-// (halfmath.cl) on devices with cl_khr_fp16.
+// is fp32, except the half paths of mm_gemv_c4 (-DMM_HALF) and mm_reg, both
+// written with halfmath.cl's macros, on devices with cl_khr_fp16.
 //
 // Variants (the launcher picks one by layout and device type; -DMM_GPU builds
 // the GPU set, otherwise the CPU set, so neither device compiles kernels it
@@ -317,8 +317,9 @@ __kernel void mm_axpy_1x16(MM_PARAMS) { mm_axpy(1, 16, MM_ARGS); }
 
 #endif // !MM_GPU
 
-// The half-emulation build (-DHALF_EMU, tests only) holds only mm_reg, the
-// kernel with an emulated half path: fewer kernels to compile.
+// The half-emulation build (-DHALF_EMU, tests only) holds only mm_reg and
+// mm_gemv_c4, the kernels with an emulated half path: fewer kernels to
+// compile.
 #ifndef HALF_EMU
 __kernel void mm_naive(MM_PARAMS) {
 	const int n = get_global_id(0), m = get_global_id(1);
@@ -377,6 +378,7 @@ mm_gemv_wg(MM_PARAMS) {
 		mm_put(C, (m0 + t) * cm + n * cn, Bias, (m0 + t) * brm + n * brn,
 		       red[t][0], alpha, beta);
 }
+#endif // !HALF_EMU
 
 // mm_gemv_c4: the phone decode GEMV for float weights stored [N, K]
 // (Linear's layout, bk == 1): work-group (MM_C4L, 1, 1) per four output
@@ -386,8 +388,11 @@ mm_gemv_wg(MM_PARAMS) {
 // and every activation load serves four columns. The four partial sums
 // meet through sub_group_reduce_add when the device has subgroups
 // (-DMM_SG), else in a local-memory reduction of three barriers. With
-// -DMM_HALF, fp16 activations and weights on a device with cl_khr_fp16,
-// each four-term dot product is computed in half and summed in float.
+// -DMM_HALF, fp16 activations and weights on a device with cl_khr_fp16
+// (halfmath.cl's HALF_MATH, or its exact emulation HALF_EMU in tests),
+// each four-term dot product is computed in half by a chain of half fmas
+// from zero (k, k+1, k+2, k+3: an order fixed so that a test can emulate
+// it, which dot() does not fix) and summed in float.
 #define MM_C4L 64
 #if defined(MM_SG) &&                                                          \
     (defined(cl_khr_subgroups) || defined(cl_intel_subgroups) ||               \
@@ -399,9 +404,12 @@ mm_gemv_wg(MM_PARAMS) {
 #endif
 #define MM_SUBGROUPS 1
 #endif
-#if defined(MM_HALF) && defined(A_F16) && defined(B_F16) && defined(cl_khr_fp16)
-#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#if defined(MM_HALF) && defined(A_F16) && defined(B_F16) && defined(HM_ON)
 #define MM_HALF_MATH 1
+// mm_hdot4 is a . b in half: four half fmas in k order from zero.
+static inline float mm_hdot4(hreal4 a, hreal4 b) {
+	return HTOF(HFMA(a.w, b.w, HFMA(a.z, b.z, HFMA(a.y, b.y, HFMA(a.x, b.x, HZERO)))));
+}
 #endif
 
 // mm_reduce4 returns, in lanes 0..3, the work-group's sums of acc.x .. .w
@@ -458,9 +466,9 @@ mm_gemv_c4(MM_PARAMS) {
 	const int k4 = K & ~3;
 	for (int k = t * 4; k < k4; k += MM_C4L * 4) {
 #ifdef MM_HALF_MATH
-		const half4 a = vload4(0, ap + k);
-		acc += (float4)((float)dot(a, vload4(0, b0 + k)), (float)dot(a, vload4(0, b1 + k)),
-		                (float)dot(a, vload4(0, b2 + k)), (float)dot(a, vload4(0, b3 + k)));
+		const hreal4 a = HLOAD4(ap, k);
+		acc += (float4)(mm_hdot4(a, HLOAD4(b0, k)), mm_hdot4(a, HLOAD4(b1, k)),
+		                mm_hdot4(a, HLOAD4(b2, k)), mm_hdot4(a, HLOAD4(b3, k)));
 #else
 		const float4 a = ALOAD4(ap, k);
 		acc += (float4)(dot(a, BLOAD4(b0, k)), dot(a, BLOAD4(b1, k)),
@@ -475,7 +483,7 @@ mm_gemv_c4(MM_PARAMS) {
 	if (t < 4 && n0 + t < N)
 		mm_put(C, m * cm + (n0 + t) * cn, Bias, m * brm + (n0 + t) * brn, s, alpha, beta);
 }
-
+#ifndef HALF_EMU
 // mm_tiled: work-group (16, 16) computes a 64x64 block of C; work-item
 // (tx, ty) owns rows ty + 16*i and columns tx + 16*j, so reads of the local
 // tiles by neighbouring work-items hit neighbouring addresses. Each 16-deep

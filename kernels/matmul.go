@@ -17,8 +17,8 @@ var halfMathSrc string
 // layer its mm_reg shares with quant.cl's qmt_mm, then matmul.cl.
 func matmulProg() string { return halfMathSrc + "\n" + matmulSrc }
 
-// halfEmu, when set by a test, builds the half paths of mm_reg and qmt_mm
-// with halfmath.cl's exact emulation (-DHALF_EMU) on any device, so that
+// halfEmu, when set by a test, builds the half paths of mm_reg, qmt_mm
+// and norm_group with halfmath.cl's exact emulation (-DHALF_EMU) on any device, so that
 // their sequence of half roundings executes on PoCL, which has no half
 // arithmetic, and can be compared with the Go emulation bit for bit.
 var halfEmu bool
@@ -557,25 +557,39 @@ func (g gemm) regOptions(fp16 bool) (string, int) {
 	case g.at != F16 || g.bt != F16:
 		return "", 4
 	case halfEmu:
-		return " -DHALF_EMU -DMR=2", 2
+		return halfEmuMMOptions, 2
 	case fp16:
 		return " -DHALF_MATH -cl-mad-enable -DMR=2", 2
 	}
 	return "", 4
 }
 
+// halfEmuMMOptions build the half paths' exact emulation of mm_reg (2
+// rows per item) and mm_gemv_c4 (MM_HALF): one option string for both, so
+// that their tests share one program build.
+const halfEmuMMOptions = " -DHALF_EMU -DMR=2 -DMM_HALF"
+
 // gemvOptions are mm_gemv_c4's extra build options: the subgroup
-// reduction where the device has subgroups, half arithmetic where it has
-// cl_khr_fp16 and both operands are fp16.
+// reduction where the device has subgroups, half arithmetic (with
+// -cl-mad-enable) where it has cl_khr_fp16 and both operands are fp16. A
+// test's halfEmu builds the half path's exact emulation with the
+// local-memory reduction, whose order of float additions is fixed (a
+// subgroup reduction's is not).
 func (g gemm) gemvOptions(subgroups, fp16 bool) string {
-	o := ""
-	if subgroups {
-		o += " -DMM_SG"
+	half := g.at == F16 && g.bt == F16
+	switch {
+	case half && halfEmu:
+		return halfEmuMMOptions
+	case half && fp16:
+		o := " -DMM_HALF -DHALF_MATH -cl-mad-enable"
+		if subgroups {
+			o += " -DMM_SG"
+		}
+		return o
+	case subgroups:
+		return " -DMM_SG"
 	}
-	if fp16 && g.at == F16 && g.bt == F16 {
-		o += " -DMM_HALF"
-	}
-	return o
+	return ""
 }
 
 // mmBlocking reads RB and CB (or VB) from a kernel name ending in "_RxC".

@@ -232,6 +232,26 @@ void norm_group(__global const store_t* x, int xo,
 
 	bool hasw = (flags & NF_SCALE) != 0, hasb = (flags & NF_BIAS) != 0;
 	bool chan = (flags & NF_CHANNEL) != 0;
+#ifdef HM_ON
+	// The half path (halfmath.cl; the launcher builds it only for fp16
+	// storage and weights): the statistics above stay in float, since a
+	// row's sum of squares leaves half's range (65504) once |x| reaches 256
+	// or a 4096-wide row has |x| of 4, and a half running sum stalls long
+	// before that; the normalise-and-affine step below is half arithmetic.
+	// The deviation v - mean is formed in float and rounded once, so the
+	// cancellation against a large mean costs no more than that one
+	// rounding (a half mean would err by half's spacing at the mean).
+	const hreal hinv = HCVT(inv);
+	for (int j = lid; j < cols; j += GROUP) {
+		float v = LOAD(src, srco + j);
+		if (add) v += LOAD(r, ro + base + j);
+		int wi = chan ? (row % wmod) * wmul + j / wdiv : j;
+		hreal t = HFMA(HCVT(v - mean), hinv, HZERO);
+		hreal sw = HCVT(hasw ? WLOAD(w, wo + wi) : 1.0f);
+		hreal sb = hasb ? HCVT(WLOAD(b, bo + wi)) : HZERO;
+		STORE(y, yo + base + j, HTOF(HFMA(t, sw, sb)));
+	}
+#else
 	for (int j = lid; j < cols; j += GROUP) {
 		float v = LOAD(src, srco + j);
 		if (add) v += LOAD(r, ro + base + j);
@@ -241,4 +261,5 @@ void norm_group(__global const store_t* x, int xo,
 		if (hasb) v += WLOAD(b, bo + wi);
 		STORE(y, yo + base + j, v);
 	}
+#endif
 }

@@ -147,6 +147,34 @@ func resFlags(res, sum Buf) int32 {
 	return f
 }
 
+// normProg is the norm family's program text: halfmath.cl's half
+// arithmetic layer (for norm_group's half path), then norm.cl.
+func normProg() string { return halfMathSrc + "\n" + normSrc }
+
+// normMinHalfEps is the smallest eps norm_group's half path takes: the
+// path rounds 1/sqrt(var + eps) to half, which stays finite (at most
+// 31623, below half's 65504) for a constant row only when eps >= 1e-9.
+const normMinHalfEps = 1e-9
+
+// halfOptions are norm_group's extra build options: its half path (with
+// -cl-mad-enable) where the device has cl_khr_fp16, the activations are
+// fp16 and so are the weights it reads (a float weight rounded to half
+// would lose what the model stored), and eps keeps 1/sigma finite in
+// half; or the path's exact emulation when a test asks (halfEmu).
+func (c normCall) halfOptions(fp16 bool) string {
+	weightsHalf := c.ws == F16 || c.flags&(nfScale|nfBias) == 0
+	if c.s != F16 || !weightsHalf || !(c.eps >= normMinHalfEps) {
+		return ""
+	}
+	switch {
+	case halfEmu:
+		return " -DHALF_EMU"
+	case fp16:
+		return " -DHALF_MATH -cl-mad-enable"
+	}
+	return ""
+}
+
 // normLaunch checks c's buffers and launches one norm kernel; groups picks
 // the work-group-per-row style.
 func (l *Lib) normLaunch(op string, c normCall, x, res, sum, scale, bias, out Buf, groups bool) error {
@@ -199,10 +227,11 @@ func (l *Lib) normLaunch(op string, c normCall, x, res, sum, scale, bias, out Bu
 	name, global, local := "norm_rows", 0, rowLocal(l, c.rows)
 	if groups {
 		name, global, local = "norm_group", c.rows*g, g
+		opts += c.halfOptions(l.info().FP16)
 	} else {
 		global = roundUp(c.rows, local)
 	}
-	k, err := l.kernel("norm", normSrc, opts, name)
+	k, err := l.kernel("norm", normProg(), opts, name)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/tlite/tlite/graph/quant"
@@ -224,9 +225,13 @@ func TestHalfPathsAccuracy(t *testing.T) {
 		{"qmt_mm random", laRand(54, k, F16), pr},
 		{"qmt_mm constant weight, ones", ones(k), pc},
 	} {
-		var got, ex, bound []float64
+		// qmt_r1 shares qmt_mm's chunk order and adds the chunks' sums in
+		// another order (over lanes, then a reduction), within the same
+		// count of float additions: the same bound holds.
+		var got, gotR1, ex, bound []float64
 		for n := 0; n < 3; n++ {
 			y := float64(roundTrip(F16, qmtHalfSim(tc.a, tc.p, n, nil)))
+			gotR1 = append(gotR1, float64(roundTrip(F16, qmtR1HalfSim(tc.a, tc.p, n, nil))))
 			s, wErr, e := 0.0, 0.0, 0.0
 			for kk := range tc.a {
 				q, d, m := qCode(tc.p, kk, n)
@@ -244,6 +249,7 @@ func TestHalfPathsAccuracy(t *testing.T) {
 			bound = append(bound, halfBound(s, wErr, k, 32, k/32, e))
 		}
 		check(tc.name, got, ex, bound)
+		check(strings.Replace(tc.name, "qmt_mm", "qmt_r1", 1), gotR1, ex, bound)
 	}
 }
 

@@ -376,10 +376,11 @@ qmv_wg(QMM_PARAMS) {
 // through sub_group_reduce_add and one local array when the device has
 // subgroups (-DQ_SG, set from the extension string), otherwise through a
 // local-memory reduction of three barriers. With -DQ_HALF on a device with
-// cl_khr_fp16 the weights dequantise with as_half and each chunk's 32
-// products per column are summed in half, then added to float sums
-// (conversions as scalar casts: libclc, which the register gate compiles
-// against, has no vector half conversions).
+// cl_khr_fp16 (halfmath.cl's HALF_MATH; HALF_EMU in tests) the weights
+// decode in half and each chunk's 32 products per column are summed in
+// half, then added to float sums (QT_HALF below; conversions as scalar
+// casts: libclc, which the register gate compiles against, has no vector
+// half conversions).
 
 #define QTL 64
 
@@ -394,37 +395,48 @@ qmv_wg(QMM_PARAMS) {
 #define QT_SUBGROUPS 1
 #endif
 
-#ifdef Q_HALF_MATH
-// The four columns' nibble t of chunk u (uint16) dequantised and dotted
-// with the RB activation half4s a[r], accumulated in half.
-#define QT_DEQ4(u4, t, d, m)                                                   \
-	fma(as_half4(convert_ushort4(QHSH##t(u4) & 0x3C0u) | (ushort4)(0x3C00)),   \
-	    (half4)(d), (half4)(m))
+#if defined(HM_ON) && defined(Q_E0M4) && defined(STORAGE_F16)
+// The half path (halfmath.cl; HALF_MATH on cl_khr_fp16, HALF_EMU in
+// tests): qmt_mm's order. The group's parameters are rounded to half, each
+// weight decodes as HFMA(1 + q/16, d, m), and a chunk's 32 products per
+// column are summed by HFMA from zero in the order k = kb + t*QW + 0..3
+// for t = 0..7 (dot's order is unspecified, so it is not used), then the
+// chunk's half sum is added to the lane's float sum.
+#define QT_HALF 1
+// qt_w4 decodes four E0M4 codes q with the parameters d and m.
+static inline hreal4 qt_w4(uint4 q, hreal d, hreal m) {
+	const hreal4 b = HE0M4(q);
+	return (hreal4)(HFMA(b.x, d, m), HFMA(b.y, d, m), HFMA(b.z, d, m), HFMA(b.w, d, m));
+}
+// qt_dot4 adds a.x*w.x, then a.y*w.y, a.z*w.z and a.w*w.w to h.
+static inline hreal qt_dot4(hreal4 a, hreal4 w, hreal h) {
+	return HFMA(a.w, w.w, HFMA(a.z, w.z, HFMA(a.y, w.y, HFMA(a.x, w.x, h))));
+}
 #define QT_STEP(t, RB)                                                         \
 	{                                                                          \
-		half4 av[RB];                                                          \
-		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
-		    av[r] = vload4(0, ap[r] + kb + (t) * QW);                          \
-		const half4 w0 = QT_DEQ4(u.s0123, t, ph.s0, ph.s1);                    \
-		const half4 w1 = QT_DEQ4(u.s4567, t, ph.s2, ph.s3);                    \
-		const half4 w2 = QT_DEQ4(u.s89ab, t, ph.s4, ph.s5);                    \
-		const half4 w3 = QT_DEQ4(u.scdef, t, ph.s6, ph.s7);                    \
-		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
-		    hacc[r] += (half4)(dot(av[r], w0), dot(av[r], w1),                 \
-		                       dot(av[r], w2), dot(av[r], w3));                \
+		const hreal4 w0 = qt_w4(QNIB##t(u.s0123), hd.x, hm.x);                 \
+		const hreal4 w1 = qt_w4(QNIB##t(u.s4567), hd.y, hm.y);                 \
+		const hreal4 w2 = qt_w4(QNIB##t(u.s89ab), hd.z, hm.z);                 \
+		const hreal4 w3 = qt_w4(QNIB##t(u.scdef), hd.w, hm.w);                 \
+		_Pragma("unroll") for (int r = 0; r < RB; r++) {                       \
+			const hreal4 a = HLOAD4(ap[r], kb + (t) * QW);                     \
+			h[r] = (hreal4)(qt_dot4(a, w0, h[r].x), qt_dot4(a, w1, h[r].y),    \
+			                qt_dot4(a, w2, h[r].z), qt_dot4(a, w3, h[r].w));   \
+		}                                                                      \
 	}
 #define QT_CHUNK(RB)                                                           \
 	{                                                                          \
-		const half8 ph = (half8)((half)pr.s0, (half)pr.s1, (half)pr.s2,        \
-		                         (half)pr.s3, (half)pr.s4, (half)pr.s5,        \
-		                         (half)pr.s6, (half)pr.s7);                    \
-		half4 hacc[RB];                                                        \
-		_Pragma("unroll") for (int r = 0; r < RB; r++) hacc[r] = (half4)(0.0h); \
+		const hreal4 hd = (hreal4)(HCVT(pr.s0), HCVT(pr.s2), HCVT(pr.s4),      \
+		                           HCVT(pr.s6));                               \
+		const hreal4 hm = (hreal4)(HCVT(pr.s1), HCVT(pr.s3), HCVT(pr.s5),      \
+		                           HCVT(pr.s7));                               \
+		hreal4 h[RB];                                                          \
+		_Pragma("unroll") for (int r = 0; r < RB; r++) h[r] = (hreal4)(HZERO); \
 		QT_STEP(0, RB) QT_STEP(1, RB) QT_STEP(2, RB) QT_STEP(3, RB)            \
 		QT_STEP(4, RB) QT_STEP(5, RB) QT_STEP(6, RB) QT_STEP(7, RB)            \
 		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
-		    acc[r] += (float4)((float)hacc[r].x, (float)hacc[r].y,             \
-		                       (float)hacc[r].z, (float)hacc[r].w);            \
+		    acc[r] += (float4)(HTOF(h[r].x), HTOF(h[r].y), HTOF(h[r].z),       \
+		                       HTOF(h[r].w));                                  \
 	}
 #else
 #define QT_DEQ4(u4, t, d, m)                                                   \
@@ -535,9 +547,7 @@ qmv_wg(QMM_PARAMS) {
 // four-row variant kept 80-154 VGPRs live on the register gate's target,
 // two rows 64-116, over the 64 a phone GPU allows. It serves decode (up to
 // 3 rows); prefill takes qmt_mm below.
-#ifndef HALF_EMU
 QMT_KERNEL(qmt_r1, 1)
-#endif
 
 // ---------------------------------------------------------------------------
 // qmt_mm: the phone prefill GEMM on the tiled layout (QLayoutTile4). A
