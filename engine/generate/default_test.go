@@ -278,7 +278,7 @@ func TestPerplexityWindows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nll -= logSoftmaxAt(logits, ids[i+1])
+		nll -= LogProb(logits, ids[i+1])
 	}
 	if whole.Predicted != len(ids)-1 || math.Abs(whole.NLL-nll) > 1e-3*nll {
 		t.Errorf("one window: NLL %.5f over %d, stepwise %.5f over %d", whole.NLL, whole.Predicted, nll, len(ids)-1)
@@ -330,7 +330,7 @@ func TestPerplexityBuckets(t *testing.T) {
 		}
 		for k := range want {
 			if i+1 >= edges[k] && i+1 < edges[k+1] {
-				want[k].NLL -= logSoftmaxAt(logits, ids[i+1])
+				want[k].NLL -= LogProb(logits, ids[i+1])
 				want[k].Predicted++
 			}
 		}

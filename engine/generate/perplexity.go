@@ -121,7 +121,7 @@ func PerplexityBuckets(st Stepper, tokens []int, window int, b *Buckets) (Eval, 
 			if next < 0 || next >= vocab {
 				return ev, fmt.Errorf("generate: perplexity: token %d at index %d is outside the vocabulary [0, %d)", next, start+i+1, vocab)
 			}
-			nll := -logSoftmaxAt(logits[i*vocab:(i+1)*vocab], next)
+			nll := -LogProb(logits[i*vocab:(i+1)*vocab], next)
 			ev.NLL += nll
 			ev.Predicted++
 			if b != nil {
@@ -132,9 +132,9 @@ func PerplexityBuckets(st Stepper, tokens []int, window int, b *Buckets) (Eval, 
 	return ev, nil
 }
 
-// logSoftmaxAt is log(softmax(row)[k]), computed in float64 with the
-// maximum subtracted.
-func logSoftmaxAt(row []float32, k int) float64 {
+// LogProb is log(softmax(row)[k]), computed in float64 with the maximum
+// subtracted: the log-probability of token k under one row of logits.
+func LogProb(row []float32, k int) float64 {
 	m := math.Inf(-1)
 	for _, v := range row {
 		m = math.Max(m, float64(v))

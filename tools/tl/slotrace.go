@@ -395,7 +395,7 @@ func engineChoose(st generate.Stepper, prompt []int, cands [][]int) (int, error)
 		}
 		var s float64
 		for j, tok := range c {
-			s += logSoftmaxAt(last[len(last)-v:], tok)
+			s += generate.LogProb(last[len(last)-v:], tok)
 			if j+1 < len(c) {
 				if last, err = st.Step([]int{tok}, []int{len(prompt) + j}); err != nil {
 					return 0, err
@@ -407,16 +407,4 @@ func engineChoose(st generate.Stepper, prompt []int, cands [][]int) (int, error)
 		}
 	}
 	return best, nil
-}
-
-func logSoftmaxAt(row []float32, k int) float64 {
-	m := math.Inf(-1)
-	for _, x := range row {
-		m = math.Max(m, float64(x))
-	}
-	var z float64
-	for _, x := range row {
-		z += math.Exp(float64(x) - m)
-	}
-	return float64(row[k]) - m - math.Log(z)
 }

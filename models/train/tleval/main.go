@@ -259,7 +259,7 @@ func score(st *kv.State, tok *tokenizer.Tokenizer, it item) ([]float64, int, err
 		if len(cids) == 0 {
 			return nil, n, fmt.Errorf("candidate %d %q has no tokens", c, cand)
 		}
-		ll := logSoftmaxAt(last, cids[0])
+		ll := generate.LogProb(last, cids[0])
 		if len(cids) > 1 {
 			// The candidate's tokens but its last go into the slots after
 			// the context; each row predicts the next candidate token.
@@ -269,7 +269,7 @@ func score(st *kv.State, tok *tokenizer.Tokenizer, it item) ([]float64, int, err
 				return nil, n, fmt.Errorf("candidate %d after %d tokens: %w", c, n, err)
 			}
 			for j := 0; j < m; j++ {
-				ll += logSoftmaxAt(rows[j*vocab:(j+1)*vocab], cids[j+1])
+				ll += generate.LogProb(rows[j*vocab:(j+1)*vocab], cids[j+1])
 			}
 			if err := st.Free(seq(n, m)...); err != nil {
 				return nil, n, err
@@ -286,19 +286,6 @@ func seq(from, n int) []int {
 		s[i] = from + i
 	}
 	return s
-}
-
-// logSoftmaxAt is log(softmax(row)[k]) in float64.
-func logSoftmaxAt(row []float32, k int) float64 {
-	m := math.Inf(-1)
-	for _, v := range row {
-		m = math.Max(m, float64(v))
-	}
-	var sum float64
-	for _, v := range row {
-		sum += math.Exp(float64(v) - m)
-	}
-	return float64(row[k]) - m - math.Log(sum)
 }
 
 // softmaxAt is softmax(v)[k].

@@ -56,7 +56,7 @@ func TestScoreMatchesOnePass(t *testing.T) {
 		v := ref.Vocab()
 		want := 0.0
 		for j := len(ctx); j < len(all); j++ {
-			want += logSoftmaxAt(logits[(j-1)*v:j*v], all[j])
+			want += generate.LogProb(logits[(j-1)*v:j*v], all[j])
 		}
 		if math.Abs(lls[c]-want) > 1e-3*math.Max(1, math.Abs(want)) {
 			t.Errorf("candidate %d %q: log-likelihood %.5f, one pass %.5f", c, cand, lls[c], want)
