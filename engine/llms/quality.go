@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"sort"
 
+	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/kv"
 )
 
@@ -139,16 +140,7 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 			}
 			V := st.Vocab()
 			for r := 0; r+1 < contLen; r++ {
-				row := logits[r*V : (r+1)*V]
-				mx := row[0]
-				for _, v := range row {
-					mx = max(mx, v)
-				}
-				var z float64
-				for _, v := range row {
-					z += math.Exp(float64(v - mx))
-				}
-				res[pi].NLL += math.Log(z) - float64(row[win[ctxLen+r+1]]-mx)
+				res[pi].NLL -= generate.LogProb(logits[r*V:(r+1)*V], win[ctxLen+r+1])
 			}
 		}
 		ntok += contLen - 1
@@ -326,16 +318,7 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 				V := st.Vocab()
 				score := 0.0
 				for r, want := range cand {
-					row := logits[r*V : (r+1)*V]
-					mx := row[0]
-					for _, v := range row {
-						mx = max(mx, v)
-					}
-					var z float64
-					for _, v := range row {
-						z += math.Exp(float64(v - mx))
-					}
-					score += float64(row[want]-mx) - math.Log(z)
+					score += generate.LogProb(logits[r*V:(r+1)*V], want)
 				}
 				if err := st.Free(pos...); err != nil {
 					return nil, err

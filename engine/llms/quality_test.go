@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/kv"
 	"github.com/tlite/tlite/engine/tokenizer"
 )
@@ -45,16 +46,7 @@ func TestQualityControls(t *testing.T) {
 	V := st.Vocab()
 	var nll float64
 	for r := 64; r < 79; r++ {
-		row := logits[r*V : (r+1)*V]
-		mx := row[0]
-		for _, v := range row {
-			mx = max(mx, v)
-		}
-		var z float64
-		for _, v := range row {
-			z += math.Exp(float64(v - mx))
-		}
-		nll += math.Log(z) - float64(row[toks[r+1]]-mx)
+		nll -= generate.LogProb(logits[r*V:(r+1)*V], toks[r+1])
 	}
 	nll /= 15
 	if d := math.Abs(by[PolicyFP].NLL - nll); d > 1e-4 {
@@ -122,16 +114,7 @@ func TestRecallScoring(t *testing.T) {
 		V := st.Vocab()
 		s := 0.0
 		for r := 39; r < 39+len(c); r++ {
-			row := logits[r*V : (r+1)*V]
-			mx := row[0]
-			for _, v := range row {
-				mx = max(mx, v)
-			}
-			var z float64
-			for _, v := range row {
-				z += math.Exp(float64(v - mx))
-			}
-			s += float64(row[all[r+1]]-mx) - math.Log(z)
+			s += generate.LogProb(logits[r*V:(r+1)*V], all[r+1])
 		}
 		if s > bestScore {
 			best, bestScore = ci, s
