@@ -44,7 +44,8 @@ function makeInput(type, shape, name) {
     case "int64": {
       const v = new BigInt64Array(n);
       const mask = /mask/.test(name);
-      for (let i = 0; i < n; i++) v[i] = mask ? 1n : BigInt(Math.floor(rnd() * 100));
+      const segment = /type/.test(name); // token_type_ids index a 2-row table
+      for (let i = 0; i < n; i++) v[i] = mask ? 1n : segment ? 0n : BigInt(Math.floor(rnd() * 100));
       return new ort.Tensor("int64", v, shape);
     }
     case "int32": {
@@ -87,6 +88,7 @@ async function main() {
     model: a.model, runs: a.runs, load_ms: loadMs,
     median_ms: times[Math.floor(times.length / 2)], min_ms: times[0], max_ms: times[times.length - 1],
     rss_mib: process.memoryUsage().rss / (1 << 20),
+    max_rss_mib: process.resourceUsage().maxRSS / 1024,
   };
   if (a.json) console.log(JSON.stringify(res, null, 2));
   else console.log(`${res.runtime}  ${a.model}: median ${res.median_ms.toFixed(3)} ms (min ${res.min_ms.toFixed(3)}, max ${res.max_ms.toFixed(3)}) over ${a.runs} runs; load ${loadMs.toFixed(0)} ms; RSS ${res.rss_mib.toFixed(0)} MiB`);

@@ -171,6 +171,9 @@ func syntheticInput(p engine.Port, shape []int, seed int64) (*tensor.Dense, erro
 				v[i] = 1
 			case strings.Contains(name, "position"):
 				v[i] = int64(i % max(last, 1))
+			case strings.Contains(name, "type"):
+				// Segment ids (BERT's token_type_ids) index a 2-row table.
+				v[i] = 0
 			default:
 				v[i] = r.Int63n(100)
 			}
