@@ -189,6 +189,49 @@ func TestAllocHost(t *testing.T) {
 	}
 }
 
+// TestAllocFilled fills buffers through a mapping, host-visible and plain,
+// and reads them back; a failing fill releases its buffer and reports the
+// fill's error.
+func TestAllocFilled(t *testing.T) {
+	d := open(t, Options{})
+	for _, hostAlloc := range []bool{true, false} {
+		const n = 3*4096 + 20
+		b, err := d.AllocFilled(n, hostAlloc, func(dst []byte) error {
+			if len(dst) != n {
+				return errors.New("wrong mapping size")
+			}
+			for i := range dst {
+				dst[i] = byte(i * 7)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("hostAlloc %v: %v", hostAlloc, err)
+		}
+		got := make([]byte, n)
+		if err := d.Read(b, 0, got); err != nil {
+			t.Fatal(err)
+		}
+		for i, x := range got {
+			if x != byte(i*7) {
+				t.Fatalf("hostAlloc %v: byte %d is %d, want %d", hostAlloc, i, x, byte(i*7))
+			}
+		}
+		b.Release()
+	}
+	live := d.Stats().LiveBuffers
+	boom := errors.New("boom")
+	if _, err := d.AllocFilled(64, true, func([]byte) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("a failing fill gave %v, want its error", err)
+	}
+	if got := d.Stats().LiveBuffers; got != live {
+		t.Errorf("a failed AllocFilled left %d live buffers, want %d", got, live)
+	}
+	if _, err := d.AllocFilled(0, true, func([]byte) error { return nil }); err == nil {
+		t.Error("AllocFilled(0) succeeded")
+	}
+}
+
 func TestSubBuffer(t *testing.T) {
 	d := open(t, Options{})
 	align := d.Info().BaseAddrAlign
