@@ -249,6 +249,7 @@ func (c *compiler) constHost(v *vinfo) (*hostTensor, error) {
 	if r.kind != vkConst || r.konst == nil {
 		return nil, fmt.Errorf("not a constant")
 	}
+	r.materialize()
 	if v == r {
 		return r.konst, nil
 	}

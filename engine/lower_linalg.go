@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/tlite"
@@ -102,7 +103,13 @@ func (lc *lowerCtx) productWeight(b *vinfo, transB bool) weightLayout {
 		}
 	}
 	rows, cols := dims[0], dims[1]
-	t := lc.newConst(name, &hostTensor{dt: b.dt, shape: []int{cols, rows}, data: transpose32(b.konst.data, rows, cols)})
+	// The transposition is deferred to the upload (Session.allocate), which
+	// writes it straight into the device buffer: a copy here would keep a
+	// second host copy of nearly every weight alive until the session ends.
+	src := b.konst.data
+	t := lc.newConst(name, &hostTensor{dt: b.dt, shape: []int{cols, rows}})
+	t.derive = func(dst []byte) { transpose32Into(dst, src, rows, cols) }
+	t.derivedFrom = src
 	// b becomes an alias of the copy, so uploads, buffers and lifetimes all
 	// go to the copy. Unlike a view's alias it does not share b's layout:
 	// that is safe only because every reader is one of the products checked
@@ -141,9 +148,23 @@ func readsAsWeight(c *compiler, n *graph.Node, v *graph.Value, transB bool) bool
 // stay in cache, split across the cores: a ViT-B's 85 M weights take a
 // fraction of a second.
 func transpose32(src []byte, rows, cols int) []byte {
-	const tile = 32
-	le := binary.LittleEndian
 	dst := make([]byte, len(src))
+	transpose32Into(dst, src, rows, cols)
+	return dst
+}
+
+// transpose32Into writes the [cols, rows] transpose of src into dst (of
+// src's length). Elements move as whole 4-byte words, which keeps each
+// element's bytes in order whatever the host's byte order.
+func transpose32Into(dst, src []byte, rows, cols int) {
+	const tile = 32
+	if len(src) < 4*rows*cols || len(dst) < 4*rows*cols {
+		panic(fmt.Sprintf("transpose32Into: %d and %d bytes for a %dx%d matrix", len(dst), len(src), rows, cols))
+	}
+	if rows == 0 || cols == 0 {
+		return
+	}
+	d32, s32 := words32(dst), words32(src)
 	tiles := (rows + tile - 1) / tile
 	workers := max(1, min(runtime.GOMAXPROCS(0), tiles))
 	var wg sync.WaitGroup
@@ -156,6 +177,16 @@ func transpose32(src []byte, rows, cols int) []byte {
 				r1 := min(r0+tile, rows)
 				for c0 := 0; c0 < cols; c0 += tile {
 					c1 := min(c0+tile, cols)
+					if d32 != nil && s32 != nil {
+						for c := c0; c < c1; c++ {
+							out := d32[c*rows+r0 : c*rows+r1]
+							for i := range out {
+								out[i] = s32[(r0+i)*cols+c]
+							}
+						}
+						continue
+					}
+					le := binary.LittleEndian
 					for r := r0; r < r1; r++ {
 						for c := c0; c < c1; c++ {
 							le.PutUint32(dst[4*(c*rows+r):], le.Uint32(src[4*(r*cols+c):]))
@@ -166,7 +197,15 @@ func transpose32(src []byte, rows, cols int) []byte {
 		}(w)
 	}
 	wg.Wait()
-	return dst
+}
+
+// words32 views b as 4-byte words when its address allows it (nil when it
+// is not 4-byte aligned, where the caller moves bytes instead).
+func words32(b []byte) []uint32 {
+	if len(b) < 4 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%4 != 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
 }
 
 // lowerGemm is C = alpha*op(A)*op(B) + beta*C with C broadcast to [M, N].
