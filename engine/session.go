@@ -201,6 +201,8 @@ type Session struct {
 	layerGate LayerGate
 	// wstats says where the constants were put (weights.go).
 	wstats WeightStats
+	// cacheWriter starts the background write of the program cache once.
+	cacheWriter sync.Once
 }
 
 // Open loads the ONNX model at path and compiles it.
@@ -243,7 +245,9 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 		}
 		s.dev = hd
 	default:
-		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile, FlushEvery: opts.FlushEvery})
+		// Program binaries are cached after the first run (see
+		// writeCacheAfterFirstRun), not as each program is built.
+		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile, FlushEvery: opts.FlushEvery, DeferCacheWrites: true})
 		if err != nil {
 			return nil, errNoDevice(err)
 		}
@@ -525,6 +529,7 @@ func (s *Session) Run(inputs map[string]*tensor.Dense) (map[string]*tensor.Dense
 		s.dev.Finish()
 		return nil, err
 	}
+	s.writeCacheAfterFirstRun()
 	return out, nil
 }
 
@@ -842,6 +847,19 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	return s.release()
+}
+
+// writeCacheAfterFirstRun starts writing the binaries of the programs the
+// first run built to the program cache, in the background, on a device the
+// session opened itself (with opencl.Options.DeferCacheWrites). On PoCL,
+// asking for a binary compiles every kernel of the program, launched or
+// not, which doubled the time to the first result when it happened at
+// build time; Close waits for the write.
+func (s *Session) writeCacheAfterFirstRun() {
+	if !s.ownCL || s.cl == nil {
+		return
+	}
+	s.cacheWriter.Do(func() { go s.cl.WriteCache() })
 }
 
 func (s *Session) release() error {

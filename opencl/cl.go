@@ -108,7 +108,7 @@ var fns struct {
 	EnqueueWriteBuffer, EnqueueReadBuffer, EnqueueCopyBuffer, EnqueueFillBuffer    uintptr
 	EnqueueMapBuffer, EnqueueUnmapMemObject                                        uintptr
 	CreateProgramWithSource, CreateProgramWithBinary, BuildProgram                 uintptr
-	GetProgramBuildInfo, GetProgramInfo, ReleaseProgram                            uintptr
+	GetProgramBuildInfo, GetProgramInfo, ReleaseProgram, RetainProgram             uintptr
 	CreateKernel, GetKernelInfo, ReleaseKernel, SetKernelArg, EnqueueNDRangeKernel uintptr
 	GetKernelWorkGroupInfo                                                         uintptr
 	Flush, Finish, GetEventInfo, GetEventProfilingInfo, ReleaseEvent               uintptr
@@ -139,6 +139,7 @@ func required() []struct {
 		{"clCreateProgramWithSource", &f.CreateProgramWithSource}, {"clCreateProgramWithBinary", &f.CreateProgramWithBinary},
 		{"clBuildProgram", &f.BuildProgram}, {"clGetProgramBuildInfo", &f.GetProgramBuildInfo},
 		{"clGetProgramInfo", &f.GetProgramInfo}, {"clReleaseProgram", &f.ReleaseProgram},
+		{"clRetainProgram", &f.RetainProgram},
 		{"clCreateKernel", &f.CreateKernel}, {"clGetKernelInfo", &f.GetKernelInfo},
 		{"clReleaseKernel", &f.ReleaseKernel}, {"clSetKernelArg", &f.SetKernelArg},
 		{"clGetKernelWorkGroupInfo", &f.GetKernelWorkGroupInfo},

@@ -456,6 +456,55 @@ func TestBuildErrorHasLogAndLine(t *testing.T) {
 	}
 }
 
+// TestDeferredCacheWrites checks Options.DeferCacheWrites: nothing is
+// written at Build, WriteCache writes what was built (also for a program
+// released meanwhile), Close writes the rest, and a later device loads the
+// entries.
+func TestDeferredCacheWrites(t *testing.T) {
+	dir := t.TempDir()
+	srcA := vecSrc + "\n// deferred A\n"
+	srcB := vecSrc + "\n// deferred B\n"
+	count := func() int {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.bin"))
+		return len(files)
+	}
+	d, err := Open(Options{CacheDir: dir, DeferCacheWrites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, err := d.Build(srcA, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 || d.Stats().CacheWrites != 0 {
+		t.Fatalf("deferred build wrote %d cache files (stats %+v)", n, d.Stats())
+	}
+	pa.Release()
+	d.WriteCache()
+	if n := count(); n != 1 || d.Stats().CacheWrites != 1 {
+		t.Fatalf("after WriteCache: %d files, stats %+v; want 1", n, d.Stats())
+	}
+	if _, err := d.Build(srcB, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("after Close: %d cache files, want 2", n)
+	}
+	d2 := open(t, Options{CacheDir: dir})
+	for _, src := range []string{srcA, srcB} {
+		p, err := d2.Build(src, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.FromCache() {
+			t.Errorf("a program whose write was deferred was not loaded from the cache")
+		}
+	}
+}
+
 func TestProgramCache(t *testing.T) {
 	dir := t.TempDir()
 	src := vecSrc + "\n// cache test\n"
