@@ -249,7 +249,9 @@ func (c *compiler) constHost(v *vinfo) (*hostTensor, error) {
 	if r.kind != vkConst || r.konst == nil {
 		return nil, fmt.Errorf("not a constant")
 	}
-	r.materialize()
+	if err := r.materialize(); err != nil {
+		return nil, err
+	}
 	if v == r {
 		return r.konst, nil
 	}

@@ -108,7 +108,10 @@ func (lc *lowerCtx) productWeight(b *vinfo, transB bool) weightLayout {
 	// second host copy of nearly every weight alive until the session ends.
 	src := b.konst.data
 	t := lc.newConst(name, &hostTensor{dt: b.dt, shape: []int{cols, rows}})
-	t.derive = func(dst []byte) { transpose32Into(dst, src, rows, cols) }
+	t.derive = func(dst []byte) error {
+		transpose32Into(dst, src, rows, cols)
+		return nil
+	}
 	t.derivedFrom = src
 	// b becomes an alias of the copy, so uploads, buffers and lifetimes all
 	// go to the copy. Unlike a view's alias it does not share b's layout:

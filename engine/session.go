@@ -741,7 +741,9 @@ func (x *exec) hostOf(v *vinfo) (*hostTensor, error) {
 	if h == nil {
 		switch r.kind {
 		case vkConst:
-			r.materialize()
+			if err := r.materialize(); err != nil {
+				return nil, err
+			}
 			h = r.konst
 		case vkFolded:
 			var err error

@@ -98,13 +98,16 @@ func (s *Session) weightPlacement(w WeightPlacement) (WeightPlacement, error) {
 
 // materialize computes a derived constant's contents on the host, for the
 // rare host-side reader of one (device steps get it from the upload).
-func (r *vinfo) materialize() {
+func (r *vinfo) materialize() error {
 	if r.derive == nil || r.konst == nil || r.konst.data != nil {
-		return
+		return nil
 	}
 	data := make([]byte, hostSize(r.konst.dt)*numel(r.konst.shape))
-	r.derive(data)
+	if err := r.derive(data); err != nil {
+		return fmt.Errorf("constant %s: %w", r.name, err)
+	}
 	r.konst.data = data
+	return nil
 }
 
 // uploadConst puts constant r on the device in storage et. Bytes the
@@ -141,9 +144,11 @@ func (s *Session) uploadConst(r *vinfo, et kernels.ElemType) (*buffer, int, erro
 	fill := func(dst []byte) error {
 		switch {
 		case r.derive != nil && h.data == nil && !convert:
-			r.derive(dst[:size])
+			return r.derive(dst[:size])
 		case convert:
-			r.materialize()
+			if err := r.materialize(); err != nil {
+				return err
+			}
 			copy(dst, toStorage(h, et))
 		default:
 			copy(dst, h.data)
