@@ -127,6 +127,9 @@ func (c *compiler) build(known map[string]*graph.Tensor) error {
 		vi := c.info(v)
 		vi.kind, vi.early = vkConst, true
 		if v.Const != nil {
+			if deferWiden(vi, v.Const) {
+				continue
+			}
 			// An unsupported type only matters if something reads it.
 			vi.konst, _ = hostFromGraph(v.Const)
 		}

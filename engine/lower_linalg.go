@@ -89,7 +89,10 @@ func (lc *lowerCtx) productWeight(b *vinfo, transB bool) weightLayout {
 		return weightLayout{flipped: r.v == nil && r.kind == vkConst && r.name == name}
 	}
 	dims, ok := constShape(b.shape)
-	if b.kind != vkConst || b.konst == nil || !ok || !b.isFloat() || hostSize(b.dt) != 4 || len(b.konst.data) != 4*numel(dims) {
+	if b.kind != vkConst || b.konst == nil || !ok || !b.isFloat() || hostSize(b.dt) != 4 {
+		return weightLayout{}
+	}
+	if b.derive == nil && len(b.konst.data) != 4*numel(dims) || b.derive != nil && b.konst.data != nil {
 		return weightLayout{}
 	}
 	for _, o := range lc.c.g.Outputs {
@@ -113,6 +116,19 @@ func (lc *lowerCtx) productWeight(b *vinfo, transB bool) weightLayout {
 		return nil
 	}
 	t.derivedFrom = src
+	if widen := b.derive; widen != nil {
+		// A float16 initializer still to be widened (deferWiden): widen
+		// it into a temporary, dropped once transposed.
+		t.derive = func(dst []byte) error {
+			tmp := make([]byte, len(dst))
+			if err := widen(tmp); err != nil {
+				return err
+			}
+			transpose32Into(dst, tmp, rows, cols)
+			return nil
+		}
+		t.derivedFrom = b.derivedFrom
+	}
 	// b becomes an alias of the copy, so uploads, buffers and lifetimes all
 	// go to the copy. Unlike a view's alias it does not share b's layout:
 	// that is safe only because every reader is one of the products checked

@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
+	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/memplan"
@@ -94,6 +97,42 @@ func (s *Session) weightPlacement(w WeightPlacement) (WeightPlacement, error) {
 		return WeightsInPlace, nil
 	}
 	return WeightsCopy, nil
+}
+
+// widenMin is the least element count of a float16 initializer whose
+// widening to the engine's float32 host layout waits for the upload
+// (deferWiden). Smaller ones (scalars, shapes, norms' parameters) are
+// widened at once: lowerings read such constants' values on the host.
+const widenMin = 4096
+
+// deferWiden sets vi up as a float16 initializer t whose float32 contents
+// are computed at upload, straight into the device buffer (vinfo.derive),
+// instead of being kept on the Go heap for the session beside the device's
+// copy; it reports whether it did. Host readers widen it on demand
+// (materialize).
+func deferWiden(vi *vinfo, t *graph.Tensor) bool {
+	if t.Type != dtype.Float16 || t.NumElements() < widenMin || t.Data == nil {
+		return false
+	}
+	shape := make([]int, len(t.Dims))
+	for i, d := range t.Dims {
+		shape[i] = int(d)
+	}
+	n := numel(shape)
+	src := t.Data
+	if len(src) != 2*n {
+		return false // hostFromGraph reports the size mismatch
+	}
+	vi.konst = &hostTensor{dt: dtype.Float16, shape: shape}
+	vi.derive = func(dst []byte) error {
+		le := binary.LittleEndian
+		for i := 0; i < n; i++ {
+			le.PutUint32(dst[4*i:], math.Float32bits(dtype.HalfToFloat32(le.Uint16(src[2*i:]))))
+		}
+		return nil
+	}
+	vi.derivedFrom = src
+	return true
 }
 
 // materialize computes a derived constant's contents on the host, for the

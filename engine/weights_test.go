@@ -4,6 +4,9 @@ import (
 	"math"
 	"path/filepath"
 	"testing"
+
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/quant/qonnx"
 )
 
 // TestWeightPlacement runs the llama export whose weights live in an
@@ -116,6 +119,43 @@ func TestWeightPlacementChoice(t *testing.T) {
 	for in, want := range map[string]WeightPlacement{"": WeightsAuto, "Auto": WeightsAuto, "inplace": WeightsInPlace, "copy": WeightsCopy} {
 		if got, err := ParseWeightPlacement(in); err != nil || got != want {
 			t.Errorf("ParseWeightPlacement(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+}
+
+// TestFP16WeightsNotKept opens the test LLaMA with float16 weights on
+// OpenCL in both storages: the large ones must be widened at upload only
+// (no float32 copy left on the Go heap after Open), the transposed ones
+// included, and the logits must still match PyTorch's.
+func TestFP16WeightsNotKept(t *testing.T) {
+	src := filepath.Join(modelsDir, "llama", "model.onnx")
+	cases := loadCases(t, "llama")
+	path, _ := quantizeModel(t, src, qonnx.Options{Format: quant.FP16, MinSize: qonnx.DefaultMinSize})
+	for _, prec := range []Precision{FP32, FP16} {
+		s, err := Open(path, Options{Kernels: testLib, Max: testMax, Precision: prec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deferred := 0
+		for _, r := range s.c.vals {
+			if r.derive == nil || r.konst == nil {
+				continue
+			}
+			// Made from the file's float16 bytes, not from a widened copy.
+			if len(r.derivedFrom) == 2*numel(r.konst.shape) {
+				deferred++
+			}
+			if r.konst.data != nil {
+				t.Errorf("precision %v: %s (%v) has a host copy after Open", prec, r.name, r.konst.dt)
+			}
+		}
+		s.Close()
+		if deferred == 0 {
+			t.Errorf("precision %v: no float16 weight was widened at upload", prec)
+		}
+		cos, _ := runQuantCases(t, path, cases, Options{Kernels: testLib, Max: testMax, Precision: prec})
+		if c := minOf(cos); !(c >= 0.999) {
+			t.Errorf("precision %v: logits cosine similarity %.6f < 0.999", prec, c)
 		}
 	}
 }
