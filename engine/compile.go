@@ -127,6 +127,9 @@ func (c *compiler) build(known map[string]*graph.Tensor) error {
 		vi := c.info(v)
 		vi.kind, vi.early = vkConst, true
 		if v.Const != nil {
+			if deferWiden(vi, v.Const) {
+				continue
+			}
 			// An unsupported type only matters if something reads it.
 			vi.konst, _ = hostFromGraph(v.Const)
 		}
@@ -248,6 +251,9 @@ func (c *compiler) constHost(v *vinfo) (*hostTensor, error) {
 	r := v.root
 	if r.kind != vkConst || r.konst == nil {
 		return nil, fmt.Errorf("not a constant")
+	}
+	if err := r.materialize(); err != nil {
+		return nil, err
 	}
 	if v == r {
 		return r.konst, nil

@@ -30,8 +30,16 @@ type vinfo struct {
 	dt    dtype.Type
 	shape []symshape.Expr
 	kind  vkind
-	konst *hostTensor     // vkConst contents
-	elems []symshape.Expr // vkFolded contents
+	konst *hostTensor // vkConst contents
+	// derive, for a constant made from another at Open (a transposed
+	// weight, a repacked 4-bit one), computes its contents into dst (len =
+	// the host bytes of konst's shape) at upload time, so that the derived
+	// copy is written straight into the device buffer and never held on
+	// the Go heap; konst.data stays nil until something on the host asks
+	// for it (materialize). derivedFrom is the source's bytes.
+	derive      func(dst []byte) error
+	derivedFrom []byte
+	elems       []symshape.Expr // vkFolded contents
 	// root is the value whose storage this one shares (Reshape and the other
 	// views alias their input); a value is its own root otherwise.
 	root *vinfo

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/tlite"
@@ -88,7 +89,10 @@ func (lc *lowerCtx) productWeight(b *vinfo, transB bool) weightLayout {
 		return weightLayout{flipped: r.v == nil && r.kind == vkConst && r.name == name}
 	}
 	dims, ok := constShape(b.shape)
-	if b.kind != vkConst || b.konst == nil || !ok || !b.isFloat() || hostSize(b.dt) != 4 || len(b.konst.data) != 4*numel(dims) {
+	if b.kind != vkConst || b.konst == nil || !ok || !b.isFloat() || hostSize(b.dt) != 4 {
+		return weightLayout{}
+	}
+	if b.derive == nil && len(b.konst.data) != 4*numel(dims) || b.derive != nil && b.konst.data != nil {
 		return weightLayout{}
 	}
 	for _, o := range lc.c.g.Outputs {
@@ -102,7 +106,29 @@ func (lc *lowerCtx) productWeight(b *vinfo, transB bool) weightLayout {
 		}
 	}
 	rows, cols := dims[0], dims[1]
-	t := lc.newConst(name, &hostTensor{dt: b.dt, shape: []int{cols, rows}, data: transpose32(b.konst.data, rows, cols)})
+	// The transposition is deferred to the upload (Session.allocate), which
+	// writes it straight into the device buffer: a copy here would keep a
+	// second host copy of nearly every weight alive until the session ends.
+	src := b.konst.data
+	t := lc.newConst(name, &hostTensor{dt: b.dt, shape: []int{cols, rows}})
+	t.derive = func(dst []byte) error {
+		transpose32Into(dst, src, rows, cols)
+		return nil
+	}
+	t.derivedFrom = src
+	if widen := b.derive; widen != nil {
+		// A float16 initializer still to be widened (deferWiden): widen
+		// it into a temporary, dropped once transposed.
+		t.derive = func(dst []byte) error {
+			tmp := make([]byte, len(dst))
+			if err := widen(tmp); err != nil {
+				return err
+			}
+			transpose32Into(dst, tmp, rows, cols)
+			return nil
+		}
+		t.derivedFrom = b.derivedFrom
+	}
 	// b becomes an alias of the copy, so uploads, buffers and lifetimes all
 	// go to the copy. Unlike a view's alias it does not share b's layout:
 	// that is safe only because every reader is one of the products checked
@@ -141,32 +167,78 @@ func readsAsWeight(c *compiler, n *graph.Node, v *graph.Value, transB bool) bool
 // stay in cache, split across the cores: a ViT-B's 85 M weights take a
 // fraction of a second.
 func transpose32(src []byte, rows, cols int) []byte {
-	const tile = 32
-	le := binary.LittleEndian
 	dst := make([]byte, len(src))
-	tiles := (rows + tile - 1) / tile
-	workers := max(1, min(runtime.GOMAXPROCS(0), tiles))
+	transpose32Into(dst, src, rows, cols)
+	return dst
+}
+
+// transpose32Into writes the [cols, rows] transpose of src into dst (of
+// src's length). Elements move as whole 4-byte words, which keeps each
+// element's bytes in order whatever the host's byte order. The matrix is
+// cut into 256x256 tiles shared out to the cores; inside a tile, four
+// source rows are read together, so that each store writes four
+// consecutive destination words. This ran ViT-B/32's 85 M weights about
+// four times faster than 32x32 tiles moving one element at a time
+// (105-110 against 415-480 ms of CPU on this machine).
+func transpose32Into(dst, src []byte, rows, cols int) {
+	const tile = 256
+	if len(src) < 4*rows*cols || len(dst) < 4*rows*cols {
+		panic(fmt.Sprintf("transpose32Into: %d and %d bytes for a %dx%d matrix", len(dst), len(src), rows, cols))
+	}
+	if rows == 0 || cols == 0 {
+		return
+	}
+	d32, s32 := words32(dst), words32(src)
+	rowTiles, colTiles := (rows+tile-1)/tile, (cols+tile-1)/tile
+	units := rowTiles * colTiles
+	workers := max(1, min(runtime.GOMAXPROCS(0), units))
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			for tr := w; tr < tiles; tr += workers {
-				r0 := tr * tile
-				r1 := min(r0+tile, rows)
-				for c0 := 0; c0 < cols; c0 += tile {
-					c1 := min(c0+tile, cols)
+			for u := w; u < units; u += workers {
+				r0, c0 := (u/colTiles)*tile, (u%colTiles)*tile
+				r1, c1 := min(r0+tile, rows), min(c0+tile, cols)
+				if d32 == nil || s32 == nil {
+					le := binary.LittleEndian
 					for r := r0; r < r1; r++ {
 						for c := c0; c < c1; c++ {
 							le.PutUint32(dst[4*(c*rows+r):], le.Uint32(src[4*(r*cols+c):]))
 						}
+					}
+					continue
+				}
+				r := r0
+				for ; r+4 <= r1; r += 4 {
+					a0 := s32[r*cols : (r+1)*cols]
+					a1 := s32[(r+1)*cols : (r+2)*cols]
+					a2 := s32[(r+2)*cols : (r+3)*cols]
+					a3 := s32[(r+3)*cols : (r+4)*cols]
+					for c := c0; c < c1; c++ {
+						o := d32[c*rows+r : c*rows+r+4 : c*rows+r+4]
+						o[0], o[1], o[2], o[3] = a0[c], a1[c], a2[c], a3[c]
+					}
+				}
+				for ; r < r1; r++ {
+					a := s32[r*cols : (r+1)*cols]
+					for c := c0; c < c1; c++ {
+						d32[c*rows+r] = a[c]
 					}
 				}
 			}
 		}(w)
 	}
 	wg.Wait()
-	return dst
+}
+
+// words32 views b as 4-byte words when its address allows it (nil when it
+// is not 4-byte aligned, where the caller moves bytes instead).
+func words32(b []byte) []uint32 {
+	if len(b) < 4 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%4 != 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
 }
 
 // lowerGemm is C = alpha*op(A)*op(B) + beta*C with C broadcast to [M, N].

@@ -182,7 +182,7 @@ func TestWeightLayoutAtOpen(t *testing.T) {
 }
 
 func TestTranspose32(t *testing.T) {
-	for _, sh := range [][2]int{{1, 1}, {1, 7}, {7, 1}, {33, 65}, {64, 32}, {100, 3}} {
+	for _, sh := range [][2]int{{1, 1}, {1, 7}, {7, 1}, {33, 65}, {64, 32}, {100, 3}, {258, 515}, {517, 6}, {6, 517}} {
 		rows, cols := sh[0], sh[1]
 		src := make([]float32, rows*cols)
 		for i := range src {
@@ -197,6 +197,13 @@ func TestTranspose32(t *testing.T) {
 		}
 		if string(got) != string(f32Raw(want...)) {
 			t.Errorf("%dx%d: transpose differs", rows, cols)
+		}
+		// Misaligned buffers take the byte-wise path.
+		raw := append([]byte{0}, f32Raw(src...)...)[1:]
+		out := make([]byte, len(raw)+1)[1:]
+		transpose32Into(out, raw, rows, cols)
+		if string(out) != string(f32Raw(want...)) {
+			t.Errorf("%dx%d: byte-wise transpose differs", rows, cols)
 		}
 	}
 }

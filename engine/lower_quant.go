@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/graph/quant"
@@ -48,13 +49,13 @@ func lowerMatMulQ(lc *lowerCtx) (*stepDef, error) {
 	}
 	tiled := lc.tileQWeight(w)
 	r = w.root
-	size := int64(len(r.konst.data))
-	if tiled && len(r.konst.data) >= quant.HeaderSize {
-		// The tiled copy keeps the original header, whose Size still
-		// describes graph/quant's layout.
-		size = int64(binary.LittleEndian.Uint64(r.konst.data[40:]))
+	hdr := r.konst.data
+	if tiled {
+		// The tiled copy is made at upload and keeps the original's
+		// header: read it from the original.
+		hdr = w.konst.data
 	}
-	h, err := quant.ParseHeader(r.konst.data, size)
+	h, err := quant.ParseHeader(hdr, int64(len(hdr)))
 	if err != nil {
 		return nil, fmt.Errorf("engine: node %q (%s.%s): packed weight %s: %w", lc.n.Name, lc.n.Domain, lc.n.OpType, w.name, err)
 	}
@@ -183,13 +184,37 @@ func (lc *lowerCtx) tileQWeight(w *vinfo) bool {
 			}
 		}
 	}
-	p, err := quant.UnmarshalPacked(w.konst.data)
+	src := w.konst.data
+	h, err := quant.ParseHeader(src, int64(len(src)))
 	if err != nil {
 		return false // lowerMatMulQ reports the bad header
 	}
-	words, params := kernels.RepackQTile4(p)
-	data := append(append([]byte(nil), w.konst.data[:quant.HeaderSize]...), kernels.QLayoutBytes(words, params)...)
-	t := lc.newConst(name, &hostTensor{dt: dtype.Uint8, shape: []int{len(data)}, data: data})
+	// The repacking is deferred to the upload, which writes it straight
+	// into the device buffer (see vinfo.derive): kept here, the tiled copy
+	// of every 4-bit weight would stay on the Go heap for the session.
+	t := lc.newConst(name, &hostTensor{dt: dtype.Uint8, shape: []int{qTile4Size(h)}})
+	t.derive = func(dst []byte) error {
+		p, err := quant.UnmarshalPacked(src)
+		if err != nil {
+			return err
+		}
+		words, params := kernels.RepackQTile4(p)
+		le := binary.LittleEndian
+		n := copy(dst, src[:quant.HeaderSize])
+		for _, x := range words {
+			le.PutUint32(dst[n:], x)
+			n += 4
+		}
+		for _, x := range params {
+			le.PutUint32(dst[n:], math.Float32bits(x))
+			n += 4
+		}
+		if n != len(dst) {
+			return fmt.Errorf("tiled packed weight: %d bytes written, %d expected", n, len(dst))
+		}
+		return nil
+	}
+	t.derivedFrom = src
 	w.root = t
 	return true
 }

@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/graph/quant"
 	"github.com/tlite/tlite/graph/quant/qonnx"
 	"github.com/tlite/tlite/kernels"
@@ -58,6 +59,20 @@ func TestQuantTiledOnGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	// The tiled copy is written into its device buffer at upload, not
+	// kept on the Go heap.
+	tiledCopies := 0
+	for _, r := range s.c.vals {
+		if r.derive != nil && r.konst != nil && r.konst.dt == dtype.Uint8 {
+			tiledCopies++
+			if r.konst.data != nil {
+				t.Errorf("tiled weight %s has a host copy after Open", r.name)
+			}
+		}
+	}
+	if tiledCopies != 1 {
+		t.Errorf("%d tiled weights made at Open, want 1", tiledCopies)
+	}
 	for _, rows := range []int{1, 5} {
 		x := make([]float32, rows*k)
 		for i := range x {

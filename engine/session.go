@@ -127,6 +127,9 @@ type Options struct {
 	// other rows. For generation; perplexity needs every row. A graph the
 	// rewrite does not recognise opens unchanged (Session.LastLogits says).
 	LastLogits bool
+	// Weights says how the model's constants are put on the device (see
+	// WeightPlacement); the zero value decides per device.
+	Weights WeightPlacement
 }
 
 // OpTime is one row of a profile: a node's kernel launches.
@@ -196,6 +199,10 @@ type Session struct {
 	loraTmp  *buffer
 	// layerGate is SetLayerGate's callback (layergate.go).
 	layerGate LayerGate
+	// wstats says where the constants were put (weights.go).
+	wstats WeightStats
+	// cacheWriter starts the background write of the program cache once.
+	cacheWriter sync.Once
 }
 
 // Open loads the ONNX model at path and compiles it.
@@ -238,12 +245,20 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 		}
 		s.dev = hd
 	default:
-		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile, FlushEvery: opts.FlushEvery})
+		// Program binaries are cached after the first run (see
+		// writeCacheAfterFirstRun), not as each program is built.
+		dev, err := opencl.Open(opencl.Options{Select: opts.Device, Priority: opts.Priority, Profile: opts.Profile, FlushEvery: opts.FlushEvery, DeferCacheWrites: true})
 		if err != nil {
 			return nil, errNoDevice(err)
 		}
 		s.dev, s.cl, s.ownCL = kernels.New(dev), dev, true
 	}
+	wp, err := s.weightPlacement(opts.Weights)
+	if err != nil {
+		s.release()
+		return nil, err
+	}
+	s.wstats.Placement = wp
 	if err := s.compile(m, opts, fs); err != nil {
 		s.release()
 		return nil, err
@@ -467,16 +482,12 @@ func (s *Session) allocate() error {
 		if err != nil {
 			return fmt.Errorf("engine: constant %s: %w", r.name, err)
 		}
-		data := toStorage(r.konst, et)
-		b, err := allocBuffer(s.dev, max(len(data), 64))
+		b, size, err := s.uploadConst(r, et)
 		if err != nil {
-			return fmt.Errorf("engine: uploading constant %s (%s): %w", r.name, memplan.Bytes(int64(len(data))), err)
-		}
-		if err := s.dev.Write(b.m, 0, data); err != nil {
-			return fmt.Errorf("engine: uploading constant %s: %w", r.name, err)
+			return fmt.Errorf("engine: uploading constant %s (%s): %w", r.name, memplan.Bytes(int64(size)), err)
 		}
 		s.consts = append(s.consts, b)
-		s.constB += int64(len(data))
+		s.constB += int64(size)
 		x.refs[r.id] = tref{b: b}
 	}
 	for _, v := range c.vals {
@@ -518,6 +529,7 @@ func (s *Session) Run(inputs map[string]*tensor.Dense) (map[string]*tensor.Dense
 		s.dev.Finish()
 		return nil, err
 	}
+	s.writeCacheAfterFirstRun()
 	return out, nil
 }
 
@@ -729,6 +741,9 @@ func (x *exec) hostOf(v *vinfo) (*hostTensor, error) {
 	if h == nil {
 		switch r.kind {
 		case vkConst:
+			if err := r.materialize(); err != nil {
+				return nil, err
+			}
 			h = r.konst
 		case vkFolded:
 			var err error
@@ -836,7 +851,26 @@ func (s *Session) Close() error {
 	return s.release()
 }
 
+// writeCacheAfterFirstRun starts writing the binaries of the programs the
+// first run built to the program cache, in the background, on a device the
+// session opened itself (with opencl.Options.DeferCacheWrites). On PoCL,
+// asking for a binary compiles every kernel of the program, launched or
+// not, which doubled the time to the first result when it happened at
+// build time; Close waits for the write.
+func (s *Session) writeCacheAfterFirstRun() {
+	if !s.ownCL || s.cl == nil {
+		return
+	}
+	s.cacheWriter.Do(func() { go s.cl.WriteCache() })
+}
+
 func (s *Session) release() error {
+	if s.wstats.Views > 0 {
+		// Kernels still queued may read weights in the model's mapping,
+		// which the model's Close below (or the caller's, after this)
+		// unmaps: let them finish first.
+		s.dev.Finish()
+	}
 	for _, b := range s.slots {
 		s.dev.Release(b.m)
 	}

@@ -11,6 +11,7 @@ package graph
 import (
 	"fmt"
 	"strconv"
+	"unsafe"
 
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/symshape"
@@ -43,6 +44,47 @@ type Model struct {
 // were read from, as absolute paths with symlinks resolved: the files a
 // writer must not replace while, or after, deriving a model from this one.
 func (m *Model) ExternalFiles() []string { return append([]string(nil), m.extFiles...) }
+
+// Mapped reports whether b lies entirely inside one of the model's file
+// mappings (memory the Go runtime does not own, valid until Close): such
+// bytes may be handed to a device that reads host memory in place. It is
+// false for models parsed from memory and where files are read, not mapped.
+func (m *Model) Mapped(b []byte) bool {
+	mp := m.mappingOf(b)
+	return mp != nil
+}
+
+// DropPages tells the kernel that the file-mapped bytes b are not needed in
+// memory for now (madvise MADV_DONTNEED on the whole pages inside b, on
+// Linux): after their contents were copied to a device, they stop counting
+// toward the process's resident memory. They stay readable: a later read
+// faults them in again from the file. Bytes outside the mappings are left
+// alone.
+func (m *Model) DropPages(b []byte) error {
+	if m.mappingOf(b) == nil {
+		return nil
+	}
+	return dropPages(b)
+}
+
+// mappingOf returns the file mapping holding all of b, or nil.
+func (m *Model) mappingOf(b []byte) *mapping {
+	if len(b) == 0 {
+		return nil
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	for i := range m.maps {
+		mp := &m.maps[i]
+		if mp.release == nil || len(mp.data) == 0 {
+			continue
+		}
+		lo := uintptr(unsafe.Pointer(unsafe.SliceData(mp.data)))
+		if p >= lo && p-lo <= uintptr(len(mp.data)) && uintptr(len(b)) <= uintptr(len(mp.data))-(p-lo) {
+			return mp
+		}
+	}
+	return nil
+}
 
 // Opset returns the imported version of domain ("" or "ai.onnx" for the
 // default domain), or 0 when the model does not import it.

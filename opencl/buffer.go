@@ -39,6 +39,62 @@ func (d *Device) AllocHost(p unsafe.Pointer, size int) (*Buffer, error) {
 	return d.alloc(size, clMemUseHostPtr|clMemReadOnly, p, "AllocHost")
 }
 
+// AllocFilled allocates size bytes of read-write memory and has fill write
+// their initial contents straight into a mapping of the buffer
+// (clEnqueueMapBuffer with CL_MAP_WRITE_INVALIDATE_REGION), so no host copy
+// of the data is made beside the buffer. With hostAlloc the buffer is
+// CL_MEM_ALLOC_HOST_PTR: on a device that shares host memory (Info().Unified)
+// the mapping is the buffer itself and the kernels read what fill wrote in
+// place; on a discrete GPU the mapping is a staging area copied to the
+// device when it is unmapped, and plain device memory (hostAlloc false) is
+// the better choice there. dst must not be kept after fill returns.
+func (d *Device) AllocFilled(size int, hostAlloc bool, fill func(dst []byte) error) (*Buffer, error) {
+	flags := clMemReadWrite
+	if hostAlloc {
+		flags |= clMemAllocHostPtr
+	}
+	b, err := d.alloc(size, flags, nil, "AllocFilled")
+	if err != nil {
+		return nil, err
+	}
+	if err := d.fillMapped(b, fill); err != nil {
+		b.Release()
+		return nil, err
+	}
+	return b, nil
+}
+
+// fillMapped maps all of b for writing, runs fill on the mapping and unmaps
+// it, waiting until the unmap is done so that the contents are in place
+// before anything else is enqueued.
+func (d *Device) fillMapped(b *Buffer, fill func(dst []byte) error) error {
+	var code int32
+	p := clCreate(fns.EnqueueMapBuffer, d.queue, b.mem, clTrue, uintptr(clMapWriteInvalidate), 0, uintptr(b.size), 0, 0, 0, uintptr(unsafe.Pointer(&code)))
+	if code != clSuccess || p == 0 {
+		if code == clSuccess {
+			code = clInvalidOperation
+		}
+		return fmt.Errorf("opencl: mapping a %d-byte buffer for writing: %w", b.size, clErr("clEnqueueMapBuffer", code))
+	}
+	// p is C (driver) memory for as long as the mapping lasts; reading the
+	// handle's bits as a pointer avoids a uintptr conversion vet rejects.
+	dst := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), b.size)
+	ferr := fill(dst)
+	if code := clCall(fns.EnqueueUnmapMemObject, d.queue, b.mem, p, 0, 0, 0); code != clSuccess {
+		return fmt.Errorf("opencl: unmapping a %d-byte buffer: %w", b.size, clErr("clEnqueueUnmapMemObject", code))
+	}
+	if code := clCall(fns.Finish, d.queue); code != clSuccess {
+		return fmt.Errorf("opencl: waiting for an unmap: %w", clErr("clFinish", code))
+	}
+	if ferr != nil {
+		return ferr
+	}
+	d.mu.Lock()
+	d.stats.BytesWritten += int64(b.size)
+	d.mu.Unlock()
+	return nil
+}
+
 func (d *Device) alloc(size int, flags uint64, host unsafe.Pointer, op string) (*Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("opencl: %s(%d): size must be positive", op, size)

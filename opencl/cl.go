@@ -77,12 +77,16 @@ const (
 	clMemReadWrite    uint64 = 1 << 0
 	clMemReadOnly     uint64 = 1 << 2
 	clMemUseHostPtr   uint64 = 1 << 3
-	clQueuePriorityK         = 0x1096 // CL_QUEUE_PRIORITY_KHR (cl_khr_priority_hints)
-	clQueuePrioHighK         = 1 << 0
-	clQueuePrioLowK          = 1 << 2
-	clCtxPrioHintQCOM        = 0x40C9 // CL_CONTEXT_PRIORITY_HINT_QCOM (cl_qcom_priority_hint)
-	clPrioHighQCOM           = 0x40CA
-	clPrioLowQCOM            = 0x40CC
+	clMemAllocHostPtr uint64 = 1 << 4
+	// clMapWriteInvalidate is CL_MAP_WRITE_INVALIDATE_REGION (OpenCL 1.2):
+	// the mapping's old contents are not needed, so nothing is read back.
+	clMapWriteInvalidate uint64 = 1 << 2
+	clQueuePriorityK            = 0x1096 // CL_QUEUE_PRIORITY_KHR (cl_khr_priority_hints)
+	clQueuePrioHighK            = 1 << 0
+	clQueuePrioLowK             = 1 << 2
+	clCtxPrioHintQCOM           = 0x40C9 // CL_CONTEXT_PRIORITY_HINT_QCOM (cl_qcom_priority_hint)
+	clPrioHighQCOM              = 0x40CA
+	clPrioLowQCOM               = 0x40CC
 	// cl_qcom_perf_hint (Qualcomm's public extension text): the context
 	// property CL_CONTEXT_PERF_HINT_QCOM and its cl_perf_hint values.
 	clCtxPerfHintQCOM    = 0x40C2
@@ -102,8 +106,9 @@ var fns struct {
 	CreateContext, ReleaseContext, CreateCommandQueue, ReleaseCommandQueue         uintptr
 	CreateBuffer, CreateSubBuffer, RetainMemObject, ReleaseMemObject               uintptr
 	EnqueueWriteBuffer, EnqueueReadBuffer, EnqueueCopyBuffer, EnqueueFillBuffer    uintptr
+	EnqueueMapBuffer, EnqueueUnmapMemObject                                        uintptr
 	CreateProgramWithSource, CreateProgramWithBinary, BuildProgram                 uintptr
-	GetProgramBuildInfo, GetProgramInfo, ReleaseProgram                            uintptr
+	GetProgramBuildInfo, GetProgramInfo, ReleaseProgram, RetainProgram             uintptr
 	CreateKernel, GetKernelInfo, ReleaseKernel, SetKernelArg, EnqueueNDRangeKernel uintptr
 	GetKernelWorkGroupInfo                                                         uintptr
 	Flush, Finish, GetEventInfo, GetEventProfilingInfo, ReleaseEvent               uintptr
@@ -130,9 +135,11 @@ func required() []struct {
 		{"clRetainMemObject", &f.RetainMemObject}, {"clReleaseMemObject", &f.ReleaseMemObject},
 		{"clEnqueueWriteBuffer", &f.EnqueueWriteBuffer}, {"clEnqueueReadBuffer", &f.EnqueueReadBuffer},
 		{"clEnqueueCopyBuffer", &f.EnqueueCopyBuffer}, {"clEnqueueFillBuffer", &f.EnqueueFillBuffer},
+		{"clEnqueueMapBuffer", &f.EnqueueMapBuffer}, {"clEnqueueUnmapMemObject", &f.EnqueueUnmapMemObject},
 		{"clCreateProgramWithSource", &f.CreateProgramWithSource}, {"clCreateProgramWithBinary", &f.CreateProgramWithBinary},
 		{"clBuildProgram", &f.BuildProgram}, {"clGetProgramBuildInfo", &f.GetProgramBuildInfo},
 		{"clGetProgramInfo", &f.GetProgramInfo}, {"clReleaseProgram", &f.ReleaseProgram},
+		{"clRetainProgram", &f.RetainProgram},
 		{"clCreateKernel", &f.CreateKernel}, {"clGetKernelInfo", &f.GetKernelInfo},
 		{"clReleaseKernel", &f.ReleaseKernel}, {"clSetKernelArg", &f.SetKernelArg},
 		{"clGetKernelWorkGroupInfo", &f.GetKernelWorkGroupInfo},

@@ -80,6 +80,13 @@ type Options struct {
 	// CacheDir holds compiled program binaries: "" = os.UserCacheDir()/tlite/kernels
 	// (os.TempDir()/tlite/kernels when there is none), "-" = no cache.
 	CacheDir string
+	// DeferCacheWrites leaves the binaries of programs built from source
+	// to WriteCache (or Close) instead of writing each as it is built.
+	// Asking a driver for a binary can cost more than the build: PoCL
+	// then compiles every kernel of the program for its CPU, also those a
+	// session never launches, which more than doubled a cold first run of
+	// ViT-B/32. Deferred, that work happens after the first result.
+	DeferCacheWrites bool
 }
 
 // Info describes a device and what Open applied to it.
@@ -139,8 +146,16 @@ type Device struct {
 	ctx      handle
 	queue    handle
 	cacheDir string // "" = no cache
-	profile  bool
-	closed   bool
+	// deferStores and unstored implement Options.DeferCacheWrites: the
+	// programs built since the last WriteCache, with their cache paths
+	// (under storeMu); writeMu serialises WriteCache, so that Close waits
+	// for a write in progress.
+	deferStores bool
+	storeMu     sync.Mutex
+	writeMu     sync.Mutex
+	unstored    []unstoredProgram
+	profile     bool
+	closed      bool
 
 	label string
 	// Launch's scratch space, on the heap and reused, so that a launch
@@ -495,6 +510,7 @@ func Open(opts Options) (*Device, error) {
 		call:     make([]uintptr, 9),
 		bad:      make([]int32, 1),
 	}
+	d.deferStores = opts.DeferCacheWrites
 	if d.cacheDir, err = cacheDir(opts.CacheDir); err != nil {
 		return nil, err
 	}
@@ -654,6 +670,7 @@ func (d *Device) HasExtension(name string) bool {
 // Close waits for queued work, then releases every buffer, program and
 // kernel still alive, the queue and the context. Closing twice is a no-op.
 func (d *Device) Close() error {
+	d.WriteCache()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()

@@ -189,6 +189,49 @@ func TestAllocHost(t *testing.T) {
 	}
 }
 
+// TestAllocFilled fills buffers through a mapping, host-visible and plain,
+// and reads them back; a failing fill releases its buffer and reports the
+// fill's error.
+func TestAllocFilled(t *testing.T) {
+	d := open(t, Options{})
+	for _, hostAlloc := range []bool{true, false} {
+		const n = 3*4096 + 20
+		b, err := d.AllocFilled(n, hostAlloc, func(dst []byte) error {
+			if len(dst) != n {
+				return errors.New("wrong mapping size")
+			}
+			for i := range dst {
+				dst[i] = byte(i * 7)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("hostAlloc %v: %v", hostAlloc, err)
+		}
+		got := make([]byte, n)
+		if err := d.Read(b, 0, got); err != nil {
+			t.Fatal(err)
+		}
+		for i, x := range got {
+			if x != byte(i*7) {
+				t.Fatalf("hostAlloc %v: byte %d is %d, want %d", hostAlloc, i, x, byte(i*7))
+			}
+		}
+		b.Release()
+	}
+	live := d.Stats().LiveBuffers
+	boom := errors.New("boom")
+	if _, err := d.AllocFilled(64, true, func([]byte) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("a failing fill gave %v, want its error", err)
+	}
+	if got := d.Stats().LiveBuffers; got != live {
+		t.Errorf("a failed AllocFilled left %d live buffers, want %d", got, live)
+	}
+	if _, err := d.AllocFilled(0, true, func([]byte) error { return nil }); err == nil {
+		t.Error("AllocFilled(0) succeeded")
+	}
+}
+
 func TestSubBuffer(t *testing.T) {
 	d := open(t, Options{})
 	align := d.Info().BaseAddrAlign
@@ -410,6 +453,55 @@ func TestBuildErrorHasLogAndLine(t *testing.T) {
 	}
 	if !strings.Contains(msg, "-DFOO=1") {
 		t.Errorf("error does not name the options: %v", err)
+	}
+}
+
+// TestDeferredCacheWrites checks Options.DeferCacheWrites: nothing is
+// written at Build, WriteCache writes what was built (also for a program
+// released meanwhile), Close writes the rest, and a later device loads the
+// entries.
+func TestDeferredCacheWrites(t *testing.T) {
+	dir := t.TempDir()
+	srcA := vecSrc + "\n// deferred A\n"
+	srcB := vecSrc + "\n// deferred B\n"
+	count := func() int {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.bin"))
+		return len(files)
+	}
+	d, err := Open(Options{CacheDir: dir, DeferCacheWrites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, err := d.Build(srcA, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 || d.Stats().CacheWrites != 0 {
+		t.Fatalf("deferred build wrote %d cache files (stats %+v)", n, d.Stats())
+	}
+	pa.Release()
+	d.WriteCache()
+	if n := count(); n != 1 || d.Stats().CacheWrites != 1 {
+		t.Fatalf("after WriteCache: %d files, stats %+v; want 1", n, d.Stats())
+	}
+	if _, err := d.Build(srcB, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("after Close: %d cache files, want 2", n)
+	}
+	d2 := open(t, Options{CacheDir: dir})
+	for _, src := range []string{srcA, srcB} {
+		p, err := d2.Build(src, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.FromCache() {
+			t.Errorf("a program whose write was deferred was not loaded from the cache")
+		}
 	}
 }
 

@@ -137,9 +137,47 @@ func (d *Device) Build(src, options string) (*Program, error) {
 		return nil, err
 	}
 	if path != "" {
-		d.storeCached(p.prog, path)
+		if d.deferStores {
+			// The entry holds its own reference, so that releasing the
+			// Program meanwhile cannot free what WriteCache reads.
+			clCall(fns.RetainProgram, p.prog)
+			d.storeMu.Lock()
+			d.unstored = append(d.unstored, unstoredProgram{p.prog, path})
+			d.storeMu.Unlock()
+		} else {
+			d.storeCached(p.prog, path)
+		}
 	}
 	return p, nil
+}
+
+// unstoredProgram is a program whose binary WriteCache has yet to store.
+type unstoredProgram struct {
+	prog handle // retained until stored
+	path string
+}
+
+// WriteCache stores the binaries of the programs built since the last call
+// whose writing Options.DeferCacheWrites put off (a no-op otherwise).
+// Close calls it first; a caller may call it earlier, from any goroutine,
+// once the work it wanted fast is done.
+func (d *Device) WriteCache() {
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
+	for {
+		// The list's lock is not held while a binary is fetched, which
+		// can take seconds: a Build meanwhile only appends.
+		d.storeMu.Lock()
+		if len(d.unstored) == 0 {
+			d.storeMu.Unlock()
+			return
+		}
+		u := d.unstored[0]
+		d.unstored = d.unstored[1:]
+		d.storeMu.Unlock()
+		d.storeCached(u.prog, u.path)
+		clCall(fns.ReleaseProgram, u.prog)
+	}
 }
 
 func (d *Device) isClosed() bool {
