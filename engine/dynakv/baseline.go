@@ -226,7 +226,7 @@ func (b *Baseline) Hook() engine.AttentionHook {
 		if err := decodeRow(c); err != nil {
 			return err
 		}
-		out, err := b.stepLayer(c.Layer, c.Slots[0], c.Q, c.KNew, c.VNew, c.Scale)
+		out, err := b.stepLayer(c.Layer, c.Positions[0], c.Q, c.KNew, c.VNew, c.Scale)
 		if err != nil {
 			return err
 		}
@@ -237,7 +237,7 @@ func (b *Baseline) Hook() engine.AttentionHook {
 
 func (b *Baseline) prefill(l *seqLayer, c *engine.AttentionCall) error {
 	n, D := c.Rows, l.dim
-	for i, p := range c.Slots {
+	for i, p := range c.Positions {
 		if p != i {
 			return fmt.Errorf("dynakv: the baseline wants the prompt at positions 0..n-1 in order")
 		}

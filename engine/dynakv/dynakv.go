@@ -311,12 +311,12 @@ func (s *System) Hook() engine.AttentionHook {
 			return err
 		}
 		if !s.layers[c.Layer].prefilled {
-			return s.Prefill(c.Layer, c.Slots, c.Q, c.KNew, c.VNew)
+			return s.Prefill(c.Layer, c.Positions, c.Q, c.KNew, c.VNew)
 		}
 		if err := decodeRow(c); err != nil {
 			return err
 		}
-		out, err := s.Step(c.Layer, c.Slots[0], c.Q, c.KNew, c.VNew, c.Scale)
+		out, err := s.Step(c.Layer, c.Positions[0], c.Q, c.KNew, c.VNew, c.Scale)
 		if err != nil {
 			return err
 		}
