@@ -44,6 +44,12 @@ type dynakvResult struct {
 	FlashRead flash.Snapshot `json:"flash"`
 	Generated string         `json:"generated,omitempty"`
 	Seconds   float64        `json:"seconds"`
+	// DeviceSlots is the DynaKV session's in-place cache (slots per
+	// layer); Device its device memory and FullDevice the full-attention
+	// state's (a cache of --ctx slots; absent with --no-full).
+	DeviceSlots int                  `json:"device_slots"`
+	Device      engine.DeviceMemory  `json:"device_memory"`
+	FullDevice  *engine.DeviceMemory `json:"full_device_memory,omitempty"`
 }
 
 func runDynaKV(cmd string, args []string) error {
@@ -74,7 +80,8 @@ func runDynaKV(cmd string, args []string) error {
 	textPath := fs.String("text", "", "perplexity: the held-out text")
 	prompt := fs.String("prompt", "", "generate: the prompt")
 	n := fs.Int("n", 128, "generate: tokens to generate")
-	ctx := fs.Int("ctx", 2048, "cache slots")
+	ctx := fs.Int("ctx", 2048, "the context: cache slots of the full-attention state, and the most tokens scored")
+	devSlots := fs.Int("kv-device-slots", 0, "device cache slots of the DynaKV session (0: the prompt rounded up to the pad, the least it needs, as the hook owns decode attention; --ctx gives the old full-size cache)")
 	device := fs.String("device", "", "device (as elsewhere in tl)")
 	noFull := fs.Bool("no-full", false, "skip the full-attention shadow run (no KL, top-1 or recall)")
 	seed := fs.Int64("seed", 1, "k-means seed")
@@ -135,9 +142,27 @@ func runDynaKV(cmd string, args []string) error {
 			return err
 		}
 		*prefill, gen = len(doc), *n
+		if len(doc)+gen > *ctx {
+			return fmt.Errorf("a prompt of %d tokens and %d generated is beyond the context of %d (--ctx)", len(doc), gen, *ctx)
+		}
+	}
+	if *devSlots < 0 {
+		return fmt.Errorf("--kv-device-slots %d: want 0 (sized for the prompt) or a slot count", *devSlots)
+	}
+	if *devSlots == 0 {
+		prompt := *prefill
+		if *recallPath != "" {
+			if prompt, err = recallLongest(*recallPath, *recallN, tok); err != nil {
+				return err
+			}
+		}
+		if *devSlots, err = dynakv.DeviceSlots(min(prompt, *ctx), 0); err != nil {
+			return err
+		}
+		*devSlots = min(*devSlots, *ctx)
 	}
 	opts := engine.Options{Device: *device}
-	dyn, err := kv.Open(*model, opts, kv.Config{MaxContext: *ctx})
+	dyn, err := kv.Open(*model, opts, kv.Config{MaxContext: *devSlots})
 	if err != nil {
 		return cliError(err)
 	}
@@ -196,7 +221,11 @@ func runDynaKV(cmd string, args []string) error {
 		return err
 	}
 	res := dynakvResult{Command: cmd, Model: *model, Text: *textPath, Budget: *budget, Lambda: *lambda, Eval: ev, Stats: sys.Report(),
-		FlashRead: sys.ReadSnapshot(), Seconds: time.Since(t0).Seconds()}
+		FlashRead: sys.ReadSnapshot(), Seconds: time.Since(t0).Seconds(), DeviceSlots: *devSlots, Device: dyn.Session().DeviceMemory()}
+	if full != nil {
+		m := full.Session().DeviceMemory()
+		res.FullDevice = &m
+	}
 	if after, err := flash.ReadProcIO(); err == nil && perr == nil {
 		res.ProcRead = after.ReadBytes - before.ReadBytes
 	}
@@ -211,6 +240,36 @@ func runDynaKV(cmd string, args []string) error {
 	}
 	printDynaKV(res)
 	return nil
+}
+
+// recallLongest returns the longest context, in tokens, of the first
+// limit examples (0: all) of a recall file.
+func recallLongest(path string, limit int, tok *tokenizer.Tokenizer) (int, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	longest := 0
+	for ln, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		if limit > 0 && ln >= limit {
+			break
+		}
+		var ex struct {
+			Context string `json:"context"`
+		}
+		if err := json.Unmarshal([]byte(line), &ex); err != nil {
+			return 0, fmt.Errorf("%s:%d: %w", path, ln+1, err)
+		}
+		ctx, err := tok.Encode(ex.Context, tokenizer.EncodeOptions{AddBOS: tok.Special().BOS >= 0})
+		if err != nil {
+			return 0, err
+		}
+		longest = max(longest, len(ctx))
+	}
+	if longest == 0 {
+		return 0, fmt.Errorf("%s: no examples", path)
+	}
+	return longest, nil
 }
 
 // kvSystem is DynaKV or one of its baselines.
@@ -259,6 +318,11 @@ func printDynaKV(r dynakvResult) {
 	fmt.Fprintf(w, "  layout counterfactuals: sequence order %.1f ops and %.0f bytes per token, mean run %.2f entries; per split dual-head wrote %.0f (moved %.0f) bytes, packed cluster-by-cluster rewrote %.0f and shifted %.0f; per append packed shifted %.0f\n",
 		s.SeqOpsPerToken, s.SeqBytesPerToken, s.SeqMeanRunEntries, s.DualSplitWritten, s.DualSplitMoved, s.PackedSplitWritten, s.PackedSplitMoved, s.PackedAppendMoved)
 	fmt.Fprintf(w, "  drift (mean distance of new keys to the nearest P0 centroid, per 128 steps): %s\n", floats(s.Drift))
+	fmt.Fprintf(w, "  device memory: %d cache slots per layer, KV cache %d bytes, constants %d, activations %d, live %d", r.DeviceSlots, r.Device.KVCache, r.Device.Constants, r.Device.Activations, r.Device.Live)
+	if f := r.FullDevice; f != nil {
+		fmt.Fprintf(w, " (full-attention state: KV cache %d, constants %d, activations %d, live %d)", f.KVCache, f.Constants, f.Activations, f.Live)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  per token: %.2f ms DynaKV step (%.2f full); host: score %.3f, I/O %.3f, attention %.3f, update %.3f ms; %.1f s in all\n",
 		e.StepMs, e.FullStepMs, s.ScoreMs, s.IOMs, s.AttnMs, s.UpdateMs, r.Seconds)
 }
