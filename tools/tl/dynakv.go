@@ -84,6 +84,7 @@ func runDynaKV(cmd string, args []string) error {
 	devSlots := fs.Int("kv-device-slots", 0, "device cache slots of the DynaKV session (0: the prompt rounded up to the pad, the least it needs, as the hook owns decode attention; --ctx gives the old full-size cache)")
 	device := fs.String("device", "", "device (as elsewhere in tl)")
 	noFull := fs.Bool("no-full", false, "skip the full-attention shadow run (no KL, top-1 or recall)")
+	noRecall := fs.Bool("kv-no-recall", false, "keep the full-attention run but not the attention-recall shadow, whose host work would count in the DynaKV step time (for latency)")
 	seed := fs.Int64("seed", 1, "k-means seed")
 	asJSON := fs.Bool("json", false, "write the result as JSON")
 	recallPath := fs.String("recall", "", "perplexity: instead of --text, score a key->value recall file (JSON lines with context, candidates, answer): the context is the prompt, each candidate is teacher-forced through DynaKV")
@@ -188,11 +189,11 @@ func runDynaKV(cmd string, args []string) error {
 	cfg := dynakv.Config{Dir: *dir, Budget: *budget, Lambda: *lambda, SMax: *smax, BMax: *bmax, QueueDepth: *depth,
 		CacheBytes: int64(*cacheRatio * float64(total)), CachePolicy: *policy, NoPairing: *noPair, NoDelay: *noDelay, Recent: *recent,
 		Prefetch: *prefetch, PrefetchFactor: *pfFactor, PrefetchByQuery: *pfQuery, CentroidsOnFlash: *repsFlash,
-		AttendAllBuffers: *allBuf, Shadow: !*noFull, Seed: *seed}
+		AttendAllBuffers: *allBuf, Shadow: !*noFull && !*noRecall, Seed: *seed}
 	var sys kvSystem
 	if *baseline != "" {
 		sys, err = dynakv.NewBaseline(dynakv.BaselineConfig{Mode: *baseline, Dir: *dir, Budget: *budget, MaxContext: *ctx, Window: *window,
-			QueueDepth: *depth, Shadow: !*noFull, Seed: *seed}, layers, heads, kvh, dim)
+			QueueDepth: *depth, Shadow: !*noFull && !*noRecall, Seed: *seed}, layers, heads, kvh, dim)
 	} else {
 		sys, err = dynakv.New(cfg, layers, heads, kvh, dim)
 	}
