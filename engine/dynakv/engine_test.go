@@ -188,3 +188,44 @@ func TestBoundedDeviceCache(t *testing.T) {
 		t.Fatalf("Evaluate with a %d-token prompt over %d slots: %v; want ErrContextFull", ring+1, ring, err)
 	}
 }
+
+// TestDeviceMemory2048 compares, on the long-context model at its full
+// context of 2048, the device memory of a session with the whole cache
+// and the one DynaKV needs for a 256-token prompt. Both are planned for
+// the same runs (prompts of at most 256 tokens, then single tokens): the
+// bounded one must hold the 1792 left-out slots' keys and values less,
+// and no activation more. The figures are logged (RESULTS.md quotes
+// them: go test -run TestDeviceMemory2048 -v).
+func TestDeviceMemory2048(t *testing.T) {
+	const ctx, prompt = 2048, 256
+	ring, err := DeviceSlots(prompt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(slots int) engine.DeviceMemory {
+		st, err := kv.Open(longctx+"/model.onnx", engine.Options{Max: map[string]int64{"seq": prompt}}, kv.Config{MaxContext: slots})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Session().Close()
+		if got := st.Session().Maxima()["seq"]; got != prompt {
+			t.Fatalf("the plan is sized for runs of %d tokens; want %d", got, prompt)
+		}
+		return st.Session().DeviceMemory()
+	}
+	full, bounded := open(ctx), open(ring)
+	const slot = 6 * 2 * 4 * 32 * 4 // layers x (K, V) x KV heads x head size x float32
+	saved := int64(ctx-ring) * slot
+	if full.KVCache != ctx*slot || bounded.KVCache != int64(ring)*slot {
+		t.Fatalf("KV cache %d (full) and %d (bounded); want %d and %d", full.KVCache, bounded.KVCache, ctx*slot, int64(ring)*slot)
+	}
+	if full.Constants-bounded.Constants != saved || bounded.Activations > full.Activations {
+		t.Fatalf("bounded %+v against full %+v: want constants lower by %d, activations no higher", bounded, full, saved)
+	}
+	if full.Live >= 0 && full.Live-bounded.Live < saved {
+		t.Fatalf("the device holds %d bytes (full cache %d): want at least %d less", bounded.Live, full.Live, saved)
+	}
+	t.Logf("full cache (%d slots): %+v", ctx, full)
+	t.Logf("bounded (%d slots): %+v", ring, bounded)
+	t.Logf("saved: %d bytes live, %d of them the KV cache, %d activations", full.Live-bounded.Live, saved, full.Activations-bounded.Activations)
+}
