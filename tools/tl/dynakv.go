@@ -352,6 +352,10 @@ type recallResult struct {
 	Agreement    float64 `json:"choice_agreement"`
 	ReadBytes    int64   `json:"read_bytes"`
 	Seconds      float64 `json:"seconds"`
+	// DeviceSlots and Device are the DynaKV session's cache slots and
+	// device memory (as in dynakvResult).
+	DeviceSlots int                 `json:"device_slots"`
+	Device      engine.DeviceMemory `json:"device_memory"`
 }
 
 func runRecall(path string, limit int, tok *tokenizer.Tokenizer, dyn, full *kv.State, mk func() (kvSystem, error), asJSON bool, budget float64, mode string) error {
@@ -362,7 +366,7 @@ func runRecall(path string, limit int, tok *tokenizer.Tokenizer, dyn, full *kv.S
 	if mode == "" {
 		mode = "dynakv"
 	}
-	res := recallResult{File: path, Mode: mode, Budget: budget}
+	res := recallResult{File: path, Mode: mode, Budget: budget, DeviceSlots: dyn.MaxContext(), Device: dyn.Session().DeviceMemory()}
 	t0 := time.Now()
 	var right, fullRight, agree, ctxToks int
 	for ln, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
