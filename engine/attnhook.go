@@ -36,6 +36,13 @@ type AttentionCall struct {
 	Q []float32
 	// Slots are the cache slots the run wrote, one per row.
 	Slots []int
+	// Positions are the rows' positions (the run's position ids), one per
+	// row. They equal Slots only when the caller fills slots in position
+	// order: a hook that keeps its own copy of the cache (DynaKV) may let
+	// the caller reuse a small ring of slots, so positions, not slots,
+	// name the entries. A model without a position ids input gets the
+	// slots here.
+	Positions []int
 	// KNew and VNew are the rows written into those slots,
 	// [Rows][KVHeads][HeadDim]: the keys are post-RoPE.
 	KNew, VNew []float32
@@ -84,6 +91,7 @@ type attnHookSite struct {
 	kCache       *vinfo
 	vCache       *vinfo
 	slots        *vinfo
+	positions    *vinfo // nil when the model has no position ids input
 	q, o         *vinfo
 	qPerm, oPerm [4]int
 }
@@ -107,6 +115,11 @@ func hookSite(lc *lowerCtx, q, k, v, o *vinfo, perms [4][4]int) *attnHookSite {
 		return nil
 	}
 	site := &attnHookSite{layer: sess.attnLayers, kCache: k.root, vCache: v.root, slots: slots, q: q, o: o, qPerm: perms[0], oPerm: perms[3]}
+	for _, in := range lc.c.g.Inputs {
+		if in != nil && in.Name == KVPositionsInput {
+			site.positions = lc.c.info(in)
+		}
+	}
 	sess.attnLayers++
 	return site
 }
@@ -131,7 +144,16 @@ func (h *attnHookSite) run(ex *exec, p kernels.AttentionParams, kernel func() er
 	if len(slots) != Sq {
 		return fmt.Errorf("attention hook: %d slots for %d queries", len(slots), Sq)
 	}
-	call := &AttentionCall{Layer: h.layer, Rows: Sq, Heads: H, KVHeads: KVH, HeadDim: D, Scale: p.Scale, Slots: slots}
+	call := &AttentionCall{Layer: h.layer, Rows: Sq, Heads: H, KVHeads: KVH, HeadDim: D, Scale: p.Scale, Slots: slots, Positions: slots}
+	if h.positions != nil {
+		ph, err := ex.hostOf(h.positions)
+		if err != nil {
+			return fmt.Errorf("attention hook: positions: %w", err)
+		}
+		if call.Positions = hostInts(ph); len(call.Positions) != Sq {
+			return fmt.Errorf("attention hook: %d positions for %d queries", len(call.Positions), Sq)
+		}
+	}
 	capacity := s.kvCap
 	row := KVH * D
 	call.read = func(which int, sl []int, dst []float32) error {

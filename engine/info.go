@@ -63,3 +63,38 @@ func IsNoDevice(err error) bool {
 	var nd *NoDeviceError
 	return errors.As(err, &nd)
 }
+
+// DeviceMemory is what a session holds in device memory, by kind.
+type DeviceMemory struct {
+	// Constants is every buffer uploaded at Open: weights, folded
+	// constants and the in-place KV cache's buffers (KVCache of them).
+	Constants int64
+	// KVCache is the in-place KV cache's share of Constants
+	// (KVInfo.Bytes; 0 without Options.KVCache).
+	KVCache int64
+	// Activations is the memory plan's slots, allocated at Open for the
+	// maxima (Plan().Allocated()).
+	Activations int64
+	// Live is what the OpenCL device counts as allocated and not yet
+	// released (its LiveBytes), when the session opened the device
+	// itself; -1 on the pure-Go backend or a device shared through
+	// Options.Kernels, where the count is not the session's alone.
+	Live int64
+}
+
+// DeviceMemory returns the session's device memory (see DeviceMemory).
+func (s *Session) DeviceMemory() DeviceMemory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := DeviceMemory{Constants: s.constB, Live: -1}
+	if s.plan != nil {
+		m.Activations = s.plan.Allocated()
+	}
+	if info, ok := s.KVInfo(); ok {
+		m.KVCache = info.Bytes()
+	}
+	if s.cl != nil && s.ownCL {
+		m.Live = s.cl.Stats().LiveBytes
+	}
+	return m
+}

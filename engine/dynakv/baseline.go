@@ -220,13 +220,17 @@ func (b *Baseline) Hook() engine.AttentionHook {
 			return err
 		}
 		l := b.layers[c.Layer]
+		pos, err := positionsOf(c)
+		if err != nil {
+			return err
+		}
 		if !l.prefilled {
-			return b.prefill(l, c)
+			return b.prefill(l, c, pos)
 		}
 		if err := decodeRow(c); err != nil {
 			return err
 		}
-		out, err := b.stepLayer(c.Layer, c.Slots[0], c.Q, c.KNew, c.VNew, c.Scale)
+		out, err := b.stepLayer(c.Layer, pos[0], c.Q, c.KNew, c.VNew, c.Scale)
 		if err != nil {
 			return err
 		}
@@ -235,9 +239,9 @@ func (b *Baseline) Hook() engine.AttentionHook {
 	}
 }
 
-func (b *Baseline) prefill(l *seqLayer, c *engine.AttentionCall) error {
+func (b *Baseline) prefill(l *seqLayer, c *engine.AttentionCall, pos []int) error {
 	n, D := c.Rows, l.dim
-	for i, p := range c.Slots {
+	for i, p := range pos {
 		if p != i {
 			return fmt.Errorf("dynakv: the baseline wants the prompt at positions 0..n-1 in order")
 		}

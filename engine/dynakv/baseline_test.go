@@ -46,7 +46,16 @@ func TestBaselines(t *testing.T) {
 			for st := 0; st < steps; st++ {
 				p := L0 + st
 				q, k, v := sy.rows(0, p, 1, 1)
-				c := &engine.AttentionCall{Layer: 0, Rows: 1, Heads: H, KVHeads: KVH, HeadDim: D, Scale: 0.2, Q: q, KNew: k, VNew: v, Slots: []int{p}}
+				// The slots are a ring (as over a bounded device cache):
+				// the baseline must go by the positions.
+				c := &engine.AttentionCall{Layer: 0, Rows: 1, Heads: H, KVHeads: KVH, HeadDim: D, Scale: 0.2, Q: q, KNew: k, VNew: v, Slots: []int{p % L0}, Positions: []int{p}}
+				if st == 0 {
+					bad := *c
+					bad.Positions = []int{p, p + 1}
+					if err := hook(&bad); err == nil {
+						t.Fatalf("%s: a call of 1 row with 2 positions accepted", mode)
+					}
+				}
 				if err := hook(c); err != nil {
 					t.Fatalf("%s: %v", mode, err)
 				}

@@ -60,9 +60,16 @@
 // scoring representatives in a per-layer file, written back per step and
 // read one layer ahead; the Welford statistics (float64 means included)
 // stay in DRAM for the updates, so its DRAM saving is computed for the
-// scoring arrays, not measured. The device KV cache is still allocated
-// and written for the whole context (only I/O is emulated; DRAM savings
-// are not real here).
+// scoring arrays, not measured.
+//
+// Device memory: the hook owns every decode step's attention, so the
+// session's in-place cache need only hold the prompt (for the prompt's
+// fused attention) and each step's new row until the hook reads it back:
+// DeviceSlots sizes it, and Evaluate and Continuation reuse its slots as
+// a ring (position p in slot p mod size); the hook names entries by
+// position (engine.AttentionCall.Positions). The retrieved clusters and
+// the recent window are attended on the host, from DRAM, not from the
+// device cache.
 //
 // Layout counterfactuals (layout.go) count what the same selections and
 // splits would cost in sequence order and in a packed cluster-by-cluster

@@ -310,13 +310,17 @@ func (s *System) Hook() engine.AttentionHook {
 		}); err != nil {
 			return err
 		}
+		pos, err := positionsOf(c)
+		if err != nil {
+			return err
+		}
 		if !s.layers[c.Layer].prefilled {
-			return s.Prefill(c.Layer, c.Slots, c.Q, c.KNew, c.VNew)
+			return s.Prefill(c.Layer, pos, c.Q, c.KNew, c.VNew)
 		}
 		if err := decodeRow(c); err != nil {
 			return err
 		}
-		out, err := s.Step(c.Layer, c.Slots[0], c.Q, c.KNew, c.VNew, c.Scale)
+		out, err := s.Step(c.Layer, pos[0], c.Q, c.KNew, c.VNew, c.Scale)
 		if err != nil {
 			return err
 		}
@@ -1095,6 +1099,20 @@ func checkCall(c *engine.AttentionCall, layers int, shape func(i int) (heads, kv
 		return fmt.Errorf("dynakv: layer %d has %d heads / %d KV heads of %d; the store was made for %d / %d of %d", c.Layer, c.Heads, c.KVHeads, c.HeadDim, heads, kvh, dim)
 	}
 	return nil
+}
+
+// positionsOf returns the positions of the call's rows: Positions, or
+// the slots for a call built without them (the engine sets them, to the
+// slots when the model has no position ids).
+func positionsOf(c *engine.AttentionCall) ([]int, error) {
+	pos := c.Positions
+	if pos == nil {
+		pos = c.Slots
+	}
+	if len(pos) != c.Rows {
+		return nil, fmt.Errorf("dynakv: layer %d: %d positions for %d rows", c.Layer, len(pos), c.Rows)
+	}
+	return pos, nil
 }
 
 // decodeRow refuses a call after the prompt that is not one token: the

@@ -1,6 +1,7 @@
 package dynakv
 
 import (
+	"errors"
 	"os"
 	"testing"
 
@@ -15,20 +16,26 @@ const longctx = "../../testdata/longctx"
 // and the held-out text's first tokens.
 func openPair(t *testing.T, ctx, n int) (dyn, full *kv.State, doc []int) {
 	t.Helper()
+	return openState(t, ctx), openState(t, ctx), heldout(t, n)
+}
+
+// openState opens the long-context model with a cache of ctx slots.
+func openState(t *testing.T, ctx int) *kv.State {
+	t.Helper()
 	if os.Getenv("POCL_WORK_GROUP_SPECIALIZATION") == "" {
 		os.Setenv("POCL_WORK_GROUP_SPECIALIZATION", "0")
 	}
-	var err error
-	dyn, err = kv.Open(longctx+"/model.onnx", engine.Options{}, kv.Config{MaxContext: ctx})
+	st, err := kv.Open(longctx+"/model.onnx", engine.Options{}, kv.Config{MaxContext: ctx})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dyn.Session().Close() })
-	full, err = kv.Open(longctx+"/model.onnx", engine.Options{}, kv.Config{MaxContext: ctx})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { full.Session().Close() })
+	t.Cleanup(func() { st.Session().Close() })
+	return st
+}
+
+// heldout returns the first n tokens of the held-out text.
+func heldout(t *testing.T, n int) []int {
+	t.Helper()
 	tok, err := tokenizer.Load(longctx + "/tokenizer.json")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +51,7 @@ func openPair(t *testing.T, ctx, n int) (dyn, full *kv.State, doc []int) {
 	if len(ids) < n {
 		t.Fatalf("held-out text gives %d tokens; want %d", len(ids), n)
 	}
-	return dyn, full, ids[:n]
+	return ids[:n]
 }
 
 func newFor(t *testing.T, st *kv.State, cfg Config) *System {
@@ -103,4 +110,122 @@ func TestEngine(t *testing.T) {
 			t.Fatalf("read %d bytes, planned %d", got, sys.PlannedReadBytes())
 		}
 	})
+}
+
+// TestBoundedDeviceCache runs the same DynaKV decoding twice: once over a
+// device cache of the whole context (slot = position) and once over the
+// bounded cache DeviceSlots gives for the prompt, whose slots are reused
+// as a ring after it. The hook owns every decode step's attention, so the
+// logits must be bit-identical, as must the flash reads; and the bounded
+// session must hold less device memory than the full one by exactly the
+// slots it leaves out (the KV cache buffers, counted by the engine and by
+// the OpenCL device's live allocations).
+func TestBoundedDeviceCache(t *testing.T) {
+	const prompt, steps, ctx = 64, 16, 96
+	ring, err := DeviceSlots(prompt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ring != prompt {
+		t.Fatalf("DeviceSlots(%d, 0) = %d; want %d", prompt, ring, prompt)
+	}
+	if _, err := DeviceSlots(0, 0); err == nil {
+		t.Fatal("DeviceSlots of an empty prompt: no error")
+	}
+	full, bounded, doc := openState(t, ctx), openState(t, ring), heldout(t, prompt+steps)
+
+	mf, mb := full.Session().DeviceMemory(), bounded.Session().DeviceMemory()
+	saved := int64(ctx-ring) * int64(full.SlotBytes())
+	if d := mf.KVCache - mb.KVCache; d != saved || mb.KVCache != int64(ring*bounded.SlotBytes()) {
+		t.Fatalf("KV cache %d bytes (full %d): %d saved; want %d slots of %d = %d", mb.KVCache, mf.KVCache, d, ctx-ring, full.SlotBytes(), saved)
+	}
+	if d := mf.Constants - mb.Constants; d != saved {
+		t.Fatalf("constants %d (full %d): %d less; want the %d cache bytes", mb.Constants, mf.Constants, d, saved)
+	}
+	if mb.Activations > mf.Activations {
+		t.Fatalf("activations %d with the bounded cache; %d with the full one", mb.Activations, mf.Activations)
+	}
+	if mf.Live >= 0 && mb.Live >= 0 && mf.Live-mb.Live < saved {
+		t.Fatalf("the device holds %d bytes (full cache: %d): %d less; want at least %d", mb.Live, mf.Live, mf.Live-mb.Live, saved)
+	}
+	t.Logf("device memory: full cache %+v, bounded %+v", mf, mb)
+
+	run := func(st *kv.State) ([][]float32, int64) {
+		sys := newFor(t, st, Config{Budget: 0.05, Recent: 8, Debug: true})
+		defer st.Session().SetAttentionHook(nil, false)
+		st.Reset()
+		if _, err := st.Forward(doc[:prompt], seqInts(0, prompt), seqInts(0, prompt)); err != nil {
+			t.Fatal(err)
+		}
+		var out [][]float32
+		for p := prompt; p < len(doc); p++ {
+			l, err := st.Forward(doc[p:p+1], []int{p}, []int{p % st.MaxContext()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sys.CheckInvariant(); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, append([]float32(nil), l[len(l)-st.Vocab():]...))
+		}
+		return out, sys.ReadSnapshot().Read.Bytes
+	}
+	want, wantRead := run(full)
+	got, gotRead := run(bounded)
+	for i := range want {
+		for j := range want[i] {
+			if got[i][j] != want[i][j] {
+				t.Fatalf("step %d logit %d: %v with the bounded cache, %v with the full one", i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+	if gotRead != wantRead || gotRead == 0 {
+		t.Fatalf("flash reads %d bytes with the bounded cache, %d with the full one", gotRead, wantRead)
+	}
+	// The evaluation loop takes the bounded cache too, and refuses a
+	// prompt it cannot hold.
+	if _, err := Evaluate(bounded, nil, doc, ring+1, 0, nil); !errors.Is(err, engine.ErrContextFull) {
+		t.Fatalf("Evaluate with a %d-token prompt over %d slots: %v; want ErrContextFull", ring+1, ring, err)
+	}
+}
+
+// TestDeviceMemory2048 compares, on the long-context model at its full
+// context of 2048, the device memory of a session with the whole cache
+// and the one DynaKV needs for a 256-token prompt. Both are planned for
+// the same runs (prompts of at most 256 tokens, then single tokens): the
+// bounded one must hold the 1792 left-out slots' keys and values less,
+// and no activation more. The figures are logged (RESULTS.md quotes
+// them: go test -run TestDeviceMemory2048 -v).
+func TestDeviceMemory2048(t *testing.T) {
+	const ctx, prompt = 2048, 256
+	ring, err := DeviceSlots(prompt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(slots int) engine.DeviceMemory {
+		st, err := kv.Open(longctx+"/model.onnx", engine.Options{Max: map[string]int64{"seq": prompt}}, kv.Config{MaxContext: slots})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Session().Close()
+		if got := st.Session().Maxima()["seq"]; got != prompt {
+			t.Fatalf("the plan is sized for runs of %d tokens; want %d", got, prompt)
+		}
+		return st.Session().DeviceMemory()
+	}
+	full, bounded := open(ctx), open(ring)
+	const slot = 6 * 2 * 4 * 32 * 4 // layers x (K, V) x KV heads x head size x float32
+	saved := int64(ctx-ring) * slot
+	if full.KVCache != ctx*slot || bounded.KVCache != int64(ring)*slot {
+		t.Fatalf("KV cache %d (full) and %d (bounded); want %d and %d", full.KVCache, bounded.KVCache, ctx*slot, int64(ring)*slot)
+	}
+	if full.Constants-bounded.Constants != saved || bounded.Activations > full.Activations {
+		t.Fatalf("bounded %+v against full %+v: want constants lower by %d, activations no higher", bounded, full, saved)
+	}
+	if full.Live >= 0 && full.Live-bounded.Live < saved {
+		t.Fatalf("the device holds %d bytes (full cache %d): want at least %d less", bounded.Live, full.Live, saved)
+	}
+	t.Logf("full cache (%d slots): %+v", ctx, full)
+	t.Logf("bounded (%d slots): %+v", ring, bounded)
+	t.Logf("saved: %d bytes live, %d of them the KV cache, %d activations", full.Live-bounded.Live, saved, full.Activations-bounded.Activations)
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/kv"
 )
 
@@ -44,21 +45,32 @@ type Eval struct {
 // is then the negative log-likelihood of dyn's own choices.
 // progress, when set, is called after each step. Both states are reset
 // first.
+//
+// dyn's cache may be smaller than the document (DeviceSlots): the hook
+// owns every decode step's attention, so the device cache only has to hold
+// the prompt, for its fused attention, and then each step's new row until
+// the hook has read it; position p goes to slot p mod dyn.MaxContext().
+// full, which attends its cache on the device, must hold the whole
+// document.
 func Evaluate(dyn, full *kv.State, doc []int, prefill, generate int, progress func(step int)) (Eval, error) {
 	var ev Eval
 	if generate > 0 {
 		if prefill != len(doc) || prefill < 1 {
 			return ev, fmt.Errorf("dynakv: generating after a prompt of %d tokens with prefill %d", len(doc), prefill)
 		}
-		if len(doc)+generate > dyn.MaxContext() {
-			return ev, fmt.Errorf("dynakv: %d prompt and %d generated tokens beyond the %d-slot cache", len(doc), generate, dyn.MaxContext())
+		if full != nil && len(doc)+generate > full.MaxContext() {
+			return ev, fmt.Errorf("dynakv: %d prompt and %d generated tokens beyond the full-attention state's %d-slot cache", len(doc), generate, full.MaxContext())
 		}
 	} else if prefill < 2 || prefill >= len(doc)-1 {
 		return ev, fmt.Errorf("dynakv: a prefill of %d tokens for a document of %d: want 2 ≤ prefill < %d", prefill, len(doc), len(doc)-1)
 	}
-	if len(doc) > dyn.MaxContext() {
-		return ev, fmt.Errorf("dynakv: a document of %d tokens beyond the %d-slot cache", len(doc), dyn.MaxContext())
+	if prefill > dyn.MaxContext() {
+		return ev, fmt.Errorf("dynakv: a prompt of %d tokens beyond the %d-slot device cache: %w", prefill, dyn.MaxContext(), engine.ErrContextFull)
 	}
+	if full != nil && len(doc) > full.MaxContext() {
+		return ev, fmt.Errorf("dynakv: a document of %d tokens beyond the full-attention state's %d-slot cache", len(doc), full.MaxContext())
+	}
+	ring := dyn.MaxContext()
 	ev.Prefill = prefill
 	dyn.Reset()
 	if full != nil {
@@ -91,7 +103,7 @@ func Evaluate(dyn, full *kv.State, doc []int, prefill, generate int, progress fu
 	}
 	for i := prefill; i < last; i++ {
 		t0 := time.Now()
-		l, err := dyn.Forward(doc[i:i+1], []int{i}, []int{i})
+		l, err := dyn.Forward(doc[i:i+1], []int{i}, []int{i % ring})
 		if err != nil {
 			return ev, fmt.Errorf("step at position %d: %w", i, err)
 		}
@@ -170,13 +182,18 @@ func argmax(x []float32) int {
 // Continuation returns the log-likelihood of cand after ctx under dyn
 // (ctx as the prompt, then cand teacher-forced one token per step through
 // the installed hook, which must be fresh) and, when full is not nil,
-// under full attention. Both states are reset first.
+// under full attention. Both states are reset first. As in Evaluate,
+// dyn's cache need only hold ctx: the continuation's positions go to
+// slots modulo its size.
 func Continuation(dyn, full *kv.State, ctx, cand []int) (dynLL, fullLL float64, err error) {
 	if len(ctx) < 2 || len(cand) == 0 {
 		return 0, 0, fmt.Errorf("dynakv: a context of %d and a continuation of %d tokens", len(ctx), len(cand))
 	}
-	if len(ctx)+len(cand) > dyn.MaxContext() {
-		return 0, 0, fmt.Errorf("dynakv: %d tokens beyond the %d-slot cache", len(ctx)+len(cand), dyn.MaxContext())
+	if len(ctx) > dyn.MaxContext() {
+		return 0, 0, fmt.Errorf("dynakv: a context of %d tokens beyond the %d-slot device cache: %w", len(ctx), dyn.MaxContext(), engine.ErrContextFull)
+	}
+	if full != nil && len(ctx)+len(cand) > full.MaxContext() {
+		return 0, 0, fmt.Errorf("dynakv: %d tokens beyond the full-attention state's %d-slot cache", len(ctx)+len(cand), full.MaxContext())
 	}
 	V := dyn.Vocab()
 	dyn.Reset()
@@ -191,7 +208,7 @@ func Continuation(dyn, full *kv.State, ctx, cand []int) (dynLL, fullLL float64, 
 	dynLL = logSoftmax(l[len(l)-V:])[cand[0]]
 	for i := 0; i+1 < len(cand); i++ {
 		p := len(ctx) + i
-		l, err := dyn.Forward(cand[i:i+1], []int{p}, []int{p})
+		l, err := dyn.Forward(cand[i:i+1], []int{p}, []int{p % dyn.MaxContext()})
 		if err != nil {
 			return 0, 0, err
 		}
@@ -218,4 +235,24 @@ func Continuation(dyn, full *kv.State, ctx, cand []int) (dynLL, fullLL float64, 
 		fullLL += logSoftmax(fl[row*V : (row+1)*V])[cand[i]]
 	}
 	return dynLL, fullLL, nil
+}
+
+// DeviceSlots is the in-place cache a session whose attention DynaKV owns
+// needs for a prompt of prompt tokens (kv.Config.MaxContext): the prompt
+// rounded up to pad (the attended length's multiple, engine.DefaultKVPad
+// when 0). The prompt's attention is the device's fused kernel over its
+// own slots; after it every decode step's attention is the hook's, over
+// entries read from flash and DRAM, so the device keeps no more than the
+// prompt and, slot by slot, each step's new keys and values until the
+// hook has read them (Evaluate and Continuation reuse the slots as a
+// ring). The cache is one size for every layer: all layers share one
+// attended length (kv_len) and one kv_bias input.
+func DeviceSlots(prompt, pad int) (int, error) {
+	if pad == 0 {
+		pad = engine.DefaultKVPad
+	}
+	if prompt < 1 || pad < 1 {
+		return 0, fmt.Errorf("dynakv: device slots for a prompt of %d tokens at a pad of %d", prompt, pad)
+	}
+	return (prompt + pad - 1) / pad * pad, nil
 }

@@ -121,3 +121,50 @@ func TestAttentionHookAllRetrieval(t *testing.T) {
 		})
 	}
 }
+
+// TestAttentionHookPositions checks that a hook is told the rows'
+// positions, not only their slots: a caller that reuses slots as a ring
+// (DynaKV's bounded device cache) writes positions beyond the cache.
+func TestAttentionHookPositions(t *testing.T) {
+	st, err := Open("../../testdata/longctx/model.onnx", engine.Options{Kernels: testLib}, Config{MaxContext: 16, Pad: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Session().Close()
+	type seen struct{ slots, positions []int }
+	var calls []seen
+	st.Session().SetAttentionHook(func(c *engine.AttentionCall) error {
+		if c.Layer == 0 {
+			calls = append(calls, seen{append([]int(nil), c.Slots...), append([]int(nil), c.Positions...)})
+		}
+		return nil
+	}, false)
+	defer st.Session().SetAttentionHook(nil, false)
+	if _, err := st.Forward([]int{5, 17, 42, 3}, seq(0, 4), []int{9, 2, 7, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Forward([]int{13}, []int{40}, []int{3}); err != nil {
+		t.Fatal(err)
+	}
+	want := []seen{{[]int{9, 2, 7, 0}, []int{0, 1, 2, 3}}, {[]int{3}, []int{40}}}
+	if len(calls) != len(want) {
+		t.Fatalf("layer 0's hook called %d times; want %d", len(calls), len(want))
+	}
+	for i, w := range want {
+		if !equalInts(calls[i].slots, w.slots) || !equalInts(calls[i].positions, w.positions) {
+			t.Errorf("run %d: hook saw slots %v positions %v; want %v and %v", i, calls[i].slots, calls[i].positions, w.slots, w.positions)
+		}
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -44,6 +44,12 @@ type dynakvResult struct {
 	FlashRead flash.Snapshot `json:"flash"`
 	Generated string         `json:"generated,omitempty"`
 	Seconds   float64        `json:"seconds"`
+	// DeviceSlots is the DynaKV session's in-place cache (slots per
+	// layer); Device its device memory and FullDevice the full-attention
+	// state's (a cache of --ctx slots; absent with --no-full).
+	DeviceSlots int                  `json:"device_slots"`
+	Device      engine.DeviceMemory  `json:"device_memory"`
+	FullDevice  *engine.DeviceMemory `json:"full_device_memory,omitempty"`
 }
 
 func runDynaKV(cmd string, args []string) error {
@@ -74,9 +80,11 @@ func runDynaKV(cmd string, args []string) error {
 	textPath := fs.String("text", "", "perplexity: the held-out text")
 	prompt := fs.String("prompt", "", "generate: the prompt")
 	n := fs.Int("n", 128, "generate: tokens to generate")
-	ctx := fs.Int("ctx", 2048, "cache slots")
+	ctx := fs.Int("ctx", 2048, "the context: cache slots of the full-attention state, and the most tokens scored")
+	devSlots := fs.Int("kv-device-slots", 0, "device cache slots of the DynaKV session (0: the prompt rounded up to the pad, the least it needs, as the hook owns decode attention; --ctx gives the old full-size cache)")
 	device := fs.String("device", "", "device (as elsewhere in tl)")
 	noFull := fs.Bool("no-full", false, "skip the full-attention shadow run (no KL, top-1 or recall)")
+	noRecall := fs.Bool("kv-no-recall", false, "keep the full-attention run but not the attention-recall shadow, whose host work would count in the DynaKV step time (for latency)")
 	seed := fs.Int64("seed", 1, "k-means seed")
 	asJSON := fs.Bool("json", false, "write the result as JSON")
 	recallPath := fs.String("recall", "", "perplexity: instead of --text, score a key->value recall file (JSON lines with context, candidates, answer): the context is the prompt, each candidate is teacher-forced through DynaKV")
@@ -135,9 +143,27 @@ func runDynaKV(cmd string, args []string) error {
 			return err
 		}
 		*prefill, gen = len(doc), *n
+		if len(doc)+gen > *ctx {
+			return fmt.Errorf("a prompt of %d tokens and %d generated is beyond the context of %d (--ctx)", len(doc), gen, *ctx)
+		}
+	}
+	if *devSlots < 0 {
+		return fmt.Errorf("--kv-device-slots %d: want 0 (sized for the prompt) or a slot count", *devSlots)
+	}
+	if *devSlots == 0 {
+		prompt := *prefill
+		if *recallPath != "" {
+			if prompt, err = recallLongest(*recallPath, *recallN, tok); err != nil {
+				return err
+			}
+		}
+		if *devSlots, err = dynakv.DeviceSlots(min(prompt, *ctx), 0); err != nil {
+			return err
+		}
+		*devSlots = min(*devSlots, *ctx)
 	}
 	opts := engine.Options{Device: *device}
-	dyn, err := kv.Open(*model, opts, kv.Config{MaxContext: *ctx})
+	dyn, err := kv.Open(*model, opts, kv.Config{MaxContext: *devSlots})
 	if err != nil {
 		return cliError(err)
 	}
@@ -163,11 +189,11 @@ func runDynaKV(cmd string, args []string) error {
 	cfg := dynakv.Config{Dir: *dir, Budget: *budget, Lambda: *lambda, SMax: *smax, BMax: *bmax, QueueDepth: *depth,
 		CacheBytes: int64(*cacheRatio * float64(total)), CachePolicy: *policy, NoPairing: *noPair, NoDelay: *noDelay, Recent: *recent,
 		Prefetch: *prefetch, PrefetchFactor: *pfFactor, PrefetchByQuery: *pfQuery, CentroidsOnFlash: *repsFlash,
-		AttendAllBuffers: *allBuf, Shadow: !*noFull, Seed: *seed}
+		AttendAllBuffers: *allBuf, Shadow: !*noFull && !*noRecall, Seed: *seed}
 	var sys kvSystem
 	if *baseline != "" {
 		sys, err = dynakv.NewBaseline(dynakv.BaselineConfig{Mode: *baseline, Dir: *dir, Budget: *budget, MaxContext: *ctx, Window: *window,
-			QueueDepth: *depth, Shadow: !*noFull, Seed: *seed}, layers, heads, kvh, dim)
+			QueueDepth: *depth, Shadow: !*noFull && !*noRecall, Seed: *seed}, layers, heads, kvh, dim)
 	} else {
 		sys, err = dynakv.New(cfg, layers, heads, kvh, dim)
 	}
@@ -196,7 +222,11 @@ func runDynaKV(cmd string, args []string) error {
 		return err
 	}
 	res := dynakvResult{Command: cmd, Model: *model, Text: *textPath, Budget: *budget, Lambda: *lambda, Eval: ev, Stats: sys.Report(),
-		FlashRead: sys.ReadSnapshot(), Seconds: time.Since(t0).Seconds()}
+		FlashRead: sys.ReadSnapshot(), Seconds: time.Since(t0).Seconds(), DeviceSlots: *devSlots, Device: dyn.Session().DeviceMemory()}
+	if full != nil {
+		m := full.Session().DeviceMemory()
+		res.FullDevice = &m
+	}
 	if after, err := flash.ReadProcIO(); err == nil && perr == nil {
 		res.ProcRead = after.ReadBytes - before.ReadBytes
 	}
@@ -211,6 +241,36 @@ func runDynaKV(cmd string, args []string) error {
 	}
 	printDynaKV(res)
 	return nil
+}
+
+// recallLongest returns the longest context, in tokens, of the first
+// limit examples (0: all) of a recall file.
+func recallLongest(path string, limit int, tok *tokenizer.Tokenizer) (int, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	longest := 0
+	for ln, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		if limit > 0 && ln >= limit {
+			break
+		}
+		var ex struct {
+			Context string `json:"context"`
+		}
+		if err := json.Unmarshal([]byte(line), &ex); err != nil {
+			return 0, fmt.Errorf("%s:%d: %w", path, ln+1, err)
+		}
+		ctx, err := tok.Encode(ex.Context, tokenizer.EncodeOptions{AddBOS: tok.Special().BOS >= 0})
+		if err != nil {
+			return 0, err
+		}
+		longest = max(longest, len(ctx))
+	}
+	if longest == 0 {
+		return 0, fmt.Errorf("%s: no examples", path)
+	}
+	return longest, nil
 }
 
 // kvSystem is DynaKV or one of its baselines.
@@ -259,6 +319,11 @@ func printDynaKV(r dynakvResult) {
 	fmt.Fprintf(w, "  layout counterfactuals: sequence order %.1f ops and %.0f bytes per token, mean run %.2f entries; per split dual-head wrote %.0f (moved %.0f) bytes, packed cluster-by-cluster rewrote %.0f and shifted %.0f; per append packed shifted %.0f\n",
 		s.SeqOpsPerToken, s.SeqBytesPerToken, s.SeqMeanRunEntries, s.DualSplitWritten, s.DualSplitMoved, s.PackedSplitWritten, s.PackedSplitMoved, s.PackedAppendMoved)
 	fmt.Fprintf(w, "  drift (mean distance of new keys to the nearest P0 centroid, per 128 steps): %s\n", floats(s.Drift))
+	fmt.Fprintf(w, "  device memory: %d cache slots per layer, KV cache %d bytes, constants %d, activations %d, live %d", r.DeviceSlots, r.Device.KVCache, r.Device.Constants, r.Device.Activations, r.Device.Live)
+	if f := r.FullDevice; f != nil {
+		fmt.Fprintf(w, " (full-attention state: KV cache %d, constants %d, activations %d, live %d)", f.KVCache, f.Constants, f.Activations, f.Live)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  per token: %.2f ms DynaKV step (%.2f full); host: score %.3f, I/O %.3f, attention %.3f, update %.3f ms; %.1f s in all\n",
 		e.StepMs, e.FullStepMs, s.ScoreMs, s.IOMs, s.AttnMs, s.UpdateMs, r.Seconds)
 }
@@ -287,6 +352,10 @@ type recallResult struct {
 	Agreement    float64 `json:"choice_agreement"`
 	ReadBytes    int64   `json:"read_bytes"`
 	Seconds      float64 `json:"seconds"`
+	// DeviceSlots and Device are the DynaKV session's cache slots and
+	// device memory (as in dynakvResult).
+	DeviceSlots int                 `json:"device_slots"`
+	Device      engine.DeviceMemory `json:"device_memory"`
 }
 
 func runRecall(path string, limit int, tok *tokenizer.Tokenizer, dyn, full *kv.State, mk func() (kvSystem, error), asJSON bool, budget float64, mode string) error {
@@ -297,7 +366,7 @@ func runRecall(path string, limit int, tok *tokenizer.Tokenizer, dyn, full *kv.S
 	if mode == "" {
 		mode = "dynakv"
 	}
-	res := recallResult{File: path, Mode: mode, Budget: budget}
+	res := recallResult{File: path, Mode: mode, Budget: budget, DeviceSlots: dyn.MaxContext(), Device: dyn.Session().DeviceMemory()}
 	t0 := time.Now()
 	var right, fullRight, agree, ctxToks int
 	for ln, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {

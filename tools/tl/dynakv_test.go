@@ -30,6 +30,29 @@ func TestDynaKVCommands(t *testing.T) {
 	if r.Eval.Perplexity <= 1 || r.Eval.FullPerplexity <= 1 || r.Stats.Recall <= 0 || r.Stats.Recall >= 1 {
 		t.Fatalf("perplexity %v (full %v), recall %v", r.Eval.Perplexity, r.Eval.FullPerplexity, r.Stats.Recall)
 	}
+	// The DynaKV session's cache holds the prompt only (128 slots, against
+	// the full-attention state's 256): the device memory figures differ by
+	// the 128 slots left out of every layer's keys and values.
+	if r.DeviceSlots != 128 || r.FullDevice == nil {
+		t.Fatalf("device slots %d, full-attention memory %v; want 128 and a figure", r.DeviceSlots, r.FullDevice)
+	}
+	if r.Device.KVCache*2 != r.FullDevice.KVCache || r.FullDevice.Constants-r.Device.Constants != r.Device.KVCache {
+		t.Fatalf("device memory %+v against the full cache's %+v: want half the KV cache, the rest of the constants equal", r.Device, *r.FullDevice)
+	}
+	// --kv-no-recall keeps the full-attention comparison but drops the
+	// recall shadow.
+	out, _, err = capture(t, runPerplexity, "--kv", "dynakv", "--model", model, "--text", "../../testdata/longctx/heldout_split.txt",
+		"--kv-dir", dir, "--kv-budget", "0.05", "--prefill", "128", "--max-tokens", "140", "--ctx", "256", "--kv-no-recall", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = dynakvResult{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Stats.Recall != 0 || r.Eval.FullPerplexity <= 1 || r.Eval.FullStepMs <= 0 {
+		t.Fatalf("--kv-no-recall: recall %v, full perplexity %v, full step %v ms; want 0 and a full-attention run", r.Stats.Recall, r.Eval.FullPerplexity, r.Eval.FullStepMs)
+	}
 	out, _, err = capture(t, runGenerate, "--kv", "dynakv", "--model", model, "--prompt", "The code for Maple is 8477. The code for",
 		"-n", "6", "--kv-dir", dir, "--ctx", "128", "--no-full", "--kv-prefetch", "--kv-reps-flash")
 	if err != nil {
@@ -40,6 +63,9 @@ func TestDynaKVCommands(t *testing.T) {
 	}
 	if !strings.Contains(out, "representatives on flash true") {
 		t.Fatalf("generate with --kv-prefetch --kv-reps-flash did not report the pipelines:\n%s", out)
+	}
+	if _, _, err := capture(t, runGenerate, "--kv", "dynakv", "--model", model, "--prompt", "The code", "-n", "200", "--kv-dir", dir, "--ctx", "128", "--no-full"); err == nil {
+		t.Fatal("generating beyond --ctx accepted")
 	}
 	if _, _, err := capture(t, runPerplexity, "--kv", "dynakv", "--model", model, "--text", "x", "--kv-dir", dir, "--kv-budget", "2"); err == nil {
 		t.Fatal("--kv-budget 2 accepted")
