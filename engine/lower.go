@@ -362,6 +362,23 @@ type exec struct {
 	lazy bool
 	// lim is the running instruction's elastic override (nil: full size).
 	lim *unitLimit
+	// shapesBind is the binding dims were evaluated under (nil: none
+	// kept); Session.run keeps dims across runs with an equal binding.
+	shapesBind symshape.Binding
+}
+
+// sameBinding reports whether a and b bind the same symbols to the same
+// sizes.
+func sameBinding(a, b symshape.Binding) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // shape returns v's concrete shape under the binding.

@@ -12,6 +12,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -582,10 +583,21 @@ func (s *Session) checkInputs(inputs map[string]*tensor.Dense) ([]*hostTensor, s
 // run executes the program under bind.
 func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*tensor.Dense, error) {
 	c, x := s.c, s.x
+	// A run under the same binding as the last one (every decode step
+	// between two paddings of the attended length) keeps the shapes the
+	// last run evaluated, unless that run bound a symbol from data (a
+	// size computed on the host may differ this time).
+	keep := x.shapesBind != nil && sameBinding(bind, x.shapesBind)
+	if !keep {
+		x.shapesBind = maps.Clone(bind)
+	}
+	nbound := len(bind)
 	x.bind = bind
 	x.err = nil
 	for i := range x.dims {
-		x.dims[i] = nil
+		if !keep {
+			x.dims[i] = nil
+		}
 		x.host[i] = nil
 	}
 	for i, v := range s.inVals {
@@ -600,22 +612,27 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 	}
 	// Host work that needs nothing from the device runs first, so its
 	// uploads (blocking writes) do not stall the queue between kernels.
-	done := make([]bool, len(c.prog))
-	for i, in := range c.prog {
+	for _, in := range c.prog {
 		if in.early {
 			if err := s.exec(in); err != nil {
+				x.shapesBind = nil
 				return nil, err
 			}
-			done[i] = true
 		}
 	}
-	for i, in := range c.prog {
-		if done[i] {
+	for _, in := range c.prog {
+		if in.early {
 			continue
 		}
 		if err := s.exec(in); err != nil {
+			x.shapesBind = nil
 			return nil, err
 		}
+	}
+	if len(bind) != nbound {
+		// The run bound a symbol from data: its shapes hold for this
+		// run's data only.
+		x.shapesBind = nil
 	}
 	if err := s.dev.Finish(); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
