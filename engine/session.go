@@ -128,6 +128,14 @@ type Options struct {
 	// other rows. For generation; perplexity needs every row. A graph the
 	// rewrite does not recognise opens unchanged (Session.LastLogits says).
 	LastLogits bool
+	// LastRowOutputs names outputs of which a caller reads only the last
+	// row (the last index of the second-to-last axis): each becomes one
+	// row, and the nodes computing it row by row (products with constant
+	// weights, norms over the last axis, element-wise ops with
+	// broadcasting constants) run on that row only (fuse.LastRowOf). An
+	// output whose producer is not row-wise keeps every row
+	// (Session.LastRowOutputs lists those rewritten).
+	LastRowOutputs []string
 }
 
 // OpTime is one row of a profile: a node's kernel launches.
@@ -179,6 +187,8 @@ type Session struct {
 	closed  bool
 	// lastLogits: Options.LastLogits rewrote the logits to the last row.
 	lastLogits bool
+	// lastRows: the outputs rewritten to their last row.
+	lastRows []string
 	// kvStats asks cache-reading attention for statistics
 	// (KVConfig.AttentionStats); attnStats are their buffers.
 	kvStats    bool
@@ -292,6 +302,18 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 			return fmt.Errorf("engine: last-row logits: %w", err)
 		}
 		s.lastLogits = r.Output != ""
+		if s.lastLogits {
+			s.lastRows = append(s.lastRows, r.Output)
+		}
+	}
+	for _, name := range opts.LastRowOutputs {
+		r, err := fuse.LastRowOf(m.Graph, res, name)
+		if err != nil {
+			return fmt.Errorf("engine: Options.LastRowOutputs: %w", err)
+		}
+		if r.Output != "" {
+			s.lastRows = append(s.lastRows, r.Output)
+		}
 	}
 	c := newCompiler(s, m, res, fs)
 	c.memLimit = opts.MemoryLimit
@@ -344,6 +366,11 @@ func (s *Session) DeviceSteps() int {
 // LastLogits reports whether the session computes logits for the last
 // position only (Options.LastLogits applied to a graph it recognised).
 func (s *Session) LastLogits() bool { return s.lastLogits }
+
+// LastRowOutputs lists the outputs that hold their last row only
+// (Options.LastLogits and Options.LastRowOutputs, where the rewrite
+// applied).
+func (s *Session) LastRowOutputs() []string { return append([]string(nil), s.lastRows...) }
 
 // Inputs describes the inputs Run takes.
 func (s *Session) Inputs() []Port { return append([]Port(nil), s.inputs...) }
