@@ -365,6 +365,10 @@ type exec struct {
 	// shapesBind is the binding dims were evaluated under (nil: none
 	// kept); Session.run keeps dims across runs with an equal binding.
 	shapesBind symshape.Binding
+	// dataRead is set when a step reads the host contents of a value that
+	// is not fixed by the binding (an input, a host result): its launches
+	// may depend on them, so they are not replayed.
+	dataRead bool
 }
 
 // sameBinding reports whether a and b bind the same symbols to the same

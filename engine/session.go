@@ -128,6 +128,10 @@ type Options struct {
 	// other rows. For generation; perplexity needs every row. A graph the
 	// rewrite does not recognise opens unchanged (Session.LastLogits says).
 	LastLogits bool
+	// NoReplay turns off the replay of recorded launches (see
+	// Session.runDevice): every device step goes through its lowering at
+	// every run. For comparisons and checks.
+	NoReplay bool
 	// LastRowOutputs names outputs of which a caller reads only the last
 	// row (the last index of the second-to-last axis): each becomes one
 	// row, and the nodes computing it row by row (products with constant
@@ -207,6 +211,12 @@ type Session struct {
 	loraTmp  *buffer
 	// layerGate is SetLayerGate's callback (layergate.go).
 	layerGate LayerGate
+	// noReplay is Options.NoReplay; replayGen numbers the (binding,
+	// configuration) the device steps' recordings are valid for.
+	noReplay  bool
+	replayGen uint64
+	// replayed counts the device steps run from a recording (Replayed).
+	replayed int64
 }
 
 // Open loads the ONNX model at path and compiles it.
@@ -230,7 +240,7 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 	if m == nil || m.Graph == nil {
 		return nil, fmt.Errorf("engine: no model")
 	}
-	s := &Session{model: m, profile: opts.Profile, labels: opts.Profile || opts.Labels, nodeOps: map[string]string{}}
+	s := &Session{model: m, profile: opts.Profile, labels: opts.Profile || opts.Labels, nodeOps: map[string]string{}, noReplay: opts.NoReplay}
 	fs := kernels.F32
 	if opts.Precision == FP16 {
 		fs = kernels.F16
@@ -618,6 +628,11 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 	if !keep {
 		x.shapesBind = maps.Clone(bind)
 	}
+	replay := s.replayAllowed()
+	if !keep || !replay {
+		// Recordings hold for one binding and one configuration.
+		s.replayGen++
+	}
 	nbound := len(bind)
 	x.bind = bind
 	x.err = nil
@@ -651,8 +666,15 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 		if in.early {
 			continue
 		}
-		if err := s.exec(in); err != nil {
+		var err error
+		if replay && in.kind == iDevice && in.lim == nil && in.lora == nil {
+			err = s.runDevice(in)
+		} else {
+			err = s.exec(in)
+		}
+		if err != nil {
 			x.shapesBind = nil
+			s.replayGen++
 			return nil, err
 		}
 	}
@@ -677,6 +699,60 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 		out[s.outputs[i].Name] = d
 	}
 	return out, nil
+}
+
+// Replayed counts the device steps run again from their recorded launches
+// since Open (see Options.NoReplay).
+func (s *Session) Replayed() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replayed
+}
+
+// replayAllowed reports whether device steps may be replayed from their
+// recordings this run: on OpenCL, unless Options.NoReplay, and not while
+// a callback runs between steps (attention hook, layer gate) or attention
+// statistics may be switched between runs.
+func (s *Session) replayAllowed() bool {
+	_, lib := s.dev.(*kernels.Lib)
+	return lib && s.cl != nil && !s.noReplay && s.attnHook == nil && s.layerGate == nil && !s.kvStats
+}
+
+// runDevice runs device step in: again from its recording when it was
+// recorded under the same binding (replayGen) and may be replayed, else
+// through its lowering while recording its launches.
+//
+// A decode step runs under one binding for many steps (the attended
+// length is padded), and its launches are then the same kernels, sizes
+// and buffers each time; only the buffers' contents differ. Replaying them
+// skips the lowering's shape evaluation, variant choice and argument
+// packing. A step is not replayed when it did anything but launch
+// kernels (a read, write, copy or allocation), read data contents on the
+// host (its arguments may depend on them) or took a fault slot (its
+// bookkeeping is made at launch).
+func (s *Session) runDevice(in *instr) error {
+	if in.recOK && in.recGen == s.replayGen {
+		if err := s.cl.Replay(in.rec); err != nil {
+			return fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, err)
+		}
+		s.replayed++
+		return nil
+	}
+	lib := s.dev.(*kernels.Lib)
+	if in.rec == nil {
+		in.rec = &opencl.Recording{}
+	}
+	before, faults := s.cl.Stats(), lib.FaultLaunches()
+	s.x.dataRead = false
+	s.cl.StartRecording(in.rec)
+	err := s.exec(in)
+	s.cl.StopRecording()
+	after := s.cl.Stats()
+	in.recGen = s.replayGen
+	in.recOK = err == nil && !s.x.dataRead && lib.FaultLaunches() == faults &&
+		after.BytesWritten == before.BytesWritten && after.BytesRead == before.BytesRead &&
+		after.BytesCopied == before.BytesCopied && after.Allocs == before.Allocs
+	return err
 }
 
 // exec runs one program instruction.
@@ -769,6 +845,9 @@ func (s *Session) exec(in *instr) error {
 // hostOf returns v's contents on the host, reading device values back.
 func (x *exec) hostOf(v *vinfo) (*hostTensor, error) {
 	r := v.root
+	if r.kind != vkConst && r.kind != vkFolded {
+		x.dataRead = true
+	}
 	h := x.host[r.id]
 	if h == nil {
 		switch r.kind {

@@ -86,6 +86,8 @@ type Lib struct {
 	fault    *opencl.Buffer
 	faulting [faultSlots]faultLaunch
 	nfault   int
+	// faultTotal counts fault-slot launches ever (FaultLaunches).
+	faultTotal int64
 	// faultRaw receives the slots at each check, so that a decode step's
 	// Finish allocates nothing.
 	faultRaw [8 * faultSlots]byte
