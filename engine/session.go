@@ -687,12 +687,25 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	out := make(map[string]*tensor.Dense, len(s.outVals))
+	var given map[*vinfo]bool // device results already handed out in place
 	for i, v := range s.outVals {
+		fresh := v.root.kind == vkDevice && x.host[v.root.id] == nil && !given[v.root]
 		h, err := x.hostOf(v)
 		if err != nil {
 			return nil, fmt.Errorf("engine: output %q: %w", v.name, err)
 		}
-		d, err := h.dense()
+		var d *tensor.Dense
+		if fresh {
+			// Read from the device just now and nothing else holds it:
+			// no conversion copy.
+			if given == nil {
+				given = map[*vinfo]bool{}
+			}
+			given[v.root] = true
+			d, err = h.denseOwned()
+		} else {
+			d, err = h.dense()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("engine: output %q: %w", v.name, err)
 		}
