@@ -6,6 +6,7 @@ import (
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/kernels"
+	"github.com/tlite/tlite/opencl"
 	"github.com/tlite/tlite/symshape"
 	"github.com/tlite/tlite/symshape/infer"
 )
@@ -34,6 +35,13 @@ type instr struct {
 	scratchBytes []symshape.Expr
 	scratchReq   []int
 	scratchRefs  []tref
+
+	// rec holds the launches this device step made the last time it ran
+	// under Session.replayGen recGen; recOK says they may be replayed
+	// (see Session.runDevice).
+	rec    *opencl.Recording
+	recGen uint64
+	recOK  bool
 }
 
 // compiler turns the inferred graph into a program.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"gorgonia.org/tensor"
 
@@ -259,6 +260,11 @@ func hostFromDense(t *tensor.Dense) (*hostTensor, error) {
 	if n == 0 {
 		return h, nil
 	}
+	if raw, ok := sliceBytes(t.Data()); ok && len(raw) >= len(h.data) {
+		// The host's numbers are the canonical bytes already: one copy.
+		copy(h.data, raw)
+		return h, nil
+	}
 	_, raw, err := npy.ToBytes(t)
 	if err != nil {
 		return nil, fmt.Errorf("element type %v: %w", t.Dtype(), err)
@@ -268,6 +274,45 @@ func hostFromDense(t *tensor.Dense) (*hostTensor, error) {
 	}
 	copy(h.data, raw)
 	return h, nil
+}
+
+// littleEndian reports whether this machine stores numbers as the
+// canonical host layout does, so that a float32 or integer slice is its
+// canonical bytes as they lie in memory.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// sliceBytes returns the memory of a numeric slice as bytes, without a
+// copy, where that memory is the canonical host layout (a little-endian
+// machine; not bool, whose Go layout the canonical one does not promise).
+func sliceBytes(data any) ([]byte, bool) {
+	if !littleEndian {
+		return nil, false
+	}
+	view := func(p unsafe.Pointer, n int) []byte { return unsafe.Slice((*byte)(p), n) }
+	switch v := data.(type) {
+	case []float32:
+		return view(unsafe.Pointer(unsafe.SliceData(v)), 4*len(v)), len(v) > 0
+	case []float64:
+		return view(unsafe.Pointer(unsafe.SliceData(v)), 8*len(v)), len(v) > 0
+	case []int64:
+		return view(unsafe.Pointer(unsafe.SliceData(v)), 8*len(v)), len(v) > 0
+	case []int32:
+		return view(unsafe.Pointer(unsafe.SliceData(v)), 4*len(v)), len(v) > 0
+	}
+	return nil, false
+}
+
+// denseOwned is dense for a tensor whose bytes nothing else holds (just
+// read from the device): a float32 result becomes the tensor's backing
+// in place, without a conversion copy.
+func (h *hostTensor) denseOwned() (*tensor.Dense, error) {
+	n := numel(h.shape)
+	if !littleEndian || h.dt != dtype.Float32 || len(h.shape) == 0 || n == 0 || len(h.data) < 4*n ||
+		uintptr(unsafe.Pointer(unsafe.SliceData(h.data)))%4 != 0 {
+		return h.dense()
+	}
+	v := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(h.data))), n)
+	return tensor.New(tensor.WithShape(h.shape...), tensor.WithBacking(v)), nil
 }
 
 // dense converts a canonical host tensor into a gorgonia tensor. Float16

@@ -370,6 +370,27 @@ type exec struct {
 	lazy bool
 	// lim is the running instruction's elastic override (nil: full size).
 	lim *unitLimit
+	// shapesBind is the binding dims were evaluated under (nil: none
+	// kept); Session.run keeps dims across runs with an equal binding.
+	shapesBind symshape.Binding
+	// dataRead is set when a step reads the host contents of a value that
+	// is not fixed by the binding (an input, a host result): its launches
+	// may depend on them, so they are not replayed.
+	dataRead bool
+}
+
+// sameBinding reports whether a and b bind the same symbols to the same
+// sizes.
+func sameBinding(a, b symshape.Binding) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // shape returns v's concrete shape under the binding.

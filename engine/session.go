@@ -12,6 +12,8 @@ package engine
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -130,6 +132,18 @@ type Options struct {
 	// Weights says how the model's constants are put on the device (see
 	// WeightPlacement); the zero value decides per device.
 	Weights WeightPlacement
+	// NoReplay turns off the replay of recorded launches (see
+	// Session.runDevice): every device step goes through its lowering at
+	// every run. For comparisons and checks.
+	NoReplay bool
+	// LastRowOutputs names outputs of which a caller reads only the last
+	// row (the last index of the second-to-last axis): each becomes one
+	// row, and the nodes computing it row by row (products with constant
+	// weights, norms over the last axis, element-wise ops with
+	// broadcasting constants) run on that row only (fuse.LastRowOf). An
+	// output whose producer is not row-wise keeps every row
+	// (Session.LastRowOutputs lists those rewritten).
+	LastRowOutputs []string
 }
 
 // OpTime is one row of a profile: a node's kernel launches.
@@ -181,6 +195,8 @@ type Session struct {
 	closed  bool
 	// lastLogits: Options.LastLogits rewrote the logits to the last row.
 	lastLogits bool
+	// lastRows: the outputs rewritten to their last row.
+	lastRows []string
 	// kvStats asks cache-reading attention for statistics
 	// (KVConfig.AttentionStats); attnStats are their buffers.
 	kvStats    bool
@@ -203,6 +219,16 @@ type Session struct {
 	wstats WeightStats
 	// cacheWriter starts the background write of the program cache once.
 	cacheWriter sync.Once
+	// noReplay is Options.NoReplay; replayGen numbers the (binding,
+	// configuration) the device steps' recordings are valid for.
+	noReplay  bool
+	replayGen uint64
+	// replayed counts the device steps run from a recording (Replayed).
+	replayed int64
+	// lastShapes and lastBind are the input shapes of the last Run that
+	// bound and checked them, and the binding they gave (checkInputs).
+	lastShapes map[string][]int
+	lastBind   symshape.Binding
 }
 
 // Open loads the ONNX model at path and compiles it.
@@ -226,7 +252,7 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 	if m == nil || m.Graph == nil {
 		return nil, fmt.Errorf("engine: no model")
 	}
-	s := &Session{model: m, profile: opts.Profile, labels: opts.Profile || opts.Labels, nodeOps: map[string]string{}}
+	s := &Session{model: m, profile: opts.Profile, labels: opts.Profile || opts.Labels, nodeOps: map[string]string{}, noReplay: opts.NoReplay}
 	fs := kernels.F32
 	if opts.Precision == FP16 {
 		fs = kernels.F16
@@ -306,6 +332,18 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 			return fmt.Errorf("engine: last-row logits: %w", err)
 		}
 		s.lastLogits = r.Output != ""
+		if s.lastLogits {
+			s.lastRows = append(s.lastRows, r.Output)
+		}
+	}
+	for _, name := range opts.LastRowOutputs {
+		r, err := fuse.LastRowOf(m.Graph, res, name)
+		if err != nil {
+			return fmt.Errorf("engine: Options.LastRowOutputs: %w", err)
+		}
+		if r.Output != "" {
+			s.lastRows = append(s.lastRows, r.Output)
+		}
 	}
 	c := newCompiler(s, m, res, fs)
 	c.memLimit = opts.MemoryLimit
@@ -358,6 +396,11 @@ func (s *Session) DeviceSteps() int {
 // LastLogits reports whether the session computes logits for the last
 // position only (Options.LastLogits applied to a graph it recognised).
 func (s *Session) LastLogits() bool { return s.lastLogits }
+
+// LastRowOutputs lists the outputs that hold their last row only
+// (Options.LastLogits and Options.LastRowOutputs, where the rewrite
+// applied).
+func (s *Session) LastRowOutputs() []string { return append([]string(nil), s.lastRows...) }
 
 // Inputs describes the inputs Run takes.
 func (s *Session) Inputs() []Port { return append([]Port(nil), s.inputs...) }
@@ -573,6 +616,15 @@ func (s *Session) checkInputs(inputs map[string]*tensor.Dense) ([]*hostTensor, s
 		hosts[i] = h
 		shapes[p.Name] = h.shape
 	}
+	if s.lastShapes != nil && sameShapes(shapes, s.lastShapes) {
+		// The same shapes as the last good run (a decode step after
+		// another): the same binding, which passed the same checks.
+		// run adds data-dependent symbols to its binding: a copy.
+		if err := s.checkValueLimits(inputs); err != nil {
+			return nil, nil, err
+		}
+		return hosts, maps.Clone(s.lastBind), nil
+	}
 	// Derived limits first: past one, the model itself cannot compute,
 	// whatever maximum the plan was sized for.
 	bind, err := bindShapes(s.inputs, shapes, nil)
@@ -588,16 +640,50 @@ func (s *Session) checkInputs(inputs map[string]*tensor.Dense) ([]*hostTensor, s
 	if err := s.checkValueLimits(inputs); err != nil {
 		return nil, nil, err
 	}
+	s.lastShapes, s.lastBind = map[string][]int{}, maps.Clone(bind)
+	for k, v := range shapes {
+		s.lastShapes[k] = slices.Clone(v)
+	}
 	return hosts, bind, nil
+}
+
+// sameShapes reports whether a and b give every input the same shape.
+func sameShapes(a, b map[string][]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || !slices.Equal(v, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // run executes the program under bind.
 func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*tensor.Dense, error) {
 	c, x := s.c, s.x
+	// A run under the same binding as the last one (every decode step
+	// between two paddings of the attended length) keeps the shapes the
+	// last run evaluated, unless that run bound a symbol from data (a
+	// size computed on the host may differ this time).
+	keep := x.shapesBind != nil && sameBinding(bind, x.shapesBind)
+	if !keep {
+		x.shapesBind = maps.Clone(bind)
+	}
+	replay := s.replayAllowed()
+	if !keep || !replay {
+		// Recordings hold for one binding and one configuration.
+		s.replayGen++
+	}
+	nbound := len(bind)
 	x.bind = bind
 	x.err = nil
 	for i := range x.dims {
-		x.dims[i] = nil
+		if !keep {
+			x.dims[i] = nil
+		}
 		x.host[i] = nil
 	}
 	for i, v := range s.inVals {
@@ -612,39 +698,118 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 	}
 	// Host work that needs nothing from the device runs first, so its
 	// uploads (blocking writes) do not stall the queue between kernels.
-	done := make([]bool, len(c.prog))
-	for i, in := range c.prog {
+	for _, in := range c.prog {
 		if in.early {
 			if err := s.exec(in); err != nil {
+				x.shapesBind = nil
 				return nil, err
 			}
-			done[i] = true
 		}
 	}
-	for i, in := range c.prog {
-		if done[i] {
+	for _, in := range c.prog {
+		if in.early {
 			continue
 		}
-		if err := s.exec(in); err != nil {
+		var err error
+		if replay && in.kind == iDevice && in.lim == nil && in.lora == nil {
+			err = s.runDevice(in)
+		} else {
+			err = s.exec(in)
+		}
+		if err != nil {
+			x.shapesBind = nil
+			s.replayGen++
 			return nil, err
 		}
+	}
+	if len(bind) != nbound {
+		// The run bound a symbol from data: its shapes hold for this
+		// run's data only.
+		x.shapesBind = nil
 	}
 	if err := s.dev.Finish(); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	out := make(map[string]*tensor.Dense, len(s.outVals))
+	var given map[*vinfo]bool // device results already handed out in place
 	for i, v := range s.outVals {
+		fresh := v.root.kind == vkDevice && x.host[v.root.id] == nil && !given[v.root]
 		h, err := x.hostOf(v)
 		if err != nil {
 			return nil, fmt.Errorf("engine: output %q: %w", v.name, err)
 		}
-		d, err := h.dense()
+		var d *tensor.Dense
+		if fresh {
+			// Read from the device just now and nothing else holds it:
+			// no conversion copy.
+			if given == nil {
+				given = map[*vinfo]bool{}
+			}
+			given[v.root] = true
+			d, err = h.denseOwned()
+		} else {
+			d, err = h.dense()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("engine: output %q: %w", v.name, err)
 		}
 		out[s.outputs[i].Name] = d
 	}
 	return out, nil
+}
+
+// Replayed counts the device steps run again from their recorded launches
+// since Open (see Options.NoReplay).
+func (s *Session) Replayed() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replayed
+}
+
+// replayAllowed reports whether device steps may be replayed from their
+// recordings this run: on OpenCL, unless Options.NoReplay, and not while
+// a callback runs between steps (attention hook, layer gate) or attention
+// statistics may be switched between runs.
+func (s *Session) replayAllowed() bool {
+	_, lib := s.dev.(*kernels.Lib)
+	return lib && s.cl != nil && !s.noReplay && s.attnHook == nil && s.layerGate == nil && !s.kvStats
+}
+
+// runDevice runs device step in: again from its recording when it was
+// recorded under the same binding (replayGen) and may be replayed, else
+// through its lowering while recording its launches.
+//
+// A decode step runs under one binding for many steps (the attended
+// length is padded), and its launches are then the same kernels, sizes
+// and buffers each time; only the buffers' contents differ. Replaying them
+// skips the lowering's shape evaluation, variant choice and argument
+// packing. A step is not replayed when it did anything but launch
+// kernels (a read, write, copy or allocation), read data contents on the
+// host (its arguments may depend on them) or took a fault slot (its
+// bookkeeping is made at launch).
+func (s *Session) runDevice(in *instr) error {
+	if in.recOK && in.recGen == s.replayGen {
+		if err := s.cl.Replay(in.rec); err != nil {
+			return fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, err)
+		}
+		s.replayed++
+		return nil
+	}
+	lib := s.dev.(*kernels.Lib)
+	if in.rec == nil {
+		in.rec = &opencl.Recording{}
+	}
+	before, faults := s.cl.Stats(), lib.FaultLaunches()
+	s.x.dataRead = false
+	s.cl.StartRecording(in.rec)
+	err := s.exec(in)
+	s.cl.StopRecording()
+	after := s.cl.Stats()
+	in.recGen = s.replayGen
+	in.recOK = err == nil && !s.x.dataRead && lib.FaultLaunches() == faults &&
+		after.BytesWritten == before.BytesWritten && after.BytesRead == before.BytesRead &&
+		after.BytesCopied == before.BytesCopied && after.Allocs == before.Allocs
+	return err
 }
 
 // exec runs one program instruction.
@@ -737,6 +902,9 @@ func (s *Session) exec(in *instr) error {
 // hostOf returns v's contents on the host, reading device values back.
 func (x *exec) hostOf(v *vinfo) (*hostTensor, error) {
 	r := v.root
+	if r.kind != vkConst && r.kind != vkFolded {
+		x.dataRead = true
+	}
 	h := x.host[r.id]
 	if h == nil {
 		switch r.kind {

@@ -75,7 +75,9 @@ func (l *Lib) info() opencl.Info {
 	if l.as != nil {
 		return *l.as
 	}
-	inf := l.dev.Info()
+	l.infoOnce.Do(func() { l.devInf = l.dev.Info() })
+	// A copy of the struct; its lists are shared and only read.
+	inf := l.devInf
 	if l.prof != nil {
 		inf.Type = "CPU"
 		if l.prof.gpu {

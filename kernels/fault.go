@@ -42,8 +42,14 @@ func (l *Lib) faultSlot(op string, size int) (*opencl.Buffer, int32, error) {
 	slot := l.nfault % faultSlots
 	l.faulting[slot] = faultLaunch{op: op, label: l.label, size: size}
 	l.nfault++
+	l.faultTotal++
 	return l.fault, int32(slot), nil
 }
+
+// FaultLaunches counts the launches that took a fault slot since the
+// library was made. Such a launch must not be replayed from a recording
+// (opencl.Recording): the slot's bookkeeping is made at launch.
+func (l *Lib) FaultLaunches() int64 { return l.faultTotal }
 
 // checkFaults reads the slots of the launches since the last check, after
 // the queue finished, clears them, and returns an error for the first

@@ -69,7 +69,12 @@ type Lib struct {
 	dev   *opencl.Device
 	mu    sync.Mutex
 	progs map[string]*opencl.Program
-	kerns map[string]*opencl.Kernel
+	kerns map[kernKey]*opencl.Kernel
+
+	// devInf is the device's description, read once (infoOnce): launchers
+	// consult it at every launch, and the device's Info copies its lists.
+	devInf   opencl.Info
+	infoOnce sync.Once
 
 	prof   *profile     // forced variant selection (builddump.go), nil = the device's
 	as     *opencl.Info // a whole device description tests select variants by, nil = none
@@ -81,6 +86,8 @@ type Lib struct {
 	fault    *opencl.Buffer
 	faulting [faultSlots]faultLaunch
 	nfault   int
+	// faultTotal counts fault-slot launches ever (FaultLaunches).
+	faultTotal int64
 	// faultRaw receives the slots at each check, so that a decode step's
 	// Finish allocates nothing.
 	faultRaw [8 * faultSlots]byte
@@ -89,10 +96,14 @@ type Lib struct {
 	attnPart *opencl.Buffer
 }
 
+// kernKey names a built kernel: family, build options as the launcher
+// gave them, and kernel name.
+type kernKey struct{ family, options, name string }
+
 // New returns a kernel library for dev. Programs are built lazily, so opening
 // a session pays only for the families its model uses.
 func New(dev *opencl.Device) *Lib {
-	l := &Lib{dev: dev, progs: map[string]*opencl.Program{}, kerns: map[string]*opencl.Kernel{}}
+	l := &Lib{dev: dev, progs: map[string]*opencl.Program{}, kerns: map[kernKey]*opencl.Kernel{}}
 	l.configureFromEnv()
 	return l
 }
@@ -106,12 +117,14 @@ func (l *Lib) Device() *opencl.Device { return l.dev }
 func (l *Lib) kernel(family, src, options, name string) (*opencl.Kernel, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	options = strings.TrimSpace(options)
-	pkey := family + "\x00" + options
-	kkey := pkey + "\x00" + name
+	// The lookup key is a struct of the given strings: a launch builds no
+	// key string (this runs at every launch).
+	kkey := kernKey{family, options, name}
 	if k, ok := l.kerns[kkey]; ok {
 		return k, nil
 	}
+	options = strings.TrimSpace(options)
+	pkey := family + "\x00" + options
 	if l.envErr != nil {
 		return nil, l.envErr
 	}

@@ -15,7 +15,11 @@ var halfMathSrc string
 
 // matmulProg is the matmul family's program text: the half arithmetic
 // layer its mm_reg shares with quant.cl's qmt_mm, then matmul.cl.
-func matmulProg() string { return halfMathSrc + "\n" + matmulSrc }
+func matmulProg() string { return matmulProgSrc }
+
+// matmulProgSrc is joined once: a decode step launches the family a few
+// hundred times, and joining per launch copied the whole text each time.
+var matmulProgSrc = halfMathSrc + "\n" + matmulSrc
 
 // halfEmu, when set by a test, builds the half paths of mm_reg, qmt_mm
 // and norm_group with halfmath.cl's exact emulation (-DHALF_EMU) on any device, so that

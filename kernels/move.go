@@ -255,16 +255,25 @@ func is64(op string, t dtype.Type) (int32, error) {
 
 // moveKernel returns kernel name of move.cl built for esize-byte elements.
 func (l *Lib) moveKernel(esize int, name string) (*moveK, error) {
-	e, err := elemName(esize)
-	if err != nil {
+	if _, err := elemName(esize); err != nil {
 		return nil, err
 	}
-	k, err := l.kernel("move", moveSrc, fmt.Sprintf("-DELEM=%s -DELEM16=%s16", e, e), name)
+	k, err := l.kernel("move", moveSrc, moveOptions[esize], name)
 	if err != nil {
 		return nil, err
 	}
 	return &moveK{l: l, k: k}, nil
 }
+
+// moveOptions are the move family's build options by element size, made
+// once rather than at every launch.
+var moveOptions = func() (o [9]string) {
+	for _, n := range []int{1, 2, 4, 8} {
+		e, _ := elemName(n)
+		o[n] = fmt.Sprintf("-DELEM=%s -DELEM16=%s16", e, e)
+	}
+	return o
+}()
 
 // checkView verifies that b holds every element v addresses.
 func checkView(op, what string, b Buf, v View, esize int) error {

@@ -149,7 +149,10 @@ func resFlags(res, sum Buf) int32 {
 
 // normProg is the norm family's program text: halfmath.cl's half
 // arithmetic layer (for norm_group's half path), then norm.cl.
-func normProg() string { return halfMathSrc + "\n" + normSrc }
+func normProg() string { return normProgSrc }
+
+// normProgSrc is joined once (see matmulProgSrc).
+var normProgSrc = halfMathSrc + "\n" + normSrc
 
 // normMinHalfEps is the smallest eps norm_group's half path takes: the
 // path rounds 1/sqrt(var + eps) to half, which stays finite (at most

@@ -13,7 +13,10 @@ var quantSrc string
 
 // quantProg is the quant family's program text: the half arithmetic layer
 // its qmt_mm shares with matmul.cl's mm_reg, then quant.cl.
-func quantProg() string { return halfMathSrc + "\n" + quantSrc }
+func quantProg() string { return quantProgSrc }
+
+// quantProgSrc is joined once (see matmulProgSrc).
+var quantProgSrc = halfMathSrc + "\n" + quantSrc
 
 // qmtRows and qmtCols are qmt_mm's rows and columns per work-item
 // (quant.cl's QMR and QMC) by default.

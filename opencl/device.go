@@ -158,6 +158,8 @@ type Device struct {
 	closed      bool
 
 	label string
+	// rec, when set, receives every launch (StartRecording, record.go).
+	rec *Recording
 	// Launch's scratch space, on the heap and reused, so that a launch
 	// allocates nothing: the C calls get pointers into these.
 	args  []argSlot

@@ -173,6 +173,15 @@ func (d *Device) Launch(k *Kernel, global, local []int, args ...any) error {
 		}
 		return fmt.Errorf("opencl: launch %s (global %s, local %s): %w", k.name, dims(global), dims(local), clErr("clEnqueueNDRangeKernel", code))
 	}
+	if d.rec != nil {
+		d.record(k, a, dim, local != nil)
+	}
+	return d.launched(k, d.label)
+}
+
+// launched does the bookkeeping of a launch just enqueued (d.mu held):
+// counts, periodic flushes and the profiling event (d.ev[0]).
+func (d *Device) launched(k *Kernel, label string) error {
 	d.stats.Launches++
 	// A long graph enqueued without a flush may leave the GPU idle until
 	// the final Finish; submit every flushEvery launches.
@@ -187,7 +196,7 @@ func (d *Device) Launch(k *Kernel, global, local []int, args ...any) error {
 		}
 	}
 	if d.profile {
-		d.pending = append(d.pending, pendingLaunch{ev: d.ev[0], label: d.label, kernel: k.name})
+		d.pending = append(d.pending, pendingLaunch{ev: d.ev[0], label: label, kernel: k.name})
 		if len(d.pending) >= maxPending {
 			d.collectLocked()
 		}

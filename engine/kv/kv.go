@@ -68,6 +68,9 @@ type State struct {
 	// Per-step host buffers, reused: Run copies what it is given.
 	ids, pos, slots []int64
 	bias            []float32
+	// writer[s] is the token of the running Forward that writes slot s,
+	// -1 for none: a slice, not a per-step map (all -1 between calls).
+	writer []int
 }
 
 // New returns an empty state over s, which must have been opened with
@@ -77,7 +80,10 @@ func New(s *engine.Session) (*State, error) {
 	if !ok {
 		return nil, fmt.Errorf("kv: the session has no in-place KV cache (open it with engine.Options.KVCache)")
 	}
-	st := &State{s: s, info: info, slotPos: make([]int, info.MaxContext)}
+	st := &State{s: s, info: info, slotPos: make([]int, info.MaxContext), writer: make([]int, info.MaxContext)}
+	for i := range st.writer {
+		st.writer[i] = -1
+	}
 	// The logits are the output called so, or the only one.
 	outs := s.Outputs()
 	var lp *engine.Port
@@ -175,7 +181,6 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 		return nil, fmt.Errorf("kv: Forward of %d tokens with %d positions and %d slots", n, len(positions), len(slots))
 	}
 	ctx := len(st.slotPos)
-	written := make(map[int]int, n)
 	hi := 0
 	for j := ctx - 1; j >= 0; j-- {
 		if st.slotPos[j] >= 0 {
@@ -183,6 +188,14 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 			break
 		}
 	}
+	// Every slot checked so far is marked in st.writer; unmark them on
+	// the way out, whatever happens.
+	marked := 0
+	defer func() {
+		for _, s := range slots[:marked] {
+			st.writer[s] = -1
+		}
+	}()
 	for i := range tokens {
 		if tokens[i] < 0 || tokens[i] >= st.vocab {
 			return nil, fmt.Errorf("kv: token %d is %d, outside the vocabulary of %d", i, tokens[i], st.vocab)
@@ -194,10 +207,11 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 		if s < 0 || s >= ctx {
 			return nil, fmt.Errorf("kv: token %d goes to slot %d, outside the cache's %d slots: %w", i, s, ctx, engine.ErrContextFull)
 		}
-		if k, dup := written[s]; dup {
+		if k := st.writer[s]; k >= 0 {
 			return nil, fmt.Errorf("kv: tokens %d and %d both go to slot %d", k, i, s)
 		}
-		written[s] = i
+		st.writer[s] = i
+		marked = i + 1
 		hi = max(hi, s+1)
 	}
 	if st.info.Ordered {
@@ -224,7 +238,7 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 	bias := st.bias[:n*kvLen]
 	for j := 0; j < kvLen; j++ {
 		held := st.slotPos[j]
-		if i, ok := written[j]; ok {
+		if i := st.writer[j]; i >= 0 {
 			held = positions[i]
 		}
 		for t := 0; t < n; t++ {
@@ -252,7 +266,7 @@ func (st *State) Forward(tokens, positions, slots []int) ([]float32, error) {
 	if !ok || len(logits) != rows*st.vocab {
 		return nil, fmt.Errorf("kv: output %q is %v; want %d float32 logits", st.logits, out[st.logits].Shape(), rows*st.vocab)
 	}
-	for s, i := range written {
+	for i, s := range slots {
 		if st.slotPos[s] < 0 {
 			st.n++
 		}

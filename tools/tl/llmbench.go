@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,6 +28,23 @@ func isLLMBench(args []string) bool {
 		}
 	}
 	return false
+}
+
+// startCPUProfile starts Go's CPU profiler writing to path; stop ends it
+// and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // spread summarises repeated measurements.
@@ -104,15 +123,16 @@ func runLLMBench(args []string) error {
 	ctxFlag := fs.Int("ctx", 0, "context the plan is sized for (default: the longest prompt plus -n)")
 	seed := fs.Int64("seed", 1, "seed of the synthetic tokens")
 	asJSON := fs.Bool("json", false, "write the result as JSON")
+	cpuProf := fs.String("cpuprofile", "", "write a Go CPU profile of the timed repetitions to this file (go tool pprof reads it)")
 	kvMode := kvFlag(fs)
 	levelList := fs.String("level", "", "elastic model: levels (percent) to run, comma-separated, e.g. 20,50,100, and N+lora for level N with its adapters (needs --lora); repetitions interleave the levels (needs elastic.json beside the model)")
 	loraList := loraFlag(fs)
 	sf := addSessionFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tl bench --model m.onnx [-p 128,512] [-n 64] [-r 5] [-w 1] [--ctx N] [--kv inplace|explicit] [--device d] [--precision fp32|fp16] [--max sym=N] [--level 20,20+lora,100] [--lora DIR|auto] [--profile] [--json]")
+		fmt.Fprintln(fs.Output(), "usage: tl bench --model m.onnx [-p 128,512] [-n 64] [-r 5] [-w 1] [--ctx N] [--kv inplace|explicit] [--device d] [--precision fp32|fp16] [--max sym=N] [--level 20,20+lora,100] [--lora DIR|auto] [--profile] [--cpuprofile FILE] [--json]")
 		fs.PrintDefaults()
 	}
-	valued := map[string]bool{"model": true, "p": true, "n": true, "r": true, "w": true, "ctx": true, "seed": true, "kv": true, "level": true, "lora": true}
+	valued := map[string]bool{"model": true, "p": true, "n": true, "r": true, "w": true, "ctx": true, "seed": true, "kv": true, "level": true, "lora": true, "cpuprofile": true}
 	for k := range sessionValued {
 		valued[k] = true
 	}
@@ -213,6 +233,13 @@ func runLLMBench(args []string) error {
 	}
 	if opts.Profile {
 		st.Session().Profile() // drop the warm-up's records
+	}
+	if *cpuProf != "" {
+		stop, err := startCPUProfile(*cpuProf)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	for _, p := range ps {
 		pre := make([][]time.Duration, len(levels))

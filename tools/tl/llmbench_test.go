@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,5 +107,27 @@ func TestLLMBenchTable(t *testing.T) {
 		if _, _, err := capture(t, runBench, args...); err == nil {
 			t.Errorf("bench %q succeeded", args)
 		}
+	}
+}
+
+// TestLLMBenchCPUProfile: --cpuprofile writes a Go CPU profile (gzip
+// framed, as runtime/pprof writes it) of the timed repetitions, and a path
+// that cannot be created is an error naming the flag.
+func TestLLMBenchCPUProfile(t *testing.T) {
+	model := filepath.Join(defaultModelDir, "model.onnx")
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
+	if _, _, err := capture(t, runBench, "--model", model, "-p", "8", "-n", "2", "-r", "1", "--cpuprofile", prof); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) < 2 || raw[0] != 0x1f || raw[1] != 0x8b {
+		t.Fatalf("profile of %d bytes starting %x; want gzip", len(raw), raw[:min(len(raw), 2)])
+	}
+	bad := filepath.Join(t.TempDir(), "missing", "cpu.prof")
+	if _, _, err := capture(t, runBench, "--model", model, "-p", "8", "-n", "2", "-r", "1", "--cpuprofile", bad); err == nil || !strings.Contains(err.Error(), "--cpuprofile") {
+		t.Fatalf("--cpuprofile %s: %v; want an error naming the flag", bad, err)
 	}
 }
