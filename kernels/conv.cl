@@ -62,3 +62,184 @@ __kernel void conv_im2col(__global const store_t *X, int offX,
 		v = LOAD(X, offX + ((n * C + g * Cg + ic) * H + ih) * W + iw);
 	STORE(Col, offCol + z * P * Kc + p * cp + kc * ck, v);
 }
+
+// ---------------------------------------------------------------------------
+// conv_tile: the implicit-GEMM convolution. The product is the im2col one,
+// C[oc, pixel] = sum over k = (ic, kh, kw) of W[oc, k] * X[ic, ih, iw], but
+// the B operand is read from the activation itself: for a fixed k, CONV_PX
+// consecutive output pixels of one output row read the input row ih at
+// iw, iw + sw, ..., one vector load (two and an even-lane pick at stride 2)
+// with no gather buffer in between. A work-item keeps RB output channels x
+// CONV_PX pixels of accumulators in registers (the register tile of
+// matmul.cl's mm_axpy/mm_reg: per k one B vector and RB broadcast weights
+// feed RB vector FMAs). global (OH * ceil(OW / CONV_PX), ceil(OC/G / RB),
+// N*G). CONV_PX is the launcher's choice per device: 16 (one AVX-512
+// register) on CPUs, 4 on GPUs, where a work-item's registers are scarce
+// and neighbouring work-items' strips make the loads coalesce.
+//
+// The last strip of a row is shifted left to end at OW (its lanes before
+// ow1 repeat the previous strip's outputs and are not stored), so only the
+// strips touching the padding take the per-lane path, and then only for
+// the kw whose window leaves the row. Rows outside the input contribute
+// nothing and are skipped.
+//
+// Epilogue: + bias, then the activation act (conv_act), so a Conv followed
+// by its activation writes its output once.
+#ifndef CONV_PX
+#define CONV_PX 16
+#endif
+#if CONV_PX == 16
+typedef float16 cvec;
+#define CV_LOADF(p) vload16(0, (p))
+#define CV_STOREF(v, p) vstore16((v), 0, (p))
+#define CV_LOADH(p)                                                            \
+	((float16)(vload_half4(0, (p)), vload_half4(0, (p) + 4),                   \
+	           vload_half4(0, (p) + 8), vload_half4(0, (p) + 12)))
+#elif CONV_PX == 8
+typedef float8 cvec;
+#define CV_LOADF(p) vload8(0, (p))
+#define CV_STOREF(v, p) vstore8((v), 0, (p))
+#define CV_LOADH(p) ((float8)(vload_half4(0, (p)), vload_half4(0, (p) + 4)))
+#elif CONV_PX == 4
+typedef float4 cvec;
+#define CV_LOADF(p) vload4(0, (p))
+#define CV_STOREF(v, p) vstore4((v), 0, (p))
+#define CV_LOADH(p) vload_half4(0, (p))
+#else
+#error "CONV_PX must be 4, 8 or 16"
+#endif
+#ifdef STORAGE_F16
+#define CV_LOAD(p) CV_LOADH(p)
+#else
+#define CV_LOAD(p) CV_LOADF(p)
+#endif
+
+// Activation codes, kernels.ConvAct in conv.go.
+#define CONV_ACT_NONE 0
+#define CONV_ACT_RELU 1
+#define CONV_ACT_CLIP 2
+#define CONV_ACT_HARDSWISH 3
+#define CONV_ACT_HARDSIGMOID 4
+#define CONV_ACT_SILU 5
+#define CONV_ACT_LEAKYRELU 6
+
+// conv_act applies activation act with parameters a and b (Clip's bounds;
+// HardSigmoid's alpha and beta; LeakyRelu's alpha in a).
+static inline cvec conv_act(cvec v, int act, float a, float b) {
+	switch (act) {
+	case CONV_ACT_RELU:
+		return fmax(v, (cvec)(0.0f));
+	case CONV_ACT_CLIP:
+		return fmin(fmax(v, (cvec)(a)), (cvec)(b));
+	case CONV_ACT_HARDSWISH:
+		return v * clamp(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
+	case CONV_ACT_HARDSIGMOID:
+		return clamp(v * a + b, 0.0f, 1.0f);
+	case CONV_ACT_SILU:
+		return v / (1.0f + exp(-v));
+	case CONV_ACT_LEAKYRELU:
+		return select(v * a, v, v >= (cvec)(0.0f));
+	default:
+		return v;
+	}
+}
+
+// conv_row_gather returns lanes iw, iw + sw, ... of an input row of W
+// elements, zero outside it: the window of a strip at the padding, and any
+// stride other than 1 and 2.
+static inline cvec conv_row_gather(__global const store_t *row, int iw, int sw, int W) {
+	float t[CONV_PX];
+	#pragma unroll
+	for (int l = 0; l < CONV_PX; l++) {
+		const int i = iw + l * sw;
+		t[l] = (i >= 0 && i < W) ? LOAD(row, i) : 0.0f;
+	}
+	return CV_LOADF(t);
+}
+
+static inline cvec conv_row_load(__global const store_t *row, int iw, int sw, int W) {
+	if (sw == 1 && iw >= 0 && iw + CONV_PX <= W) return CV_LOAD(row + iw);
+	if (sw == 2 && iw >= 0 && iw + 2 * CONV_PX <= W) {
+		const cvec a = CV_LOAD(row + iw), b = CV_LOAD(row + iw + CONV_PX);
+		return (cvec)(a.even, b.even);
+	}
+	return conv_row_gather(row, iw, sw, W);
+}
+
+// conv_put stores lanes ow >= ow1 (and < OW) of a strip starting at ow0 in
+// output row yrow.
+static inline void conv_put(__global store_t *yrow, int ow0, int ow1, int OW, cvec v) {
+#ifndef STORAGE_F16
+	if (ow0 == ow1 && ow0 + CONV_PX <= OW) {
+		CV_STOREF(v, yrow + ow0);
+		return;
+	}
+#endif
+	float t[CONV_PX];
+	CV_STOREF(v, t);
+	#pragma unroll
+	for (int l = 0; l < CONV_PX; l++) {
+		const int ow = ow0 + l;
+		if (ow >= ow1 && ow < OW) STORE(yrow, ow, t[l]);
+	}
+}
+
+#define CONV_TILE_PARAMS                                                       \
+	__global const store_t *X, int offX, __global const wstore_t *Wt,          \
+	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
+	    __global store_t *Y, int offY, int C, int H, int W, int OC, int OH,    \
+	    int OW, int KH, int KW, int sh, int sw, int pt, int pl, int dh,        \
+	    int dw, int G, int act, float actA, float actB
+#define CONV_TILE_ARGS                                                         \
+	X, offX, Wt, offW, Bias, offB, hasBias, Y, offY, C, H, W, OC, OH, OW, KH,  \
+	    KW, sh, sw, pt, pl, dh, dw, G, act, actA, actB
+
+__attribute__((always_inline)) static inline void conv_tile(const int RB,
+                                                            CONV_TILE_PARAMS) {
+	const int strips = (OW + CONV_PX - 1) / CONV_PX;
+	const int t = get_global_id(0);
+	const int oh = t / strips;
+	if (oh >= OH) return;
+	const int ow1 = (t - oh * strips) * CONV_PX;
+	const int ow0 = OW >= CONV_PX ? min(ow1, OW - CONV_PX) : 0;
+	const int Cg = C / G, OCg = OC / G;
+	const int ocb = get_global_id(1) * RB;
+	if (ocb >= OCg) return;
+	const int z = get_global_id(2), n = z / G, g = z - n * G;
+	const int Kc = Cg * KH * KW;
+	__global const store_t *xp = X + offX + (n * C + g * Cg) * H * W;
+	int wo[8];
+	#pragma unroll
+	for (int r = 0; r < RB; r++) wo[r] = offW + (g * OCg + min(ocb + r, OCg - 1)) * Kc;
+	cvec acc[8];
+	#pragma unroll
+	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
+	const int ih0 = oh * sh - pt, iw0 = ow0 * sw - pl;
+	for (int ic = 0; ic < Cg; ic++) {
+		for (int kh = 0; kh < KH; kh++) {
+			const int ih = ih0 + kh * dh;
+			if (ih < 0 || ih >= H) continue;
+			__global const store_t *row = xp + (ic * H + ih) * W;
+			const int kb = (ic * KH + kh) * KW;
+			for (int kw = 0; kw < KW; kw++) {
+				const cvec xv = conv_row_load(row, iw0 + kw * dw, sw, W);
+				#pragma unroll
+				for (int r = 0; r < RB; r++)
+					acc[r] = fma((cvec)(WLOAD(Wt, wo[r] + kb + kw)), xv, acc[r]);
+			}
+		}
+	}
+	#pragma unroll
+	for (int r = 0; r < RB; r++) {
+		const int oc = g * OCg + ocb + r;
+		if (ocb + r >= OCg) break;
+		cvec v = acc[r];
+		if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
+		v = conv_act(v, act, actA, actB);
+		conv_put(Y + offY + ((n * OC + oc) * OH + oh) * OW, ow0, ow1, OW, v);
+	}
+}
+
+__kernel void conv_tile_8(CONV_TILE_PARAMS) { conv_tile(8, CONV_TILE_ARGS); }
+__kernel void conv_tile_4(CONV_TILE_PARAMS) { conv_tile(4, CONV_TILE_ARGS); }
+__kernel void conv_tile_1(CONV_TILE_PARAMS) { conv_tile(1, CONV_TILE_ARGS); }

@@ -3,6 +3,7 @@ package kernels
 import (
 	_ "embed"
 	"fmt"
+	"math"
 
 	"github.com/tlite/tlite/opencl"
 )
@@ -25,6 +26,50 @@ type ConvParams struct {
 	Bias Buf
 	// Weight is the storage of the weight and bias.
 	Weight Storage
+	// Act is an activation applied to conv + bias before the output is
+	// written (ConvActNone: none); ActA and ActB are its parameters.
+	Act        ConvAct
+	ActA, ActB float32
+}
+
+// ConvAct names an activation a convolution applies in its epilogue. The
+// values are conv.cl's CONV_ACT_* codes.
+type ConvAct int
+
+// The activations a convolution can end with. Parameters: ConvActClip
+// clamps to [ActA, ActB]; ConvActHardSigmoid is max(0, min(1, ActA*x +
+// ActB)); ConvActLeakyRelu multiplies negatives by ActA; ConvActHardSwish
+// is x*max(0, min(1, x/6 + 1/2)); ConvActSiLU is x*sigmoid(x).
+const (
+	ConvActNone ConvAct = iota
+	ConvActRelu
+	ConvActClip
+	ConvActHardSwish
+	ConvActHardSigmoid
+	ConvActSiLU
+	ConvActLeakyRelu
+	convActCount
+)
+
+// apply is the activation on the host, in float64 (the reference's).
+func (a ConvAct) apply(v float64, pa, pb float32) float64 {
+	switch a {
+	case ConvActRelu:
+		return math.Max(v, 0)
+	case ConvActClip:
+		return math.Min(math.Max(v, float64(pa)), float64(pb))
+	case ConvActHardSwish:
+		return v * math.Max(0, math.Min(1, v/6+0.5))
+	case ConvActHardSigmoid:
+		return math.Max(0, math.Min(1, float64(pa)*v+float64(pb)))
+	case ConvActSiLU:
+		return v / (1 + math.Exp(-v))
+	case ConvActLeakyRelu:
+		if v < 0 {
+			return float64(pa) * v
+		}
+	}
+	return v
 }
 
 // checkGroups says whether c input and outC output channels split into
@@ -62,6 +107,9 @@ func (p ConvParams) norm() (ConvParams, error) {
 	if p.KH == 0 || p.KW == 0 {
 		return p, fmt.Errorf("empty kernel %dx%d", p.KH, p.KW)
 	}
+	if p.Act < 0 || p.Act >= convActCount {
+		return p, fmt.Errorf("unknown activation %d", p.Act)
+	}
 	oh, ow := p.OutSize()
 	if oh < 0 || ow < 0 {
 		return p, fmt.Errorf("kernel %dx%d (dilation %dx%d) larger than the padded input %dx%d", p.KH, p.KW, p.DilationH, p.DilationW, p.H+p.PadTop+p.PadBottom, p.W+p.PadLeft+p.PadRight)
@@ -83,23 +131,37 @@ func (p ConvParams) OutSize() (oh, ow int) {
 		out(p.W, p.KW, p.StrideW, p.DilationW, p.PadLeft, p.PadRight)
 }
 
-// route says how a convolution runs: "gemm1x1" (a product straight on the
-// input, no scratch), "im2col" (gather, then a product; needs scratch), or
-// "direct".
+// route says how a convolution runs: "gemm1x1" (a 1x1 convolution is a
+// product straight on the NCHW input: no gather, no scratch), "depthwise"
+// (one input channel per group: conv_tile_1, a strip of one channel's
+// outputs per work-item) or "tile" (every other geometry: conv_tile's
+// implicit GEMM, receptive fields read in its loads). "im2col" and
+// "direct", the older routes, run only when a test forces them (convForce)
+// or, for im2col, when the output rows are too short to fill a strip
+// (tileMinOW).
 func (p ConvParams) route() string {
+	if convForce != "" {
+		return convForce
+	}
 	g := oneIfZero(p.Groups)
 	kc := p.C / g * p.KH * p.KW
-	if kc < 16 || p.OutC/g < 4 {
-		// Depthwise and near-depthwise: a product this thin wastes the GEMM
-		// kernels' blocking, and the gather would cost as much as the work.
-		return "direct"
+	if p.C/g == 1 {
+		return "depthwise"
 	}
 	if p.KH == 1 && p.KW == 1 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
-		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0 {
+		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0 &&
+		kc >= 16 && p.OutC/g >= 4 && p.Act == ConvActNone {
 		return "gemm1x1"
 	}
-	return "im2col"
+	return "tile"
 }
+
+// convForce, set by tests, names the route every convolution takes.
+var convForce string
+
+// convPXForce, set by tests, overrides conv_tile's strip width (4, 8 or
+// 16), so every width runs on any device.
+var convPXForce int
 
 // ScratchElems is how many elements (in the activation storage) of scratch
 // Conv2D can use to gather receptive fields for a GEMM; 0 when it needs none.
@@ -161,8 +223,17 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		}
 		imgs = min(p.N, (scratch.Mem.Size()/s.Size()-scratch.Off)/perImage)
 	}
-	if route == "direct" || route == "im2col" && imgs == 0 || p.C == 0 {
+	switch {
+	case route == "tile" || route == "depthwise" || p.C == 0:
+		return l.convTile(s, x, w, y, p, oh, ow)
+	case route == "direct" || route == "im2col" && imgs == 0:
+		if p.Act != ConvActNone {
+			return fmt.Errorf("route %s has no activation epilogue", route)
+		}
 		return l.convDirect(s, x, w, y, p, oh, ow)
+	}
+	if p.Act != ConvActNone {
+		return fmt.Errorf("route %s has no activation epilogue", route)
 	}
 	g := convProduct(s, w, y, p.Weight, p.Bias, p.OutC, p.Groups, kc, np)
 	if route == "gemm1x1" {
@@ -171,7 +242,7 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		g.nb0 = p.N
 		return l.gemm(g)
 	}
-	gather, err := l.kernel("conv", convSrc, s.define()+" "+weightDefine(p.Weight), "conv_im2col")
+	gather, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), "conv_im2col")
 	if err != nil {
 		return err
 	}
@@ -239,8 +310,58 @@ func weightDefine(w Storage) string {
 	return ""
 }
 
+// convPX is the strip width of conv_tile on the device: 16 lanes on a CPU
+// (one 512-bit register per accumulator row), 4 on a GPU, where registers
+// per work-item are what limits occupancy.
+func (l *Lib) convPX() int {
+	if convPXForce != 0 {
+		return convPXForce
+	}
+	if l.info().Type == "GPU" {
+		return 4
+	}
+	return 16
+}
+
+// convOptions are the build options of the conv program.
+func (l *Lib) convOptions(s Storage, w Storage) string {
+	return fmt.Sprintf("%s %s -DCONV_PX=%d", s.define(), weightDefine(w), l.convPX())
+}
+
+// convTile runs conv_tile: rb output channels per work-item (8 on a CPU
+// where a group has that many, else 4; 1 for depthwise).
+func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
+	ocg := p.OutC / p.Groups
+	rb := 4
+	switch {
+	case p.C/p.Groups == 1 && ocg < 4:
+		rb = 1
+	case ocg >= 8 && l.info().Type != "GPU":
+		rb = 8
+	}
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), fmt.Sprintf("conv_tile_%d", rb))
+	if err != nil {
+		return err
+	}
+	bias, hasBias := p.Bias, int32(1)
+	if bias.Mem == nil {
+		bias, hasBias = w, 0 // placeholder, never read
+	}
+	if p.C == 0 {
+		x = y // nothing is read; any buffer will do
+	}
+	px := l.convPX()
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{oh * ((ow + px - 1) / px), (ocg + rb - 1) / rb, p.N * p.Groups})
+	return l.dev.Launch(k, global, local,
+		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
+		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
+		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+}
+
 func (l *Lib) convDirect(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
-	k, err := l.kernel("conv", convSrc, s.define()+" "+weightDefine(p.Weight), "conv_direct")
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), "conv_direct")
 	if err != nil {
 		return err
 	}
@@ -258,7 +379,7 @@ func (l *Lib) convDirect(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error
 }
 
 // Conv2DRef is the pure-Go reference for Conv2D on host tensors (bias nil
-// for none; p.Bias is ignored), accumulated in float64.
+// for none; p.Bias is ignored), accumulated in float64, then p.Act.
 func Conv2DRef(x, w, bias, y []float32, p ConvParams) error {
 	p, err := p.norm()
 	if err != nil {
@@ -296,6 +417,7 @@ func Conv2DRef(x, w, bias, y []float32, p ConvParams) error {
 					if bias != nil {
 						acc += float64(bias[oc])
 					}
+					acc = p.Act.apply(acc, p.ActA, p.ActB)
 					y[((n*p.OutC+oc)*oh+i)*ow+j] = float32(acc)
 				}
 			}
