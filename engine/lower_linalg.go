@@ -17,7 +17,7 @@ import (
 func init() {
 	registerLowering(lowerMatMul, "MatMul")
 	registerLowering(lowerGemm, "Gemm")
-	registerLowering(lowerConv, "Conv")
+	registerLowering(lowerConv, "Conv", tlite.Key(tlite.ConvAct))
 	registerLowering(lowerPool, "MaxPool", "AveragePool")
 	registerLowering(lowerGlobalPool, "GlobalAveragePool", "GlobalMaxPool")
 }
@@ -371,6 +371,9 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 		return nil, err
 	}
 	if len(x.shape) == 5 {
+		if lc.n.Domain != "" {
+			return nil, lc.unsupported("an activation epilogue on a 3-D convolution")
+		}
 		return lowerConv3D(lc, s)
 	}
 	sp, err := readSpatial(lc, len(x.shape))
@@ -381,11 +384,15 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 		return nil, lc.unsupported("weight of rank %d for input of rank %d", len(w.shape), len(x.shape))
 	}
 	groups := int(lc.n.AttrInt("group", 1))
+	act, actA, actB, err := convActivation(lc)
+	if err != nil {
+		return nil, err
+	}
 	_, esz, _ := storeFor(x.dt, lc.fs)
 	sd := &stepDef{kernel: "conv"}
 	// Scratch for the im2col route: N*C*KH*KW*OH*OW elements. Needed only
-	// when the product is wide enough for the GEMM kernels and the
-	// convolution is not a plain 1x1 (kernels.ConvParams' routing).
+	// for output rows narrower than conv_tile's strips, and never for a
+	// depthwise or plain 1x1 convolution (kernels.ConvParams' routing).
 	if scratch, ok := convScratch(x, w, y, sp, groups, esz); ok {
 		sd.scratch = []symshape.Expr{scratch}
 	}
@@ -400,7 +407,7 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 		p := kernels.ConvParams{N: n, C: c, H: h, W: wd, OutC: ws[0], KH: kh, KW: kw,
 			StrideH: sp.sh, StrideW: sp.sw, DilationH: sp.dh, DilationW: sp.dw,
 			PadTop: pads[0], PadLeft: pads[1], PadBottom: pads[2], PadRight: pads[3],
-			Groups: groups, Weight: s}
+			Groups: groups, Weight: s, Act: act, ActA: actA, ActB: actB}
 		var bref, sref *tref
 		if bias != nil {
 			r := ex.ref(bias)
@@ -415,6 +422,26 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 	return sd, nil
 }
 
+// convActs maps ConvAct's activation attribute to the kernels' epilogue.
+var convActs = map[string]kernels.ConvAct{
+	"Relu": kernels.ConvActRelu, "Clip": kernels.ConvActClip, "HardSwish": kernels.ConvActHardSwish,
+	"HardSigmoid": kernels.ConvActHardSigmoid, "SiLU": kernels.ConvActSiLU, "LeakyRelu": kernels.ConvActLeakyRelu,
+}
+
+// convActivation reads a tlite ConvAct node's activation (none for a plain
+// Conv).
+func convActivation(lc *lowerCtx) (kernels.ConvAct, float32, float32, error) {
+	if lc.n.Domain != tlite.Domain || lc.n.OpType != tlite.ConvAct {
+		return kernels.ConvActNone, 0, 0, nil
+	}
+	name := lc.n.AttrString("activation", "")
+	a, ok := convActs[name]
+	if !ok {
+		return 0, 0, 0, lc.unsupported("activation %q", name)
+	}
+	return a, lc.n.AttrFloat("act_alpha", 0), lc.n.AttrFloat("act_beta", 0), nil
+}
+
 // convScratch is the im2col scratch size, when the convolution can use it.
 func convScratch(x, w, y *vinfo, sp spatial, groups, esz int) (symshape.Expr, bool) {
 	ws, ok := constShape(w.shape)
@@ -426,8 +453,16 @@ func convScratch(x, w, y *vinfo, sp spatial, groups, esz int) (symshape.Expr, bo
 		kh = ws[2]
 	}
 	kc := ws[1] * kh * kw
-	if kc < 16 || ws[0]/groups < 4 {
-		return symshape.Expr{}, false
+	if ws[1] == 1 {
+		return symshape.Expr{}, false // depthwise: conv_tile_1, no gather
+	}
+	// Outputs at least a strip wide run conv_tile, which reads the input
+	// in place (kernels.ConvParams.route); a width not known until run
+	// time keeps the scratch.
+	if n := len(y.shape); n >= 3 {
+		if ow, ok := y.shape[n-1].Const(); ok && ow >= 16 {
+			return symshape.Expr{}, false
+		}
 	}
 	if kh == 1 && kw == 1 && sp.sh == 1 && sp.sw == 1 && sp.pads == [4]int{} && sp.autoPad != "SAME_UPPER" && sp.autoPad != "SAME_LOWER" {
 		return symshape.Expr{}, false

@@ -43,13 +43,16 @@ __kernel void conv_direct(__global const store_t *X, int offX,
 	STORE(Y, offY + (z * OH + oh) * OW + ow, acc);
 }
 
-// conv_im2col: global (P, Kc, imgs*G); image n0 + z/G of the launch.
+// conv_im2col: global (P, Kc, imgs*G) for K-major columns, (Kc, P, imgs*G)
+// for pixel-major ones (ck == 1): dimension 0 runs along the columns'
+// contiguous axis, so neighbouring work-items write neighbouring elements.
 __kernel void conv_im2col(__global const store_t *X, int offX,
                           __global store_t *Col, int offCol, int n0, int C,
                           int H, int W, int OH, int OW, int KH, int KW, int sh,
                           int sw, int pt, int pl, int dh, int dw, int G, int cp,
                           int ck) {
-	const int p = get_global_id(0), kc = get_global_id(1);
+	const int pixMajor = ck == 1;
+	const int p = get_global_id(pixMajor ? 1 : 0), kc = get_global_id(pixMajor ? 0 : 1);
 	const int z = get_global_id(2); // image-in-launch * G + g
 	const int P = OH * OW, Cg = C / G, Kc = Cg * KH * KW;
 	if (p >= P || kc >= Kc) return;
@@ -157,12 +160,14 @@ static inline cvec conv_row_gather(__global const store_t *row, int iw, int sw, 
 	return CV_LOADF(t);
 }
 
+// conv_even is the even lanes of a followed by those of b: a strip at
+// stride 2 from two contiguous loads.
+static inline cvec conv_even(cvec a, cvec b) { return (cvec)(a.even, b.even); }
+
 static inline cvec conv_row_load(__global const store_t *row, int iw, int sw, int W) {
 	if (sw == 1 && iw >= 0 && iw + CONV_PX <= W) return CV_LOAD(row + iw);
-	if (sw == 2 && iw >= 0 && iw + 2 * CONV_PX <= W) {
-		const cvec a = CV_LOAD(row + iw), b = CV_LOAD(row + iw + CONV_PX);
-		return (cvec)(a.even, b.even);
-	}
+	if (sw == 2 && iw >= 0 && iw + 2 * CONV_PX <= W)
+		return conv_even(CV_LOAD(row + iw), CV_LOAD(row + iw + CONV_PX));
 	return conv_row_gather(row, iw, sw, W);
 }
 
@@ -215,20 +220,34 @@ __attribute__((always_inline)) static inline void conv_tile(const int RB,
 	#pragma unroll
 	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
 	const int ih0 = oh * sh - pt, iw0 = ow0 * sw - pl;
-	for (int ic = 0; ic < Cg; ic++) {
-		for (int kh = 0; kh < KH; kh++) {
-			const int ih = ih0 + kh * dh;
-			if (ih < 0 || ih >= H) continue;
-			__global const store_t *row = xp + (ic * H + ih) * W;
-			const int kb = (ic * KH + kh) * KW;
-			for (int kw = 0; kw < KW; kw++) {
-				const cvec xv = conv_row_load(row, iw0 + kw * dw, sw, W);
-				#pragma unroll
-				for (int r = 0; r < RB; r++)
-					acc[r] = fma((cvec)(WLOAD(Wt, wo[r] + kb + kw)), xv, acc[r]);
-			}
-		}
+	// Whether every kw's window of the strip lies inside the row, decided
+	// once: the loop nests below then carry no per-load branch.
+	const int last = iw0 + (KW - 1) * dw;
+	const bool inside1 = sw == 1 && iw0 >= 0 && last + CONV_PX <= W;
+	const bool inside2 = sw == 2 && iw0 >= 0 && last + 2 * CONV_PX <= W;
+#define CONV_TILE_LOOP(XLOAD)                                                  \
+	for (int ic = 0; ic < Cg; ic++) {                                          \
+		for (int kh = 0; kh < KH; kh++) {                                      \
+			const int ih = ih0 + kh * dh;                                      \
+			if (ih < 0 || ih >= H) continue;                                   \
+			__global const store_t *row = xp + (ic * H + ih) * W;              \
+			const int kb = (ic * KH + kh) * KW;                                \
+			for (int kw = 0; kw < KW; kw++) {                                  \
+				const int iw = iw0 + kw * dw;                                  \
+				const cvec xv = XLOAD;                                         \
+				_Pragma("unroll") for (int r = 0; r < RB; r++) acc[r] =        \
+				    fma((cvec)(WLOAD(Wt, wo[r] + kb + kw)), xv, acc[r]);       \
+			}                                                                  \
+		}                                                                      \
 	}
+	if (inside1) {
+		CONV_TILE_LOOP(CV_LOAD(row + iw))
+	} else if (inside2) {
+		CONV_TILE_LOOP(conv_even(CV_LOAD(row + iw), CV_LOAD(row + iw + CONV_PX)))
+	} else {
+		CONV_TILE_LOOP(conv_row_load(row, iw, sw, W))
+	}
+#undef CONV_TILE_LOOP
 	#pragma unroll
 	for (int r = 0; r < RB; r++) {
 		const int oc = g * OCg + ocb + r;
