@@ -245,7 +245,7 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		route = "tile"
 	}
 	switch {
-	case route == "tile" || route == "depthwise" || p.C == 0 || route == "im2col" && imgs == 0 && convForce == "":
+	case route == "tile" || route == "depthwise" || route == "dw" || p.C == 0 || route == "im2col" && imgs == 0 && convForce == "":
 		return l.convTile(s, x, w, y, p, oh, ow)
 	case route == "direct" || route == "im2col" && imgs == 0:
 		if p.Act != ConvActNone {
@@ -355,6 +355,17 @@ func (l *Lib) convOptions(s Storage, w Storage) string {
 // convTile runs conv_tile: rb output channels per work-item (8 on a CPU
 // where a group has that many, else 4; 1 for depthwise).
 func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
+	if p.KH == 1 && p.KW == 1 && p.StrideH == 1 && p.StrideW == 1 && p.DilationH == 1 && p.DilationW == 1 &&
+		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0 {
+		// A plain 1x1 convolution reads each plane as one long row: strips
+		// then run across output rows, and only a plane's last strip is
+		// partial.
+		p.W, p.H = p.H*p.W, 1
+		ow, oh = oh*ow, 1
+	}
+	if p.C/p.Groups == 1 && p.OutC == p.Groups && p.C > 0 && convForce != "tile" {
+		return l.convDW(s, x, w, y, p, oh, ow)
+	}
 	ocg := p.OutC / p.Groups
 	rb := 4
 	switch {
@@ -377,6 +388,30 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	px := l.convPX()
 	i32 := func(v int) int32 { return int32(v) }
 	global, local := l.cpuGroups([]int{oh * ((ow + px - 1) / px), (ocg + rb - 1) / rb, p.N * p.Groups})
+	return l.dev.Launch(k, global, local,
+		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
+		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
+		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+}
+
+// convDWRows is how many output rows a conv_dw work-item computes.
+const convDWRows = 4
+
+// convDW runs conv_dw, the depthwise kernel (one input and one output
+// channel per group).
+func (l *Lib) convDW(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), "conv_dw")
+	if err != nil {
+		return err
+	}
+	bias, hasBias := p.Bias, int32(1)
+	if bias.Mem == nil {
+		bias, hasBias = w, 0 // placeholder, never read
+	}
+	px := l.convPX()
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{(oh + convDWRows - 1) / convDWRows * ((ow + px - 1) / px), 1, p.N * p.C})
 	return l.dev.Launch(k, global, local,
 		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),

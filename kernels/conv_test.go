@@ -81,6 +81,7 @@ var convCases = map[string]ConvParams{
 	"wide dw s2":     {N: 2, C: 7, H: 6, W: 67, OutC: 7, KH: 5, KW: 5, StrideH: 2, StrideW: 2, PadTop: 2, PadLeft: 2, PadBottom: 2, PadRight: 2, Groups: 7},
 	"wide 1x1 s2":    {N: 1, C: 17, H: 3, W: 66, OutC: 10, KH: 1, KW: 1, StrideH: 2, StrideW: 2},
 	"wide 1x1 odd":   {N: 2, C: 23, H: 3, W: 19, OutC: 13, KH: 1, KW: 1},
+	"dw dil tall":    {N: 1, C: 3, H: 13, W: 19, OutC: 3, KH: 3, KW: 3, StrideH: 3, PadTop: 2, PadLeft: 1, PadBottom: 3, PadRight: 1, DilationH: 2, Groups: 3},
 	"dw multiplier3": {N: 1, C: 3, H: 5, W: 21, OutC: 9, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 3},
 }
 
@@ -97,12 +98,13 @@ func TestConvShapes(t *testing.T) {
 }
 
 // TestConvRoutes drives the same convolutions through every route and
-// strip width: the implicit GEMM (conv_tile) at 4, 8 and 16 lanes, direct,
+// strip width: the implicit GEMM (conv_tile) at 4, 8 and 16 lanes, the
+// depthwise kernel (conv_dw; other shapes take conv_tile there), direct,
 // the gather in both layouts, the GPU's tiled GEMM, and scratch for fewer
 // images than the batch.
 func TestConvRoutes(t *testing.T) {
 	defer func() { mmForce, convKMajor, convForce, convPXForce = "", false, "", 0 }()
-	for _, name := range []string{"3x3 pad1", "7x7 s2 p3", "asym pads dil", "groups 2", "1x1", "groups 3 1x1", "wide s2", "wide dw s2", "dw multiplier3"} {
+	for _, name := range []string{"3x3 pad1", "7x7 s2 p3", "asym pads dil", "groups 2", "1x1", "groups 3 1x1", "wide s2", "wide dw s2", "dw multiplier3", "depthwise", "depthwise x2", "conv1d depthwise", "dw dil tall"} {
 		p := convCases[name]
 		convForce = "im2col"
 		full := p.ScratchElems()
@@ -117,6 +119,8 @@ func TestConvRoutes(t *testing.T) {
 			{"tile16", "tile", 16, 0, false, ""},
 			{"tile8", "tile", 8, 0, false, ""},
 			{"tile4", "tile", 4, 0, false, ""},
+			{"dw16", "dw", 16, 0, false, ""},
+			{"dw4", "dw", 4, 0, false, ""},
 			{"direct", "direct", 0, 0, false, ""},
 			{"one image", "im2col", 0, full / p.N, false, ""},
 			{"k-major", "im2col", 0, full, true, ""},
