@@ -454,7 +454,23 @@ func convScratch(x, w, y *vinfo, sp spatial, groups, esz int) (symshape.Expr, bo
 	}
 	kc := ws[1] * kh * kw
 	if ws[1] == 1 {
-		return symshape.Expr{}, false // depthwise: conv_tile_1, no gather
+		return symshape.Expr{}, false // depthwise: conv_dw, no gather
+	}
+	plain1x1 := kh == 1 && kw == 1 && sp.pads == [4]int{} && sp.autoPad != "SAME_UPPER" && sp.autoPad != "SAME_LOWER"
+	if sp.sh == 1 && sp.sw == 1 && !plain1x1 && len(x.shape) == 4 {
+		// conv_flat's zero-padded copy of the input (kernels.ConvParams'
+		// flatElems): N*C*(H+pads)*(W+pads) plus a strip of slack.
+		padH, padW := sp.pads[0]+sp.pads[2], sp.pads[1]+sp.pads[3]
+		switch sp.autoPad {
+		case "SAME_UPPER", "SAME_LOWER":
+			padH, padW = (kh-1)*sp.dh, (kw-1)*sp.dw
+		case "VALID":
+			padH, padW = 0, 0
+		}
+		e := symshape.Mul(symshape.Mul(x.shape[0], x.shape[1]),
+			symshape.Mul(symshape.Add(x.shape[2], symshape.Const(int64(padH))), symshape.Add(x.shape[3], symshape.Const(int64(padW)))))
+		e = symshape.Add(e, symshape.Const(int64(16+(kw-1)*sp.dw)))
+		return symshape.Mul(e, symshape.Const(int64(esz))), true
 	}
 	// Outputs at least a strip wide run conv_tile, which reads the input
 	// in place (kernels.ConvParams.route); a width not known until run

@@ -133,9 +133,11 @@ func (p ConvParams) OutSize() (oh, ow int) {
 
 // route says how a convolution runs: "gemm1x1" (a 1x1 convolution is a
 // product straight on the NCHW input: no gather, no scratch), "depthwise"
-// (one input channel per group: conv_tile_1, a strip of one channel's
-// outputs per work-item) or "tile" (every other geometry: conv_tile's
-// implicit GEMM, receptive fields read in its loads). "im2col" and
+// (one input channel per group: conv_dw, or conv_tile with a channel
+// multiplier), "flat" (stride 1: the input copied once into zero-padded
+// planes in scratch, then conv_flat's implicit GEMM with every load a
+// vector; conv_tile when no scratch is given) or "tile" (every other
+// geometry: conv_tile's implicit GEMM, receptive fields read in its loads). "im2col" and
 // "direct", the older routes, run only when a test forces them (convForce)
 // or, for im2col, when the output rows are too short to fill a strip
 // (tileMinOW).
@@ -153,10 +155,24 @@ func (p ConvParams) route() string {
 		kc >= 16 && p.OutC/g >= 4 && p.Act == ConvActNone {
 		return "gemm1x1"
 	}
+	if oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 && !(p.KH == 1 && p.KW == 1 &&
+		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0) {
+		return "flat"
+	}
 	if p.OutSizeW() < tileMinOW && p.Act == ConvActNone {
 		return "im2col"
 	}
 	return "tile"
+}
+
+// flatSlack is how many elements past its last padded plane conv_flat may
+// read: a strip (up to 16 lanes) beyond the last grid position, shifted by
+// the kernel's width.
+func (p ConvParams) flatSlack() int { return 16 + (p.KW-1)*oneIfZero(p.DilationW) }
+
+// flatElems is the size of conv_flat's padded copy of the input.
+func (p ConvParams) flatElems() int {
+	return p.N*p.C*(p.H+p.PadTop+p.PadBottom)*(p.W+p.PadLeft+p.PadRight) + p.flatSlack()
 }
 
 // tileMinOW is the output width below which a convolution gathers its
@@ -187,11 +203,17 @@ var convPXForce int
 // and falls back to the direct kernel when not even one does.
 func (p ConvParams) ScratchElems() int {
 	p, err := p.norm()
-	if err != nil || p.route() != "im2col" {
+	if err != nil {
 		return 0
 	}
-	oh, ow := p.OutSize()
-	return p.N * p.C * p.KH * p.KW * oh * ow
+	switch p.route() {
+	case "flat":
+		return p.flatElems()
+	case "im2col":
+		oh, ow := p.OutSize()
+		return p.N * p.C * p.KH * p.KW * oh * ow
+	}
+	return 0
 }
 
 // Conv2D computes y = conv(x, w) + bias as p describes; x and y are stored
@@ -242,6 +264,12 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		imgs = min(p.N, (scratch.Mem.Size()/s.Size()-scratch.Off)/perImage)
 	}
 	if route == "im2col" && convForce == "" && ow >= l.convPX() {
+		route = "tile"
+	}
+	if route == "flat" {
+		if p.C > 0 && p.StrideH == 1 && p.StrideW == 1 && scratch.Mem != nil && scratch.Off >= 0 && scratch.Mem.Size()/s.Size()-scratch.Off >= p.flatElems() {
+			return l.convFlat(s, x, w, y, scratch, p, oh, ow)
+		}
 		route = "tile"
 	}
 	switch {
@@ -393,6 +421,41 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
 		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
 		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+}
+
+// convFlat runs conv_pad into scratch, then conv_flat on the padded planes.
+func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int) error {
+	opts := l.convOptions(s, p.Weight)
+	pad, err := l.kernel("conv", convSrc, opts, "conv_pad")
+	if err != nil {
+		return err
+	}
+	ocg := p.OutC / p.Groups
+	rb := 4
+	if ocg >= 8 && l.info().Type != "GPU" {
+		rb = 8
+	}
+	k, err := l.kernel("conv", convSrc, opts, fmt.Sprintf("conv_flat_%d", rb))
+	if err != nil {
+		return err
+	}
+	hp, wp := p.H+p.PadTop+p.PadBottom, p.W+p.PadLeft+p.PadRight
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{wp, hp, p.N * p.C})
+	if err := l.dev.Launch(pad, global, local, x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off),
+		i32(p.H), i32(p.W), i32(hp), i32(wp), i32(p.PadTop), i32(p.PadLeft)); err != nil {
+		return err
+	}
+	bias, hasBias := p.Bias, int32(1)
+	if bias.Mem == nil {
+		bias, hasBias = w, 0 // placeholder, never read
+	}
+	px := l.convPX()
+	global, local = l.cpuGroups([]int{(oh*wp + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
+	return l.dev.Launch(k, global, local,
+		scratch.Mem, i32(scratch.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(p.C), i32(hp), i32(wp), i32(p.OutC), i32(oh), i32(ow),
+		i32(p.KH), i32(p.KW), i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
 }
 
 // convDWRows is how many output rows a conv_dw work-item computes.

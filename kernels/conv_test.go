@@ -108,6 +108,8 @@ func TestConvRoutes(t *testing.T) {
 		p := convCases[name]
 		convForce = "im2col"
 		full := p.ScratchElems()
+		pn, _ := p.norm()
+		flat := pn.flatElems()
 		for _, r := range []struct {
 			name    string
 			route   string
@@ -119,6 +121,9 @@ func TestConvRoutes(t *testing.T) {
 			{"tile16", "tile", 16, 0, false, ""},
 			{"tile8", "tile", 8, 0, false, ""},
 			{"tile4", "tile", 4, 0, false, ""},
+			{"flat16", "flat", 16, flat, false, ""},
+			{"flat4", "flat", 4, flat, false, ""},
+			{"flat short scratch", "flat", 16, flat - 1, false, ""},
 			{"dw16", "dw", 16, 0, false, ""},
 			{"dw4", "dw", 4, 0, false, ""},
 			{"direct", "direct", 0, 0, false, ""},
@@ -138,8 +143,9 @@ func TestConvRoutes(t *testing.T) {
 }
 
 // TestConvActivations checks each epilogue activation against the
-// reference on shapes that reach both the vector and the padding path, at
-// every strip width.
+// reference on shapes that reach both the vector and the padding path, on
+// every route with an epilogue (conv_tile, conv_flat, conv_dw), at two
+// strip widths.
 func TestConvActivations(t *testing.T) {
 	defer func() { convPXForce = 0 }()
 	acts := []struct {
@@ -149,13 +155,13 @@ func TestConvActivations(t *testing.T) {
 		{ConvActRelu, 0, 0}, {ConvActClip, -0.25, 0.5}, {ConvActHardSwish, 0, 0},
 		{ConvActHardSigmoid, 0.2, 0.5}, {ConvActSiLU, 0, 0}, {ConvActLeakyRelu, 0.1, 0},
 	}
-	for _, name := range []string{"wide 3x3 odd", "wide dw s2", "wide 1x1 odd", "groups 3 1x1"} {
+	for _, name := range []string{"wide 3x3 odd", "wide dw s2", "wide 1x1 odd", "groups 3 1x1", "3x3 pad1", "wide s2"} {
 		for _, a := range acts {
 			for _, px := range []int{4, 16} {
 				convPXForce = px
 				p := convCases[name]
 				p.Act, p.ActA, p.ActB, p.Weight = a.act, a.a, a.b, F32
-				got, want := convRun(t, F32, p, true, 0)
+				got, want := convRun(t, F32, p, true, p.ScratchElems())
 				laClose(t, fmt.Sprintf("%s/act %d/px %d (route %s)", name, a.act, px, p.route()), F32, got, want)
 			}
 		}
