@@ -390,9 +390,9 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 	}
 	_, esz, _ := storeFor(x.dt, lc.fs)
 	sd := &stepDef{kernel: "conv"}
-	// Scratch for the im2col route: N*C*KH*KW*OH*OW elements. Needed only
-	// for output rows narrower than conv_tile's strips, and never for a
-	// depthwise or plain 1x1 convolution (kernels.ConvParams' routing).
+	// Scratch for conv_flat's padded copy of the input, about the input's
+	// size: every convolution but a depthwise or plain 1x1 one
+	// (kernels.ConvParams' routing).
 	if scratch, ok := convScratch(x, w, y, sp, groups, esz); ok {
 		sd.scratch = []symshape.Expr{scratch}
 	}
@@ -442,53 +442,42 @@ func convActivation(lc *lowerCtx) (kernels.ConvAct, float32, float32, error) {
 	return a, lc.n.AttrFloat("act_alpha", 0), lc.n.AttrFloat("act_beta", 0), nil
 }
 
-// convScratch is the im2col scratch size, when the convolution can use it.
+// convScratch is the size in bytes of conv_flat's zero-padded phase copy
+// of the input (kernels.ConvParams' flatElems), for the convolutions that
+// take that route: all but depthwise and plain 1x1 ones. The phase planes
+// hold ceil((H+pads)/sh) * sh <= H+pads+sh-1 rows (columns alike), plus a
+// strip of slack.
 func convScratch(x, w, y *vinfo, sp spatial, groups, esz int) (symshape.Expr, bool) {
 	ws, ok := constShape(w.shape)
-	if !ok || groups <= 0 {
+	if !ok || groups <= 0 || len(ws) < 3 {
 		return symshape.Expr{}, false
 	}
 	kh, kw := 1, ws[len(ws)-1]
 	if !sp.oneD {
 		kh = ws[2]
 	}
-	kc := ws[1] * kh * kw
 	if ws[1] == 1 {
-		return symshape.Expr{}, false // depthwise: conv_dw, no gather
-	}
-	plain1x1 := kh == 1 && kw == 1 && sp.pads == [4]int{} && sp.autoPad != "SAME_UPPER" && sp.autoPad != "SAME_LOWER"
-	if sp.sh == 1 && sp.sw == 1 && !plain1x1 && len(x.shape) == 4 {
-		// conv_flat's zero-padded copy of the input (kernels.ConvParams'
-		// flatElems): N*C*(H+pads)*(W+pads) plus a strip of slack.
-		padH, padW := sp.pads[0]+sp.pads[2], sp.pads[1]+sp.pads[3]
-		switch sp.autoPad {
-		case "SAME_UPPER", "SAME_LOWER":
-			padH, padW = (kh-1)*sp.dh, (kw-1)*sp.dw
-		case "VALID":
-			padH, padW = 0, 0
-		}
-		e := symshape.Mul(symshape.Mul(x.shape[0], x.shape[1]),
-			symshape.Mul(symshape.Add(x.shape[2], symshape.Const(int64(padH))), symshape.Add(x.shape[3], symshape.Const(int64(padW)))))
-		e = symshape.Add(e, symshape.Const(int64(16+(kw-1)*sp.dw)))
-		return symshape.Mul(e, symshape.Const(int64(esz))), true
-	}
-	// Outputs at least a strip wide run conv_tile, which reads the input
-	// in place (kernels.ConvParams.route); a width not known until run
-	// time keeps the scratch.
-	if n := len(y.shape); n >= 3 {
-		if ow, ok := y.shape[n-1].Const(); ok && ow >= 16 {
-			return symshape.Expr{}, false
-		}
+		return symshape.Expr{}, false // depthwise: conv_dw, no copy
 	}
 	if kh == 1 && kw == 1 && sp.sh == 1 && sp.sw == 1 && sp.pads == [4]int{} && sp.autoPad != "SAME_UPPER" && sp.autoPad != "SAME_LOWER" {
-		return symshape.Expr{}, false
+		return symshape.Expr{}, false // plain 1x1: a GEMM on the input
 	}
-	spatialOut := y.shape[2:]
-	e := symshape.Mul(x.shape[0], symshape.Const(int64(kc*groups*esz)))
-	for _, d := range spatialOut {
-		e = symshape.Mul(e, d)
+	padH, padW := sp.pads[0]+sp.pads[2], sp.pads[1]+sp.pads[3]
+	switch sp.autoPad {
+	case "SAME_UPPER", "SAME_LOWER":
+		// At most the dilated kernel's extent less one, at any stride.
+		padH, padW = (kh-1)*sp.dh, (kw-1)*sp.dw
+	case "VALID":
+		padH, padW = 0, 0
 	}
-	return e, true
+	hdim := symshape.Const(1)
+	if !sp.oneD {
+		hdim = symshape.Add(x.shape[2], symshape.Const(int64(padH+sp.sh-1)))
+	}
+	wdim := symshape.Add(x.shape[len(x.shape)-1], symshape.Const(int64(padW+sp.sw-1)))
+	e := symshape.Mul(symshape.Mul(x.shape[0], x.shape[1]), symshape.Mul(hdim, wdim))
+	e = symshape.Add(e, symshape.Const(int64(16+(kw-1)*sp.dw)))
+	return symshape.Mul(e, symshape.Const(int64(esz))), true
 }
 
 // lowerPool lowers MaxPool and AveragePool.

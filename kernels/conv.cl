@@ -322,42 +322,47 @@ __kernel void conv_dw(CONV_TILE_PARAMS) {
 	}
 }
 
-// conv_pad copies planes of X (H x W) into zero-padded planes of P
-// (Hp x Wp, the input at row pt, column pl) for conv_flat. global (Wp, Hp,
-// planes).
+// conv_pad copies planes of X (H x W) into conv_flat's layout: each plane
+// zero-padded (the input at row pt, column pl) and split by stride into
+// sh*sw phase planes of Hq x Wq, phase (a, b) holding padded rows a, a+sh,
+// ... and columns b, b+sw, ... (one phase at stride 1). global (Wq, Hq,
+// planes*sh*sw).
 __kernel void conv_pad(__global const store_t *X, int offX, __global store_t *P,
-                       int offP, int H, int W, int Hp, int Wp, int pt, int pl) {
-	const int j = get_global_id(0), i = get_global_id(1), z = get_global_id(2);
-	if (j >= Wp || i >= Hp) return;
-	const int ih = i - pt, iw = j - pl;
+                       int offP, int H, int W, int Hq, int Wq, int pt, int pl,
+                       int sh, int sw) {
+	const int j = get_global_id(0), i = get_global_id(1), zp = get_global_id(2);
+	if (j >= Wq || i >= Hq) return;
+	const int ph = zp % (sh * sw), z = zp / (sh * sw);
+	const int ih = i * sh + ph / sw - pt, iw = j * sw + ph % sw - pl;
 	float v = 0.0f;
 	if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = LOAD(X, offX + (z * H + ih) * W + iw);
-	STORE(P, offP + (z * Hp + i) * Wp + j, v);
+	STORE(P, offP + (zp * Hq + i) * Wq + j, v);
 }
 
-// conv_flat: a stride-1 convolution over conv_pad's padded planes. With the
-// padding written out, output pixel (oh, ow) reads padded element
-// (oh + kh*dh) * Wp + ow + kw*dw, so on the flattened grid q = oh*Wp + ow
-// (Wp - OW columns per row computed and dropped) every k is one contiguous
-// vector load at q0 + kh*dh*Wp + kw*dw: no edge cases at all, however
-// narrow the rows (ResNet's 7x7 and 14x14 stages, where conv_tile's strips
-// would mostly hang off the row). Otherwise as conv_tile: RB output
-// channels x CONV_PX grid positions per work-item. The planes need
-// CONV_PX + (KW-1)*dw readable elements past the last one. global
-// (ceil(OH*Wp / CONV_PX), ceil(OC/G / RB), N*G).
+// conv_flat: a convolution over conv_pad's padded phase planes. Padded
+// element (oh*sh + kh*dh, ow*sw + kw*dw) is element (oh + (kh*dh)/sh,
+// ow + (kw*dw)/sw) of phase ((kh*dh)%sh, (kw*dw)%sw), so on the flattened
+// grid q = oh*Wq + ow (Wq - OW columns per row computed and dropped) every
+// k is one contiguous vector load at a fixed offset from q0, whatever the
+// stride, dilation or padding: no edge cases, however narrow the rows
+// (ResNet's 7x7 and 14x14 stages, where conv_tile's strips would mostly
+// hang off the row). Otherwise as conv_tile: RB output channels x CONV_PX
+// grid positions per work-item. The planes need CONV_PX + (KW-1)*dw
+// readable elements past the last one. global (ceil(OH*Wq / CONV_PX),
+// ceil(OC/G / RB), N*G).
 __attribute__((always_inline)) static inline void
 conv_flat(const int RB, __global const store_t *P, int offP,
           __global const wstore_t *Wt, int offW, __global const wstore_t *Bias,
-          int offB, int hasBias, __global store_t *Y, int offY, int C, int Hp,
-          int Wp, int OC, int OH, int OW, int KH, int KW, int dh, int dw, int G,
-          int act, float actA, float actB) {
+          int offB, int hasBias, __global store_t *Y, int offY, int C, int Hq,
+          int Wq, int OC, int OH, int OW, int KH, int KW, int sh, int sw, int dh,
+          int dw, int G, int act, float actA, float actB) {
 	const int q0 = get_global_id(0) * CONV_PX;
-	if (q0 >= OH * Wp) return;
+	if (q0 >= OH * Wq) return;
 	const int Cg = C / G, OCg = OC / G;
 	const int ocb = get_global_id(1) * RB;
 	if (ocb >= OCg) return;
 	const int z = get_global_id(2), n = z / G, g = z - n * G;
-	const int Kc = Cg * KH * KW, plane = Hp * Wp;
+	const int Kc = Cg * KH * KW, phase = Hq * Wq, plane = sh * sw * phase;
 	__global const store_t *xp = P + offP + (n * C + g * Cg) * plane + q0;
 	int wo[8];
 	#pragma unroll
@@ -367,17 +372,19 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
 	for (int ic = 0; ic < Cg; ic++) {
 		for (int kh = 0; kh < KH; kh++) {
-			__global const store_t *row = xp + ic * plane + kh * dh * Wp;
+			const int u = kh * dh;
+			__global const store_t *row = xp + ic * plane + (u % sh) * sw * phase + (u / sh) * Wq;
 			const int kb = (ic * KH + kh) * KW;
 			for (int kw = 0; kw < KW; kw++) {
-				const cvec xv = CV_LOAD(row + kw * dw);
+				const int v = kw * dw;
+				const cvec xv = CV_LOAD(row + (v % sw) * phase + v / sw);
 				#pragma unroll
 				for (int r = 0; r < RB; r++)
 					acc[r] = fma((cvec)(WLOAD(Wt, wo[r] + kb + kw)), xv, acc[r]);
 			}
 		}
 	}
-	const int oh0 = q0 / Wp, ow0 = q0 - oh0 * Wp;
+	const int oh0 = q0 / Wq, ow0 = q0 - oh0 * Wq;
 	#pragma unroll
 	for (int r = 0; r < RB; r++) {
 		if (ocb + r >= OCg) break;
@@ -396,7 +403,7 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 		#pragma unroll
 		for (int l = 0; l < CONV_PX; l++) {
 			if (oh < OH && ow < OW) STORE(yp, oh * OW + ow, t[l]);
-			if (++ow == Wp) ow = 0, oh++;
+			if (++ow == Wq) ow = 0, oh++;
 		}
 	}
 }
@@ -404,11 +411,11 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 #define CONV_FLAT_PARAMS                                                       \
 	__global const store_t *P, int offP, __global const wstore_t *Wt,          \
 	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
-	    __global store_t *Y, int offY, int C, int Hp, int Wp, int OC, int OH,  \
-	    int OW, int KH, int KW, int dh, int dw, int G, int act, float actA,    \
-	    float actB
+	    __global store_t *Y, int offY, int C, int Hq, int Wq, int OC, int OH,  \
+	    int OW, int KH, int KW, int sh, int sw, int dh, int dw, int G,         \
+	    int act, float actA, float actB
 #define CONV_FLAT_ARGS                                                         \
-	P, offP, Wt, offW, Bias, offB, hasBias, Y, offY, C, Hp, Wp, OC, OH, OW,    \
-	    KH, KW, dh, dw, G, act, actA, actB
+	P, offP, Wt, offW, Bias, offB, hasBias, Y, offY, C, Hq, Wq, OC, OH, OW,    \
+	    KH, KW, sh, sw, dh, dw, G, act, actA, actB
 __kernel void conv_flat_8(CONV_FLAT_PARAMS) { conv_flat(8, CONV_FLAT_ARGS); }
 __kernel void conv_flat_4(CONV_FLAT_PARAMS) { conv_flat(4, CONV_FLAT_ARGS); }

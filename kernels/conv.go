@@ -134,13 +134,12 @@ func (p ConvParams) OutSize() (oh, ow int) {
 // route says how a convolution runs: "gemm1x1" (a 1x1 convolution is a
 // product straight on the NCHW input: no gather, no scratch), "depthwise"
 // (one input channel per group: conv_dw, or conv_tile with a channel
-// multiplier), "flat" (stride 1: the input copied once into zero-padded
-// planes in scratch, then conv_flat's implicit GEMM with every load a
-// vector; conv_tile when no scratch is given) or "tile" (every other
-// geometry: conv_tile's implicit GEMM, receptive fields read in its loads). "im2col" and
-// "direct", the older routes, run only when a test forces them (convForce)
-// or, for im2col, when the output rows are too short to fill a strip
-// (tileMinOW).
+// multiplier), "flat" (every other geometry: the input copied once into
+// zero-padded phase planes in scratch, then conv_flat's implicit GEMM with
+// every load a vector) or "tile" (a 1x1 convolution with an activation
+// epilogue, and "flat" without scratch: conv_tile's implicit GEMM,
+// receptive fields read in its loads). "im2col" and "direct", the older
+// routes, run only when a test forces them (convForce).
 func (p ConvParams) route() string {
 	if convForce != "" {
 		return convForce
@@ -150,19 +149,15 @@ func (p ConvParams) route() string {
 	if p.C/g == 1 {
 		return "depthwise"
 	}
-	if p.KH == 1 && p.KW == 1 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
-		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0 &&
-		kc >= 16 && p.OutC/g >= 4 && p.Act == ConvActNone {
+	plain1x1 := p.KH == 1 && p.KW == 1 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
+		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0
+	switch {
+	case plain1x1 && kc >= 16 && p.OutC/g >= 4 && p.Act == ConvActNone:
 		return "gemm1x1"
+	case plain1x1:
+		return "tile"
 	}
-	if oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 && !(p.KH == 1 && p.KW == 1 &&
-		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0) {
-		return "flat"
-	}
-	if p.OutSizeW() < tileMinOW && p.Act == ConvActNone {
-		return "im2col"
-	}
-	return "tile"
+	return "flat"
 }
 
 // flatSlack is how many elements past its last padded plane conv_flat may
@@ -170,24 +165,16 @@ func (p ConvParams) route() string {
 // the kernel's width.
 func (p ConvParams) flatSlack() int { return 16 + (p.KW-1)*oneIfZero(p.DilationW) }
 
-// flatElems is the size of conv_flat's padded copy of the input.
-func (p ConvParams) flatElems() int {
-	return p.N*p.C*(p.H+p.PadTop+p.PadBottom)*(p.W+p.PadLeft+p.PadRight) + p.flatSlack()
+// flatPhase is the size of one phase plane of conv_flat's padded copy.
+func (p ConvParams) flatPhase() (hq, wq int) {
+	sh, sw := oneIfZero(p.StrideH), oneIfZero(p.StrideW)
+	return (p.H + p.PadTop + p.PadBottom + sh - 1) / sh, (p.W + p.PadLeft + p.PadRight + sw - 1) / sw
 }
 
-// tileMinOW is the output width below which a convolution gathers its
-// receptive fields for a GEMM (when given scratch) rather than run
-// conv_tile: rows shorter than a CPU strip of 16 lanes leave lanes idle and
-// every load on the per-lane path (ResNet-18's 7x7 stage ran 1.5x faster
-// through the gather). On a GPU, whose strips are 4 wide, conv_tile runs
-// them anyway (Conv2D checks the strip width), and so does a convolution
-// with an activation epilogue, which the GEMM lacks.
-const tileMinOW = 16
-
-// OutSizeW is the output's width (OutSize's second value).
-func (p ConvParams) OutSizeW() int {
-	_, ow := p.OutSize()
-	return ow
+// flatElems is the size of conv_flat's padded copy of the input.
+func (p ConvParams) flatElems() int {
+	hq, wq := p.flatPhase()
+	return p.N*p.C*oneIfZero(p.StrideH)*oneIfZero(p.StrideW)*hq*wq + p.flatSlack()
 }
 
 // convForce, set by tests, names the route every convolution takes.
@@ -263,17 +250,14 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		}
 		imgs = min(p.N, (scratch.Mem.Size()/s.Size()-scratch.Off)/perImage)
 	}
-	if route == "im2col" && convForce == "" && ow >= l.convPX() {
-		route = "tile"
-	}
 	if route == "flat" {
-		if p.C > 0 && p.StrideH == 1 && p.StrideW == 1 && scratch.Mem != nil && scratch.Off >= 0 && scratch.Mem.Size()/s.Size()-scratch.Off >= p.flatElems() {
+		if p.C > 0 && scratch.Mem != nil && scratch.Off >= 0 && scratch.Mem.Size()/s.Size()-scratch.Off >= p.flatElems() {
 			return l.convFlat(s, x, w, y, scratch, p, oh, ow)
 		}
 		route = "tile"
 	}
 	switch {
-	case route == "tile" || route == "depthwise" || route == "dw" || p.C == 0 || route == "im2col" && imgs == 0 && convForce == "":
+	case route == "tile" || route == "depthwise" || route == "dw" || p.C == 0:
 		return l.convTile(s, x, w, y, p, oh, ow)
 	case route == "direct" || route == "im2col" && imgs == 0:
 		if p.Act != ConvActNone {
@@ -423,7 +407,8 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
 }
 
-// convFlat runs conv_pad into scratch, then conv_flat on the padded planes.
+// convFlat runs conv_pad into scratch, then conv_flat on the padded phase
+// planes.
 func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int) error {
 	opts := l.convOptions(s, p.Weight)
 	pad, err := l.kernel("conv", convSrc, opts, "conv_pad")
@@ -439,11 +424,11 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 	if err != nil {
 		return err
 	}
-	hp, wp := p.H+p.PadTop+p.PadBottom, p.W+p.PadLeft+p.PadRight
+	hq, wq := p.flatPhase()
 	i32 := func(v int) int32 { return int32(v) }
-	global, local := l.cpuGroups([]int{wp, hp, p.N * p.C})
+	global, local := l.cpuGroups([]int{wq, hq, p.N * p.C * p.StrideH * p.StrideW})
 	if err := l.dev.Launch(pad, global, local, x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off),
-		i32(p.H), i32(p.W), i32(hp), i32(wp), i32(p.PadTop), i32(p.PadLeft)); err != nil {
+		i32(p.H), i32(p.W), i32(hq), i32(wq), i32(p.PadTop), i32(p.PadLeft), i32(p.StrideH), i32(p.StrideW)); err != nil {
 		return err
 	}
 	bias, hasBias := p.Bias, int32(1)
@@ -451,11 +436,12 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 		bias, hasBias = w, 0 // placeholder, never read
 	}
 	px := l.convPX()
-	global, local = l.cpuGroups([]int{(oh*wp + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
+	global, local = l.cpuGroups([]int{(oh*wq + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
 	return l.dev.Launch(k, global, local,
 		scratch.Mem, i32(scratch.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
-		y.Mem, i32(y.Off), i32(p.C), i32(hp), i32(wp), i32(p.OutC), i32(oh), i32(ow),
-		i32(p.KH), i32(p.KW), i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+		y.Mem, i32(y.Off), i32(p.C), i32(hq), i32(wq), i32(p.OutC), i32(oh), i32(ow),
+		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.DilationH), i32(p.DilationW),
+		i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
 }
 
 // convDWRows is how many output rows a conv_dw work-item computes.
