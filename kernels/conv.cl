@@ -325,18 +325,27 @@ __kernel void conv_dw(CONV_TILE_PARAMS) {
 // conv_pad copies planes of X (H x W) into conv_flat's layout: each plane
 // zero-padded (the input at row pt, column pl) and split by stride into
 // sh*sw phase planes of Hq x Wq, phase (a, b) holding padded rows a, a+sh,
-// ... and columns b, b+sw, ... (one phase at stride 1). global (Wq, Hq,
+// ... and columns b, b+sw, ... (one phase at stride 1). A work-item writes
+// one row of a phase plane (a work-item per element made the launch cost
+// of its many work-groups, on a CPU, exceed the copy's). global (Hq,
 // planes*sh*sw).
 __kernel void conv_pad(__global const store_t *X, int offX, __global store_t *P,
                        int offP, int H, int W, int Hq, int Wq, int pt, int pl,
                        int sh, int sw) {
-	const int j = get_global_id(0), i = get_global_id(1), zp = get_global_id(2);
-	if (j >= Wq || i >= Hq) return;
+	const int i = get_global_id(0), zp = get_global_id(1);
+	if (i >= Hq) return;
 	const int ph = zp % (sh * sw), z = zp / (sh * sw);
-	const int ih = i * sh + ph / sw - pt, iw = j * sw + ph % sw - pl;
-	float v = 0.0f;
-	if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = LOAD(X, offX + (z * H + ih) * W + iw);
-	STORE(P, offP + (zp * Hq + i) * Wq + j, v);
+	const int ih = i * sh + ph / sw - pt, b = ph % sw - pl;
+	__global store_t *out = P + offP + (zp * Hq + i) * Wq;
+	if (ih < 0 || ih >= H) {
+		for (int j = 0; j < Wq; j++) STORE(out, j, 0.0f);
+		return;
+	}
+	__global const store_t *row = X + offX + (z * H + ih) * W;
+	for (int j = 0; j < Wq; j++) {
+		const int iw = j * sw + b;
+		STORE(out, j, (iw >= 0 && iw < W) ? LOAD(row, iw) : 0.0f);
+	}
 }
 
 // conv_flat: a convolution over conv_pad's padded phase planes. Padded
@@ -370,18 +379,23 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 	cvec acc[8];
 	#pragma unroll
 	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
+	// The phase and offset of kh*dh and kw*dw (quotient and remainder by
+	// the stride) are stepped, not divided: an integer division per load
+	// cost more than the load's eight FMAs.
 	for (int ic = 0; ic < Cg; ic++) {
+		int uq = 0, ur = 0; // kh*dh = uq*sh + ur
 		for (int kh = 0; kh < KH; kh++) {
-			const int u = kh * dh;
-			__global const store_t *row = xp + ic * plane + (u % sh) * sw * phase + (u / sh) * Wq;
+			__global const store_t *row = xp + ic * plane + ur * sw * phase + uq * Wq;
 			const int kb = (ic * KH + kh) * KW;
+			int vq = 0, vr = 0; // kw*dw = vq*sw + vr
 			for (int kw = 0; kw < KW; kw++) {
-				const int v = kw * dw;
-				const cvec xv = CV_LOAD(row + (v % sw) * phase + v / sw);
+				const cvec xv = CV_LOAD(row + vr * phase + vq);
 				#pragma unroll
 				for (int r = 0; r < RB; r++)
 					acc[r] = fma((cvec)(WLOAD(Wt, wo[r] + kb + kw)), xv, acc[r]);
+				for (vr += dw; vr >= sw; vr -= sw) vq++;
 			}
+			for (ur += dh; ur >= sh; ur -= sh) uq++;
 		}
 	}
 	const int oh0 = q0 / Wq, ow0 = q0 - oh0 * Wq;

@@ -426,7 +426,7 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 	}
 	hq, wq := p.flatPhase()
 	i32 := func(v int) int32 { return int32(v) }
-	global, local := l.cpuGroups([]int{wq, hq, p.N * p.C * p.StrideH * p.StrideW})
+	global, local := l.cpuGroups([]int{hq, p.N * p.C * p.StrideH * p.StrideW})
 	if err := l.dev.Launch(pad, global, local, x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off),
 		i32(p.H), i32(p.W), i32(hq), i32(wq), i32(p.PadTop), i32(p.PadLeft), i32(p.StrideH), i32(p.StrideW)); err != nil {
 		return err
