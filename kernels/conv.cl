@@ -264,17 +264,21 @@ __kernel void conv_tile_4(CONV_TILE_PARAMS) { conv_tile(4, CONV_TILE_ARGS); }
 __kernel void conv_tile_1(CONV_TILE_PARAMS) { conv_tile(1, CONV_TILE_ARGS); }
 
 // conv_dw: depthwise convolution (C == OC == G). A work-item computes
-// CONV_DW_ROWS output rows x CONV_PX pixels of one channel: it walks the
-// input rows their windows cover once, and each vector it loads from a row
-// feeds every output row whose window contains that row (up to KH of them
-// at stride 1), where one row per work-item would load it KH times. global
-// (ceil(OH / CONV_DW_ROWS) * ceil(OW / CONV_PX), 1, N*C).
+// blocks of CONV_DW_ROWS output rows x CONV_PX pixels of one channel: per
+// block it walks the input rows the block's windows cover once, and each
+// vector it loads from a row feeds every output row whose window contains
+// that row (up to KH of them at stride 1), where one row per work-item
+// would load it KH times. A work-item takes nblk blocks one after the
+// other (the launcher's choice: on a CPU all of a plane's, since a work-
+// group costs more than a block's arithmetic; on a GPU one, for
+// parallelism). global (ceil(OH / (CONV_DW_ROWS*nblk)) *
+// ceil(OW / CONV_PX), 1, N*C).
 #define CONV_DW_ROWS 4
-__kernel void conv_dw(CONV_TILE_PARAMS) {
+__kernel void conv_dw(CONV_TILE_PARAMS, int nblk) {
 	const int strips = (OW + CONV_PX - 1) / CONV_PX;
 	const int t = get_global_id(0);
-	const int oh0 = (t / strips) * CONV_DW_ROWS;
-	if (oh0 >= OH) return;
+	const int blk0 = (t / strips) * nblk;
+	if (blk0 * CONV_DW_ROWS >= OH) return;
 	const int ow1 = (t % strips) * CONV_PX;
 	const int ow0 = OW >= CONV_PX ? min(ow1, OW - CONV_PX) : 0;
 	const int z = get_global_id(2), c = z % C;
@@ -283,42 +287,47 @@ __kernel void conv_dw(CONV_TILE_PARAMS) {
 	const int iw0 = ow0 * sw - pl, last = iw0 + (KW - 1) * dw;
 	const bool inside1 = sw == 1 && iw0 >= 0 && last + CONV_PX <= W;
 	const bool inside2 = sw == 2 && iw0 >= 0 && last + 2 * CONV_PX <= W;
-	cvec acc[CONV_DW_ROWS];
-	#pragma unroll
-	for (int r = 0; r < CONV_DW_ROWS; r++) acc[r] = (cvec)(0.0f);
-	// Input rows from the first window's top to the last one's bottom.
-	const int nrows = min(CONV_DW_ROWS, OH - oh0);
-	const int ihA = max(oh0 * sh - pt, 0);
-	const int ihB = min((oh0 + nrows - 1) * sh - pt + (KH - 1) * dh, H - 1);
-	for (int ih = ihA; ih <= ihB; ih++) {
-		__global const store_t *row = xp + ih * W;
-		// kb[r]: the weight row of output row oh0 + r that reads ih, or -1.
-		int kb[CONV_DW_ROWS];
+	const float b = hasBias ? WLOAD(Bias, offB + c) : 0.0f;
+	for (int oh0 = blk0 * CONV_DW_ROWS; oh0 < min(OH, (blk0 + nblk) * CONV_DW_ROWS); oh0 += CONV_DW_ROWS) {
+		cvec acc[CONV_DW_ROWS];
+		#pragma unroll
+		for (int r = 0; r < CONV_DW_ROWS; r++) acc[r] = (cvec)(0.0f);
+		// Input rows from the first window's top to the last one's bottom.
+		const int nrows = min(CONV_DW_ROWS, OH - oh0);
+		const int ihA = max(oh0 * sh - pt, 0);
+		const int ihB = min((oh0 + nrows - 1) * sh - pt + (KH - 1) * dh, H - 1);
+		for (int ih = ihA; ih <= ihB; ih++) {
+			__global const store_t *row = xp + ih * W;
+			// kb[r]: the weight row of output row oh0 + r that reads ih,
+			// or -1. Dilation 1 needs no division (one per row and output
+			// row cost more than the row's multiply-adds).
+			int kb[CONV_DW_ROWS];
+			#pragma unroll
+			for (int r = 0; r < CONV_DW_ROWS; r++) {
+				const int d = ih - ((oh0 + r) * sh - pt);
+				int kh = d;
+				if (dh != 1) kh = d % dh == 0 ? d / dh : -1;
+				kb[r] = (r < nrows && d >= 0 && kh >= 0 && kh < KH) ? wo + kh * KW : -1;
+			}
+			for (int kw = 0; kw < KW; kw++) {
+				const int iw = iw0 + kw * dw;
+				cvec xv;
+				if (inside1)
+					xv = CV_LOAD(row + iw);
+				else if (inside2)
+					xv = conv_even(CV_LOAD(row + iw), CV_LOAD(row + iw + CONV_PX));
+				else
+					xv = conv_row_load(row, iw, sw, W);
+				#pragma unroll
+				for (int r = 0; r < CONV_DW_ROWS; r++)
+					if (kb[r] >= 0) acc[r] = fma((cvec)(WLOAD(Wt, kb[r] + kw)), xv, acc[r]);
+			}
+		}
 		#pragma unroll
 		for (int r = 0; r < CONV_DW_ROWS; r++) {
-			const int d = ih - ((oh0 + r) * sh - pt);
-			const int kh = d / dh;
-			kb[r] = (r < nrows && d >= 0 && d % dh == 0 && kh < KH) ? wo + kh * KW : -1;
+			if (r >= nrows) break;
+			conv_put(Y + offY + (z * OH + oh0 + r) * OW, ow0, ow1, OW, conv_act(acc[r] + b, act, actA, actB));
 		}
-		for (int kw = 0; kw < KW; kw++) {
-			const int iw = iw0 + kw * dw;
-			cvec xv;
-			if (inside1)
-				xv = CV_LOAD(row + iw);
-			else if (inside2)
-				xv = conv_even(CV_LOAD(row + iw), CV_LOAD(row + iw + CONV_PX));
-			else
-				xv = conv_row_load(row, iw, sw, W);
-			#pragma unroll
-			for (int r = 0; r < CONV_DW_ROWS; r++)
-				if (kb[r] >= 0) acc[r] = fma((cvec)(WLOAD(Wt, kb[r] + kw)), xv, acc[r]);
-		}
-	}
-	const float b = hasBias ? WLOAD(Bias, offB + c) : 0.0f;
-	#pragma unroll
-	for (int r = 0; r < CONV_DW_ROWS; r++) {
-		if (r >= nrows) break;
-		conv_put(Y + offY + (z * OH + oh0 + r) * OW, ow0, ow1, OW, conv_act(acc[r] + b, act, actA, actB));
 	}
 }
 

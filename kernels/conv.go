@@ -444,6 +444,10 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 		i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
 }
 
+// convDWOneBlock, set by benchmarks, gives conv_dw one block of rows per
+// work-item on a CPU too.
+var convDWOneBlock bool
+
 // convDWRows is how many output rows a conv_dw work-item computes.
 const convDWRows = 4
 
@@ -460,12 +464,17 @@ func (l *Lib) convDW(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	}
 	px := l.convPX()
 	i32 := func(v int) int32 { return int32(v) }
-	global, local := l.cpuGroups([]int{(oh + convDWRows - 1) / convDWRows * ((ow + px - 1) / px), 1, p.N * p.C})
+	blocks := (oh + convDWRows - 1) / convDWRows
+	nblk := 1
+	if l.info().Type != "GPU" && !convDWOneBlock {
+		nblk = blocks
+	}
+	global, local := l.cpuGroups([]int{(blocks + nblk - 1) / nblk * ((ow + px - 1) / px), 1, p.N * p.C})
 	return l.dev.Launch(k, global, local,
 		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
 		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
-		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB, i32(nblk))
 }
 
 func (l *Lib) convDirect(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {

@@ -61,9 +61,10 @@ var convBenchShapes = []struct {
 // BenchmarkConvRoutes times each shape on each route that can run it,
 // reporting GFLOP/s (2 per multiply-add) against the machine's fp32 peak,
 // ~442 GFLOP/s on 2 cores (../shared/machine-facts.md), and the share of
-// that peak. TLITE_CONV_ROUTES picks routes (default tile,im2col,direct).
+// that peak. TLITE_CONV_ROUTES picks routes (default all of them; "dw1" is
+// conv_dw with one block of rows per work-item).
 func BenchmarkConvRoutes(b *testing.B) {
-	routes := []string{"tile", "im2col", "direct", "gemm1x1"}
+	routes := []string{"flat", "tile", "dw", "dw1", "im2col", "direct", "gemm1x1"}
 	if r := os.Getenv("TLITE_CONV_ROUTES"); r != "" {
 		routes = strings.Split(r, ",")
 	}
@@ -76,11 +77,17 @@ func BenchmarkConvRoutes(b *testing.B) {
 		oh, ow := pn.OutSize()
 		flops := 2 * float64(p.N*p.OutC*oh*ow*(p.C/pn.Groups)*p.KH*p.KW)
 		for _, route := range routes {
-			if route == "gemm1x1" && (p.KH != 1 || pn.StrideH != 1) || route == "im2col" && p.C/pn.Groups == 1 {
+			dw := p.C/pn.Groups == 1 && p.OutC == pn.Groups
+			if route == "gemm1x1" && (p.KH != 1 || pn.StrideH != 1) || route == "im2col" && p.C/pn.Groups == 1 ||
+				(route == "dw" || route == "dw1") && !dw {
 				continue
 			}
 			b.Run(sh.name+"/"+route, func(b *testing.B) {
-				convForce = route
+				convForce, convDWOneBlock = route, false
+				if route == "dw1" {
+					convForce, convDWOneBlock = "dw", true
+				}
+				defer func() { convDWOneBlock = false }()
 				x := upload(b, F32, laRand(1, p.N*p.C*p.H*p.W, F32))
 				wt := upload(b, F32, laRand(2, p.OutC*p.C/pn.Groups*p.KH*p.KW, F32))
 				y := alloc(b, F32, p.N*p.OutC*oh*ow)
