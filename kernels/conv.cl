@@ -117,6 +117,30 @@ typedef float4 cvec;
 #define CV_LOAD(p) CV_LOADF(p)
 #endif
 
+// CV_LANES(M, v) expands M(l, lane l of v) for every lane; CV_BUILD(F) is
+// the vector of F(0), F(1), ...: per-lane work on registers, where a
+// private array with vload/vstore would put the vector in scratch memory
+// on a GPU.
+#if CONV_PX == 16
+#define CV_LANES(M, v) M(0, (v).s0) M(1, (v).s1) M(2, (v).s2) M(3, (v).s3) M(4, (v).s4) M(5, (v).s5) M(6, (v).s6) M(7, (v).s7) M(8, (v).s8) M(9, (v).s9) M(10, (v).sa) M(11, (v).sb) M(12, (v).sc) M(13, (v).sd) M(14, (v).se) M(15, (v).sf)
+#define CV_BUILD(F) ((cvec)(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8), F(9), F(10), F(11), F(12), F(13), F(14), F(15)))
+#elif CONV_PX == 8
+#define CV_LANES(M, v) M(0, (v).s0) M(1, (v).s1) M(2, (v).s2) M(3, (v).s3) M(4, (v).s4) M(5, (v).s5) M(6, (v).s6) M(7, (v).s7)
+#define CV_BUILD(F) ((cvec)(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7)))
+#else
+#define CV_LANES(M, v) M(0, (v).s0) M(1, (v).s1) M(2, (v).s2) M(3, (v).s3)
+#define CV_BUILD(F) ((cvec)(F(0), F(1), F(2), F(3)))
+#endif
+
+// CONV_RBMAX bounds the output channels per work-item: 8 with 16-lane
+// strips (CPUs), 4 with narrower ones (GPUs: arrays sized for 8 stayed in
+// scratch memory there).
+#if CONV_PX == 16
+#define CONV_RBMAX 8
+#else
+#define CONV_RBMAX 4
+#endif
+
 // Activation codes, kernels.ConvAct in conv.go.
 #define CONV_ACT_NONE 0
 #define CONV_ACT_RELU 1
@@ -151,13 +175,9 @@ static inline cvec conv_act(cvec v, int act, float a, float b) {
 // elements, zero outside it: the window of a strip at the padding, and any
 // stride other than 1 and 2.
 static inline cvec conv_row_gather(__global const store_t *row, int iw, int sw, int W) {
-	float t[CONV_PX];
-	#pragma unroll
-	for (int l = 0; l < CONV_PX; l++) {
-		const int i = iw + l * sw;
-		t[l] = (i >= 0 && i < W) ? LOAD(row, i) : 0.0f;
-	}
-	return CV_LOADF(t);
+#define CONV_GATHER_LANE(l) ((iw + (l)*sw >= 0 && iw + (l)*sw < W) ? LOAD(row, iw + (l)*sw) : 0.0f)
+	return CV_BUILD(CONV_GATHER_LANE);
+#undef CONV_GATHER_LANE
 }
 
 // conv_even is the even lanes of a followed by those of b: a strip at
@@ -180,13 +200,20 @@ static inline void conv_put(__global store_t *yrow, int ow0, int ow1, int OW, cv
 		return;
 	}
 #endif
-	float t[CONV_PX];
-	CV_STOREF(v, t);
+#define CONV_PUT_LANE(l, x)                                                    \
+	if (ow0 + (l) >= ow1 && ow0 + (l) < OW) STORE(yrow, ow0 + (l), (x));
+	CV_LANES(CONV_PUT_LANE, v)
+#undef CONV_PUT_LANE
+}
+
+// conv_acc adds weight k of each of RB rows (offsets wo) times xv to acc.
+// A function rather than a loop in conv_tile's loop macro, whose _Pragma
+// unroll left the accumulators in scratch memory on a GPU.
+__attribute__((always_inline)) static inline void
+conv_acc(const int RB, cvec *acc, cvec xv, __global const wstore_t *Wt,
+         const int *wo, int k) {
 	#pragma unroll
-	for (int l = 0; l < CONV_PX; l++) {
-		const int ow = ow0 + l;
-		if (ow >= ow1 && ow < OW) STORE(yrow, ow, t[l]);
-	}
+	for (int r = 0; r < RB; r++) acc[r] = fma((cvec)(WLOAD(Wt, wo[r] + k)), xv, acc[r]);
 }
 
 #define CONV_TILE_PARAMS                                                       \
@@ -213,10 +240,10 @@ __attribute__((always_inline)) static inline void conv_tile(const int RB,
 	const int z = get_global_id(2), n = z / G, g = z - n * G;
 	const int Kc = Cg * KH * KW;
 	__global const store_t *xp = X + offX + (n * C + g * Cg) * H * W;
-	int wo[8];
+	int wo[CONV_RBMAX];
 	#pragma unroll
 	for (int r = 0; r < RB; r++) wo[r] = offW + (g * OCg + min(ocb + r, OCg - 1)) * Kc;
-	cvec acc[8];
+	cvec acc[CONV_RBMAX];
 	#pragma unroll
 	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
 	const int ih0 = oh * sh - pt, iw0 = ow0 * sw - pl;
@@ -234,9 +261,7 @@ __attribute__((always_inline)) static inline void conv_tile(const int RB,
 			const int kb = (ic * KH + kh) * KW;                                \
 			for (int kw = 0; kw < KW; kw++) {                                  \
 				const int iw = iw0 + kw * dw;                                  \
-				const cvec xv = XLOAD;                                         \
-				_Pragma("unroll") for (int r = 0; r < RB; r++) acc[r] =        \
-				    fma((cvec)(WLOAD(Wt, wo[r] + kb + kw)), xv, acc[r]);       \
+				conv_acc(RB, acc, XLOAD, Wt, wo, kb + kw);                     \
 			}                                                                  \
 		}                                                                      \
 	}
@@ -251,20 +276,23 @@ __attribute__((always_inline)) static inline void conv_tile(const int RB,
 	#pragma unroll
 	for (int r = 0; r < RB; r++) {
 		const int oc = g * OCg + ocb + r;
-		if (ocb + r >= OCg) break;
-		cvec v = acc[r];
-		if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
-		v = conv_act(v, act, actA, actB);
-		conv_put(Y + offY + ((n * OC + oc) * OH + oh) * OW, ow0, ow1, OW, v);
+		if (ocb + r < OCg) {
+			cvec v = acc[r];
+			if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
+			v = conv_act(v, act, actA, actB);
+			conv_put(Y + offY + ((n * OC + oc) * OH + oh) * OW, ow0, ow1, OW, v);
+		}
 	}
 }
 
+#if CONV_RBMAX == 8
 __kernel void conv_tile_8(CONV_TILE_PARAMS) { conv_tile(8, CONV_TILE_ARGS); }
+#endif
 __kernel void conv_tile_4(CONV_TILE_PARAMS) { conv_tile(4, CONV_TILE_ARGS); }
 __kernel void conv_tile_1(CONV_TILE_PARAMS) { conv_tile(1, CONV_TILE_ARGS); }
 
 // conv_dw: depthwise convolution (C == OC == G). A work-item computes
-// blocks of CONV_DW_ROWS output rows x CONV_PX pixels of one channel: per
+// blocks of CONV_DW_ROWS (4 on CPUs, 2 on GPUs) output rows x CONV_PX pixels of one channel: per
 // block it walks the input rows the block's windows cover once, and each
 // vector it loads from a row feeds every output row whose window contains
 // that row (up to KH of them at stride 1), where one row per work-item
@@ -273,7 +301,11 @@ __kernel void conv_tile_1(CONV_TILE_PARAMS) { conv_tile(1, CONV_TILE_ARGS); }
 // group costs more than a block's arithmetic; on a GPU one, for
 // parallelism). global (ceil(OH / (CONV_DW_ROWS*nblk)) *
 // ceil(OW / CONV_PX), 1, N*C).
+#if CONV_PX == 16
 #define CONV_DW_ROWS 4
+#else
+#define CONV_DW_ROWS 2 // GPU: four rows took 70 VGPRs of the gate's 64
+#endif
 __kernel void conv_dw(CONV_TILE_PARAMS, int nblk) {
 	const int strips = (OW + CONV_PX - 1) / CONV_PX;
 	const int t = get_global_id(0);
@@ -325,7 +357,7 @@ __kernel void conv_dw(CONV_TILE_PARAMS, int nblk) {
 		}
 		#pragma unroll
 		for (int r = 0; r < CONV_DW_ROWS; r++) {
-			if (r >= nrows) break;
+			if (r >= nrows) continue;
 			conv_put(Y + offY + (z * OH + oh0 + r) * OW, ow0, ow1, OW, conv_act(acc[r] + b, act, actA, actB));
 		}
 	}
@@ -382,10 +414,10 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 	const int z = get_global_id(2), n = z / G, g = z - n * G;
 	const int Kc = Cg * KH * KW, phase = Hq * Wq, plane = sh * sw * phase;
 	__global const store_t *xp = P + offP + (n * C + g * Cg) * plane + q0;
-	int wo[8];
+	int wo[CONV_RBMAX];
 	#pragma unroll
 	for (int r = 0; r < RB; r++) wo[r] = offW + (g * OCg + min(ocb + r, OCg - 1)) * Kc;
-	cvec acc[8];
+	cvec acc[CONV_RBMAX];
 	#pragma unroll
 	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
 	// The phase and offset of kh*dh and kw*dw (quotient and remainder by
@@ -410,7 +442,7 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 	const int oh0 = q0 / Wq, ow0 = q0 - oh0 * Wq;
 	#pragma unroll
 	for (int r = 0; r < RB; r++) {
-		if (ocb + r >= OCg) break;
+		if (ocb + r >= OCg) continue;
 		const int oc = g * OCg + ocb + r;
 		cvec v = acc[r];
 		if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
@@ -420,14 +452,14 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 			conv_put(yp + oh0 * OW, ow0, ow0, OW, v);
 			continue;
 		}
-		float t[CONV_PX];
-		CV_STOREF(v, t);
 		int oh = oh0, ow = ow0;
-		#pragma unroll
-		for (int l = 0; l < CONV_PX; l++) {
-			if (oh < OH && ow < OW) STORE(yp, oh * OW + ow, t[l]);
-			if (++ow == Wq) ow = 0, oh++;
-		}
+#define CONV_FLAT_LANE(l, x)                                                   \
+	{                                                                          \
+		if (oh < OH && ow < OW) STORE(yp, oh * OW + ow, (x));                  \
+		if (++ow == Wq) ow = 0, oh++;                                          \
+	}
+		CV_LANES(CONV_FLAT_LANE, v)
+#undef CONV_FLAT_LANE
 	}
 }
 
@@ -440,5 +472,7 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 #define CONV_FLAT_ARGS                                                         \
 	P, offP, Wt, offW, Bias, offB, hasBias, Y, offY, C, Hq, Wq, OC, OH, OW,    \
 	    KH, KW, sh, sw, dh, dw, G, act, actA, actB
+#if CONV_RBMAX == 8
 __kernel void conv_flat_8(CONV_FLAT_PARAMS) { conv_flat(8, CONV_FLAT_ARGS); }
+#endif
 __kernel void conv_flat_4(CONV_FLAT_PARAMS) { conv_flat(4, CONV_FLAT_ARGS); }

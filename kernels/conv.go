@@ -353,6 +353,11 @@ func (l *Lib) convPX() int {
 	if convPXForce != 0 {
 		return convPXForce
 	}
+	return l.convPXDevice()
+}
+
+// convPXDevice is the device's own strip width, whatever a test forces.
+func (l *Lib) convPXDevice() int {
 	if l.info().Type == "GPU" {
 		return 4
 	}
@@ -364,8 +369,9 @@ func (l *Lib) convOptions(s Storage, w Storage) string {
 	return fmt.Sprintf("%s %s -DCONV_PX=%d", s.define(), weightDefine(w), l.convPX())
 }
 
-// convTile runs conv_tile: rb output channels per work-item (8 on a CPU
-// where a group has that many, else 4; 1 for depthwise).
+// convTile runs conv_tile: rb output channels per work-item (8 with
+// 16-lane strips where a group has that many, 1 on GPUs, else 4; 1 for
+// depthwise).
 func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	if p.KH == 1 && p.KW == 1 && p.StrideH == 1 && p.StrideW == 1 && p.DilationH == 1 && p.DilationW == 1 &&
 		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0 {
@@ -383,8 +389,15 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	switch {
 	case p.C/p.Groups == 1 && ocg < 4:
 		rb = 1
-	case ocg >= 8 && l.info().Type != "GPU":
+	case ocg >= 8 && l.convPX() == 16:
 		rb = 8
+	case l.convPXDevice() == 4:
+		// On the register gate's GPU, conv_tile with 2 or 4 channels kept
+		// its accumulators in scratch memory (not yet understood; conv_flat,
+		// with the same arrays, does not). One channel per work-item
+		// passes; the GPU takes this route only for a 1x1 convolution with
+		// an activation and when given no scratch.
+		rb = 1
 	}
 	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), fmt.Sprintf("conv_tile_%d", rb))
 	if err != nil {
@@ -417,7 +430,7 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 	}
 	ocg := p.OutC / p.Groups
 	rb := 4
-	if ocg >= 8 && l.info().Type != "GPU" {
+	if ocg >= 8 && l.convPX() == 16 {
 		rb = 8
 	}
 	k, err := l.kernel("conv", convSrc, opts, fmt.Sprintf("conv_flat_%d", rb))
@@ -448,8 +461,14 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 // work-item on a CPU too.
 var convDWOneBlock bool
 
-// convDWRows is how many output rows a conv_dw work-item computes.
-const convDWRows = 4
+// convDWRows is how many output rows a conv_dw work-item computes per
+// block (conv.cl's CONV_DW_ROWS).
+func (l *Lib) convDWRows() int {
+	if l.convPX() == 16 {
+		return 4
+	}
+	return 2
+}
 
 // convDW runs conv_dw, the depthwise kernel (one input and one output
 // channel per group).
@@ -464,7 +483,7 @@ func (l *Lib) convDW(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	}
 	px := l.convPX()
 	i32 := func(v int) int32 { return int32(v) }
-	blocks := (oh + convDWRows - 1) / convDWRows
+	blocks := (oh + l.convDWRows() - 1) / l.convDWRows()
 	nblk := 1
 	if l.info().Type != "GPU" && !convDWOneBlock {
 		nblk = blocks
