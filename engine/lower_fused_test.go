@@ -233,6 +233,30 @@ func TestFusedLowerings(t *testing.T) {
 			inner := b.op("Mul", fv(b.op("Add", fv(x, b.op("Mul", fv(b.op("Pow", fv(x, c("three", 3))), c("k", 0.044715))))), c("s", 0.7978846)))
 			b.output(b.op("Mul", fv(b.op("Mul", fv(x, c("half", 0.5))), b.op("Add", fv(b.op("Tanh", fv(inner)), c("one", 1))))))
 		}, inputs: map[string]*tensor.Dense{"x": randDense(17, 3, 40)}},
+		// Convolutions with their activation in the epilogue: a 3x3 with
+		// padding on rows wider than a strip, SiLU after a depthwise
+		// convolution, HardSwish after a 1x1, ReLU6 (Clip) after a strided
+		// one.
+		{name: "conv-relu", want: []string{"ConvAct"}, build: func(b *fgb) {
+			x := b.input("x", "batch", 3, 6, 37)
+			y := b.op("Conv", fv(x, b.weights("w", 20, 5, 3, 3, 3), b.weights("b", 21, 5)), intsA("pads", 1, 1, 1, 1))
+			b.output(b.op("Relu", fv(y)))
+		}, inputs: map[string]*tensor.Dense{"x": randDense(22, 2, 3, 6, 37)}},
+		{name: "depthwise-silu", want: []string{"ConvAct"}, build: func(b *fgb) {
+			x := b.input("x", "batch", 4, 9, 21)
+			y := b.op("Conv", fv(x, b.weights("w", 23, 4, 1, 5, 5)), intsA("pads", 2, 2, 2, 2), intA("group", 4), intsA("strides", 2, 1))
+			b.output(b.op("Mul", fv(y, b.op("Sigmoid", fv(y)))))
+		}, inputs: map[string]*tensor.Dense{"x": randDense(24, 1, 4, 9, 21)}},
+		{name: "pointwise-hardswish", want: []string{"ConvAct"}, build: func(b *fgb) {
+			x := b.input("x", "batch", 17, 5, 7)
+			y := b.op("Conv", fv(x, b.weights("w", 25, 12, 17, 1, 1), b.weights("b", 26, 12)))
+			b.output(b.op("HardSwish", fv(y)))
+		}, inputs: map[string]*tensor.Dense{"x": randDense(27, 2, 17, 5, 7)}},
+		{name: "strided-relu6", want: []string{"ConvAct"}, build: func(b *fgb) {
+			x := b.input("x", "batch", 6, 11, 40)
+			y := b.op("Conv", fv(x, b.weights("w", 28, 8, 3, 3, 3)), intsA("pads", 1, 1, 1, 1), intsA("strides", 2, 2), intA("group", 2))
+			b.output(b.op("Clip", fv(y, b.scalar("lo", 0), b.scalar("hi", 0.5))))
+		}, inputs: map[string]*tensor.Dense{"x": randDense(29, 2, 6, 11, 40)}},
 	}
 	backends := []struct {
 		name string

@@ -18,7 +18,7 @@ import (
 func init() {
 	registerLowering(lowerMatMul, "MatMul")
 	registerLowering(lowerGemm, "Gemm")
-	registerLowering(lowerConv, "Conv")
+	registerLowering(lowerConv, "Conv", tlite.Key(tlite.ConvAct))
 	registerLowering(lowerPool, "MaxPool", "AveragePool")
 	registerLowering(lowerGlobalPool, "GlobalAveragePool", "GlobalMaxPool")
 }
@@ -443,6 +443,9 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 		return nil, err
 	}
 	if len(x.shape) == 5 {
+		if lc.n.Domain != "" {
+			return nil, lc.unsupported("an activation epilogue on a 3-D convolution")
+		}
 		return lowerConv3D(lc, s)
 	}
 	sp, err := readSpatial(lc, len(x.shape))
@@ -453,11 +456,15 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 		return nil, lc.unsupported("weight of rank %d for input of rank %d", len(w.shape), len(x.shape))
 	}
 	groups := int(lc.n.AttrInt("group", 1))
+	act, actA, actB, err := convActivation(lc)
+	if err != nil {
+		return nil, err
+	}
 	_, esz, _ := storeFor(x.dt, lc.fs)
 	sd := &stepDef{kernel: "conv"}
-	// Scratch for the im2col route: N*C*KH*KW*OH*OW elements. Needed only
-	// when the product is wide enough for the GEMM kernels and the
-	// convolution is not a plain 1x1 (kernels.ConvParams' routing).
+	// Scratch for conv_flat's padded copy of the input, about the input's
+	// size: every convolution but a depthwise or plain 1x1 one
+	// (kernels.ConvParams' routing).
 	if scratch, ok := convScratch(x, w, y, sp, groups, esz); ok {
 		sd.scratch = []symshape.Expr{scratch}
 	}
@@ -472,7 +479,7 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 		p := kernels.ConvParams{N: n, C: c, H: h, W: wd, OutC: ws[0], KH: kh, KW: kw,
 			StrideH: sp.sh, StrideW: sp.sw, DilationH: sp.dh, DilationW: sp.dw,
 			PadTop: pads[0], PadLeft: pads[1], PadBottom: pads[2], PadRight: pads[3],
-			Groups: groups, Weight: s}
+			Groups: groups, Weight: s, Act: act, ActA: actA, ActB: actB}
 		var bref, sref *tref
 		if bias != nil {
 			r := ex.ref(bias)
@@ -487,29 +494,62 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 	return sd, nil
 }
 
-// convScratch is the im2col scratch size, when the convolution can use it.
+// convActs maps ConvAct's activation attribute to the kernels' epilogue.
+var convActs = map[string]kernels.ConvAct{
+	"Relu": kernels.ConvActRelu, "Clip": kernels.ConvActClip, "HardSwish": kernels.ConvActHardSwish,
+	"HardSigmoid": kernels.ConvActHardSigmoid, "SiLU": kernels.ConvActSiLU, "LeakyRelu": kernels.ConvActLeakyRelu,
+}
+
+// convActivation reads a tlite ConvAct node's activation (none for a plain
+// Conv).
+func convActivation(lc *lowerCtx) (kernels.ConvAct, float32, float32, error) {
+	if lc.n.Domain != tlite.Domain || lc.n.OpType != tlite.ConvAct {
+		return kernels.ConvActNone, 0, 0, nil
+	}
+	name := lc.n.AttrString("activation", "")
+	a, ok := convActs[name]
+	if !ok {
+		return 0, 0, 0, lc.unsupported("activation %q", name)
+	}
+	return a, lc.n.AttrFloat("act_alpha", 0), lc.n.AttrFloat("act_beta", 0), nil
+}
+
+// convScratch is the size in bytes of conv_flat's zero-padded phase copy
+// of the input (kernels.ConvParams' flatElems), for the convolutions that
+// take that route: all but depthwise and plain 1x1 ones. The phase planes
+// hold ceil((H+pads)/sh) * sh <= H+pads+sh-1 rows (columns alike), plus a
+// strip of slack.
 func convScratch(x, w, y *vinfo, sp spatial, groups, esz int) (symshape.Expr, bool) {
 	ws, ok := constShape(w.shape)
-	if !ok || groups <= 0 {
+	if !ok || groups <= 0 || len(ws) < 3 {
 		return symshape.Expr{}, false
 	}
 	kh, kw := 1, ws[len(ws)-1]
 	if !sp.oneD {
 		kh = ws[2]
 	}
-	kc := ws[1] * kh * kw
-	if kc < 16 || ws[0]/groups < 4 {
-		return symshape.Expr{}, false
+	if ws[1] == 1 {
+		return symshape.Expr{}, false // depthwise: conv_dw, no copy
 	}
 	if kh == 1 && kw == 1 && sp.sh == 1 && sp.sw == 1 && sp.pads == [4]int{} && sp.autoPad != "SAME_UPPER" && sp.autoPad != "SAME_LOWER" {
-		return symshape.Expr{}, false
+		return symshape.Expr{}, false // plain 1x1: a GEMM on the input
 	}
-	spatialOut := y.shape[2:]
-	e := symshape.Mul(x.shape[0], symshape.Const(int64(kc*groups*esz)))
-	for _, d := range spatialOut {
-		e = symshape.Mul(e, d)
+	padH, padW := sp.pads[0]+sp.pads[2], sp.pads[1]+sp.pads[3]
+	switch sp.autoPad {
+	case "SAME_UPPER", "SAME_LOWER":
+		// At most the dilated kernel's extent less one, at any stride.
+		padH, padW = (kh-1)*sp.dh, (kw-1)*sp.dw
+	case "VALID":
+		padH, padW = 0, 0
 	}
-	return e, true
+	hdim := symshape.Const(1)
+	if !sp.oneD {
+		hdim = symshape.Add(x.shape[2], symshape.Const(int64(padH+sp.sh-1)))
+	}
+	wdim := symshape.Add(x.shape[len(x.shape)-1], symshape.Const(int64(padW+sp.sw-1)))
+	e := symshape.Mul(symshape.Mul(x.shape[0], x.shape[1]), symshape.Mul(hdim, wdim))
+	e = symshape.Add(e, symshape.Const(int64(16+(kw-1)*sp.dw)))
+	return symshape.Mul(e, symshape.Const(int64(esz))), true
 }
 
 // lowerPool lowers MaxPool and AveragePool.

@@ -40,7 +40,7 @@ var visionNets = []struct {
 	tol16 float64
 }{
 	{"mobilenet_v3_small", 1e-4, 1e-2}, {"mobilenet_v3_large", 1e-4, 2e-2}, {"efficientnet_b0", 1e-4, 2e-2},
-	{"shufflenet_v2_x1_0", 1e-4, 7e-2}, {"squeezenet1_1", 1e-4, 2e-3}, {"resnet50", 5e-4, 1e-1},
+	{"shufflenet_v2_x1_0", 1e-4, 7e-2}, {"squeezenet1_1", 1e-4, 2e-3}, {"resnet50", 5e-4, 1e-1}, {"resnet18", 5e-4, 1e-1},
 	{"densenet121", 1e-4, 3e-2}, {"convnext_tiny", 1e-4, 2e-3}, {"lraspp_mobilenet_v3_large", 1e-4, 1e-2},
 	{"deeplabv3_mobilenet_v3_large", 1e-4, 3e-2}, {"fcn_resnet50", 5e-4, 2e-1}, {"unet", 1e-4, 5e-3},
 }

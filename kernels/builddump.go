@@ -210,7 +210,9 @@ func (l *Lib) forced(family, name string) bool {
 	case "attention":
 		return attnForce != "" && !(gpu && (name == "attn_wg" || name == "attn_split" || name == "attn_combine" || name == "attn_qtile"))
 	case "conv", "volume":
-		return convKMajor && !gpu
+		// A strip width other than the device's (16 on CPUs, 4 on GPUs)
+		// is only ever a test's.
+		return convKMajor && !gpu || convPXForce != 0 && convPXForce != l.convPXDevice()
 	case "resize":
 		return resizeSeparable
 	case "norm":

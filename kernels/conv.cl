@@ -43,13 +43,16 @@ __kernel void conv_direct(__global const store_t *X, int offX,
 	STORE(Y, offY + (z * OH + oh) * OW + ow, acc);
 }
 
-// conv_im2col: global (P, Kc, imgs*G); image n0 + z/G of the launch.
+// conv_im2col: global (P, Kc, imgs*G) for K-major columns, (Kc, P, imgs*G)
+// for pixel-major ones (ck == 1): dimension 0 runs along the columns'
+// contiguous axis, so neighbouring work-items write neighbouring elements.
 __kernel void conv_im2col(__global const store_t *X, int offX,
                           __global store_t *Col, int offCol, int n0, int C,
                           int H, int W, int OH, int OW, int KH, int KW, int sh,
                           int sw, int pt, int pl, int dh, int dw, int G, int cp,
                           int ck) {
-	const int p = get_global_id(0), kc = get_global_id(1);
+	const int pixMajor = ck == 1;
+	const int p = get_global_id(pixMajor ? 1 : 0), kc = get_global_id(pixMajor ? 0 : 1);
 	const int z = get_global_id(2); // image-in-launch * G + g
 	const int P = OH * OW, Cg = C / G, Kc = Cg * KH * KW;
 	if (p >= P || kc >= Kc) return;
@@ -62,3 +65,414 @@ __kernel void conv_im2col(__global const store_t *X, int offX,
 		v = LOAD(X, offX + ((n * C + g * Cg + ic) * H + ih) * W + iw);
 	STORE(Col, offCol + z * P * Kc + p * cp + kc * ck, v);
 }
+
+// ---------------------------------------------------------------------------
+// conv_tile: the implicit-GEMM convolution. The product is the im2col one,
+// C[oc, pixel] = sum over k = (ic, kh, kw) of W[oc, k] * X[ic, ih, iw], but
+// the B operand is read from the activation itself: for a fixed k, CONV_PX
+// consecutive output pixels of one output row read the input row ih at
+// iw, iw + sw, ..., one vector load (two and an even-lane pick at stride 2)
+// with no gather buffer in between. A work-item keeps RB output channels x
+// CONV_PX pixels of accumulators in registers (the register tile of
+// matmul.cl's mm_axpy/mm_reg: per k one B vector and RB broadcast weights
+// feed RB vector FMAs). global (OH * ceil(OW / CONV_PX), ceil(OC/G / RB),
+// N*G). CONV_PX is the launcher's choice per device: 16 (one AVX-512
+// register) on CPUs, 4 on GPUs, where a work-item's registers are scarce
+// and neighbouring work-items' strips make the loads coalesce.
+//
+// The last strip of a row is shifted left to end at OW (its lanes before
+// ow1 repeat the previous strip's outputs and are not stored), so only the
+// strips touching the padding take the per-lane path, and then only for
+// the kw whose window leaves the row. Rows outside the input contribute
+// nothing and are skipped.
+//
+// Epilogue: + bias, then the activation act (conv_act), so a Conv followed
+// by its activation writes its output once.
+#ifndef CONV_PX
+#define CONV_PX 16
+#endif
+#if CONV_PX == 16
+typedef float16 cvec;
+#define CV_LOADF(p) vload16(0, (p))
+#define CV_STOREF(v, p) vstore16((v), 0, (p))
+#define CV_LOADH(p)                                                            \
+	((float16)(vload_half4(0, (p)), vload_half4(0, (p) + 4),                   \
+	           vload_half4(0, (p) + 8), vload_half4(0, (p) + 12)))
+#elif CONV_PX == 8
+typedef float8 cvec;
+#define CV_LOADF(p) vload8(0, (p))
+#define CV_STOREF(v, p) vstore8((v), 0, (p))
+#define CV_LOADH(p) ((float8)(vload_half4(0, (p)), vload_half4(0, (p) + 4)))
+#elif CONV_PX == 4
+typedef float4 cvec;
+#define CV_LOADF(p) vload4(0, (p))
+#define CV_STOREF(v, p) vstore4((v), 0, (p))
+#define CV_LOADH(p) vload_half4(0, (p))
+#else
+#error "CONV_PX must be 4, 8 or 16"
+#endif
+#ifdef STORAGE_F16
+#define CV_LOAD(p) CV_LOADH(p)
+#else
+#define CV_LOAD(p) CV_LOADF(p)
+#endif
+
+// CV_LANES(M, v) expands M(l, lane l of v) for every lane; CV_BUILD(F) is
+// the vector of F(0), F(1), ...: per-lane work on registers, where a
+// private array with vload/vstore would put the vector in scratch memory
+// on a GPU.
+#if CONV_PX == 16
+#define CV_LANES(M, v) M(0, (v).s0) M(1, (v).s1) M(2, (v).s2) M(3, (v).s3) M(4, (v).s4) M(5, (v).s5) M(6, (v).s6) M(7, (v).s7) M(8, (v).s8) M(9, (v).s9) M(10, (v).sa) M(11, (v).sb) M(12, (v).sc) M(13, (v).sd) M(14, (v).se) M(15, (v).sf)
+#define CV_BUILD(F) ((cvec)(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8), F(9), F(10), F(11), F(12), F(13), F(14), F(15)))
+#elif CONV_PX == 8
+#define CV_LANES(M, v) M(0, (v).s0) M(1, (v).s1) M(2, (v).s2) M(3, (v).s3) M(4, (v).s4) M(5, (v).s5) M(6, (v).s6) M(7, (v).s7)
+#define CV_BUILD(F) ((cvec)(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7)))
+#else
+#define CV_LANES(M, v) M(0, (v).s0) M(1, (v).s1) M(2, (v).s2) M(3, (v).s3)
+#define CV_BUILD(F) ((cvec)(F(0), F(1), F(2), F(3)))
+#endif
+
+// CONV_RBMAX bounds the output channels per work-item: 8 with 16-lane
+// strips (CPUs), 4 with narrower ones (GPUs: arrays sized for 8 stayed in
+// scratch memory there).
+#if CONV_PX == 16
+#define CONV_RBMAX 8
+#else
+#define CONV_RBMAX 4
+#endif
+
+// Activation codes, kernels.ConvAct in conv.go.
+#define CONV_ACT_NONE 0
+#define CONV_ACT_RELU 1
+#define CONV_ACT_CLIP 2
+#define CONV_ACT_HARDSWISH 3
+#define CONV_ACT_HARDSIGMOID 4
+#define CONV_ACT_SILU 5
+#define CONV_ACT_LEAKYRELU 6
+
+// conv_act applies activation act with parameters a and b (Clip's bounds;
+// HardSigmoid's alpha and beta; LeakyRelu's alpha in a).
+static inline cvec conv_act(cvec v, int act, float a, float b) {
+	switch (act) {
+	case CONV_ACT_RELU:
+		return fmax(v, (cvec)(0.0f));
+	case CONV_ACT_CLIP:
+		return fmin(fmax(v, (cvec)(a)), (cvec)(b));
+	case CONV_ACT_HARDSWISH:
+		return v * clamp(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
+	case CONV_ACT_HARDSIGMOID:
+		return clamp(v * a + b, 0.0f, 1.0f);
+	case CONV_ACT_SILU:
+		return v / (1.0f + exp(-v));
+	case CONV_ACT_LEAKYRELU:
+		return select(v * a, v, v >= (cvec)(0.0f));
+	default:
+		return v;
+	}
+}
+
+// conv_row_gather returns lanes iw, iw + sw, ... of an input row of W
+// elements, zero outside it: the window of a strip at the padding, and any
+// stride other than 1 and 2.
+static inline cvec conv_row_gather(__global const store_t *row, int iw, int sw, int W) {
+#define CONV_GATHER_LANE(l) ((iw + (l)*sw >= 0 && iw + (l)*sw < W) ? LOAD(row, iw + (l)*sw) : 0.0f)
+	return CV_BUILD(CONV_GATHER_LANE);
+#undef CONV_GATHER_LANE
+}
+
+// conv_even is the even lanes of a followed by those of b: a strip at
+// stride 2 from two contiguous loads.
+static inline cvec conv_even(cvec a, cvec b) { return (cvec)(a.even, b.even); }
+
+static inline cvec conv_row_load(__global const store_t *row, int iw, int sw, int W) {
+	if (sw == 1 && iw >= 0 && iw + CONV_PX <= W) return CV_LOAD(row + iw);
+	if (sw == 2 && iw >= 0 && iw + 2 * CONV_PX <= W)
+		return conv_even(CV_LOAD(row + iw), CV_LOAD(row + iw + CONV_PX));
+	return conv_row_gather(row, iw, sw, W);
+}
+
+// conv_put stores lanes ow >= ow1 (and < OW) of a strip starting at ow0 in
+// output row yrow.
+static inline void conv_put(__global store_t *yrow, int ow0, int ow1, int OW, cvec v) {
+#ifndef STORAGE_F16
+	if (ow0 == ow1 && ow0 + CONV_PX <= OW) {
+		CV_STOREF(v, yrow + ow0);
+		return;
+	}
+#endif
+#define CONV_PUT_LANE(l, x)                                                    \
+	if (ow0 + (l) >= ow1 && ow0 + (l) < OW) STORE(yrow, ow0 + (l), (x));
+	CV_LANES(CONV_PUT_LANE, v)
+#undef CONV_PUT_LANE
+}
+
+// conv_acc adds weight k of each of RB rows (offsets wo) times xv to acc.
+// A function rather than a loop in conv_tile's loop macro, whose _Pragma
+// unroll left the accumulators in scratch memory on a GPU.
+__attribute__((always_inline)) static inline void
+conv_acc(const int RB, cvec *acc, cvec xv, __global const wstore_t *Wt,
+         const int *wo, int k) {
+	#pragma unroll
+	for (int r = 0; r < RB; r++) acc[r] = fma((cvec)(WLOAD(Wt, wo[r] + k)), xv, acc[r]);
+}
+
+#define CONV_TILE_PARAMS                                                       \
+	__global const store_t *X, int offX, __global const wstore_t *Wt,          \
+	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
+	    __global store_t *Y, int offY, int C, int H, int W, int OC, int OH,    \
+	    int OW, int KH, int KW, int sh, int sw, int pt, int pl, int dh,        \
+	    int dw, int G, int act, float actA, float actB
+#define CONV_TILE_ARGS                                                         \
+	X, offX, Wt, offW, Bias, offB, hasBias, Y, offY, C, H, W, OC, OH, OW, KH,  \
+	    KW, sh, sw, pt, pl, dh, dw, G, act, actA, actB
+
+__attribute__((always_inline)) static inline void conv_tile(const int RB,
+                                                            CONV_TILE_PARAMS) {
+	const int strips = (OW + CONV_PX - 1) / CONV_PX;
+	const int t = get_global_id(0);
+	const int oh = t / strips;
+	if (oh >= OH) return;
+	const int ow1 = (t - oh * strips) * CONV_PX;
+	const int ow0 = OW >= CONV_PX ? min(ow1, OW - CONV_PX) : 0;
+	const int Cg = C / G, OCg = OC / G;
+	const int ocb = get_global_id(1) * RB;
+	if (ocb >= OCg) return;
+	const int z = get_global_id(2), n = z / G, g = z - n * G;
+	const int Kc = Cg * KH * KW;
+	__global const store_t *xp = X + offX + (n * C + g * Cg) * H * W;
+	int wo[CONV_RBMAX];
+	#pragma unroll
+	for (int r = 0; r < RB; r++) wo[r] = offW + (g * OCg + min(ocb + r, OCg - 1)) * Kc;
+	cvec acc[CONV_RBMAX];
+	#pragma unroll
+	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
+	const int ih0 = oh * sh - pt, iw0 = ow0 * sw - pl;
+	// Whether every kw's window of the strip lies inside the row, decided
+	// once: the loop nests below then carry no per-load branch.
+	const int last = iw0 + (KW - 1) * dw;
+	const bool inside1 = sw == 1 && iw0 >= 0 && last + CONV_PX <= W;
+	const bool inside2 = sw == 2 && iw0 >= 0 && last + 2 * CONV_PX <= W;
+#define CONV_TILE_LOOP(XLOAD)                                                  \
+	for (int ic = 0; ic < Cg; ic++) {                                          \
+		for (int kh = 0; kh < KH; kh++) {                                      \
+			const int ih = ih0 + kh * dh;                                      \
+			if (ih < 0 || ih >= H) continue;                                   \
+			__global const store_t *row = xp + (ic * H + ih) * W;              \
+			const int kb = (ic * KH + kh) * KW;                                \
+			for (int kw = 0; kw < KW; kw++) {                                  \
+				const int iw = iw0 + kw * dw;                                  \
+				conv_acc(RB, acc, XLOAD, Wt, wo, kb + kw);                     \
+			}                                                                  \
+		}                                                                      \
+	}
+	if (inside1) {
+		CONV_TILE_LOOP(CV_LOAD(row + iw))
+	} else if (inside2) {
+		CONV_TILE_LOOP(conv_even(CV_LOAD(row + iw), CV_LOAD(row + iw + CONV_PX)))
+	} else {
+		CONV_TILE_LOOP(conv_row_load(row, iw, sw, W))
+	}
+#undef CONV_TILE_LOOP
+	#pragma unroll
+	for (int r = 0; r < RB; r++) {
+		const int oc = g * OCg + ocb + r;
+		if (ocb + r < OCg) {
+			cvec v = acc[r];
+			if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
+			v = conv_act(v, act, actA, actB);
+			conv_put(Y + offY + ((n * OC + oc) * OH + oh) * OW, ow0, ow1, OW, v);
+		}
+	}
+}
+
+#if CONV_RBMAX == 8
+__kernel void conv_tile_8(CONV_TILE_PARAMS) { conv_tile(8, CONV_TILE_ARGS); }
+#endif
+__kernel void conv_tile_4(CONV_TILE_PARAMS) { conv_tile(4, CONV_TILE_ARGS); }
+__kernel void conv_tile_1(CONV_TILE_PARAMS) { conv_tile(1, CONV_TILE_ARGS); }
+
+// conv_dw: depthwise convolution (C == OC == G). A work-item computes
+// blocks of CONV_DW_ROWS (4 on CPUs, 2 on GPUs) output rows x CONV_PX pixels of one channel: per
+// block it walks the input rows the block's windows cover once, and each
+// vector it loads from a row feeds every output row whose window contains
+// that row (up to KH of them at stride 1), where one row per work-item
+// would load it KH times. A work-item takes nblk blocks one after the
+// other (the launcher's choice: on a CPU all of a plane's, since a work-
+// group costs more than a block's arithmetic; on a GPU one, for
+// parallelism). global (ceil(OH / (CONV_DW_ROWS*nblk)) *
+// ceil(OW / CONV_PX), 1, N*C).
+#if CONV_PX == 16
+#define CONV_DW_ROWS 4
+#else
+#define CONV_DW_ROWS 2 // GPU: four rows took 70 VGPRs of the gate's 64
+#endif
+__kernel void conv_dw(CONV_TILE_PARAMS, int nblk) {
+	const int strips = (OW + CONV_PX - 1) / CONV_PX;
+	const int t = get_global_id(0);
+	const int blk0 = (t / strips) * nblk;
+	if (blk0 * CONV_DW_ROWS >= OH) return;
+	const int ow1 = (t % strips) * CONV_PX;
+	const int ow0 = OW >= CONV_PX ? min(ow1, OW - CONV_PX) : 0;
+	const int z = get_global_id(2), c = z % C;
+	__global const store_t *xp = X + offX + z * H * W;
+	const int wo = offW + c * KH * KW;
+	const int iw0 = ow0 * sw - pl, last = iw0 + (KW - 1) * dw;
+	const bool inside1 = sw == 1 && iw0 >= 0 && last + CONV_PX <= W;
+	const bool inside2 = sw == 2 && iw0 >= 0 && last + 2 * CONV_PX <= W;
+	const float b = hasBias ? WLOAD(Bias, offB + c) : 0.0f;
+	for (int oh0 = blk0 * CONV_DW_ROWS; oh0 < min(OH, (blk0 + nblk) * CONV_DW_ROWS); oh0 += CONV_DW_ROWS) {
+		cvec acc[CONV_DW_ROWS];
+		#pragma unroll
+		for (int r = 0; r < CONV_DW_ROWS; r++) acc[r] = (cvec)(0.0f);
+		// Input rows from the first window's top to the last one's bottom.
+		const int nrows = min(CONV_DW_ROWS, OH - oh0);
+		const int ihA = max(oh0 * sh - pt, 0);
+		const int ihB = min((oh0 + nrows - 1) * sh - pt + (KH - 1) * dh, H - 1);
+		for (int ih = ihA; ih <= ihB; ih++) {
+			__global const store_t *row = xp + ih * W;
+			// kb[r]: the weight row of output row oh0 + r that reads ih,
+			// or -1. Dilation 1 needs no division (one per row and output
+			// row cost more than the row's multiply-adds).
+			int kb[CONV_DW_ROWS];
+			#pragma unroll
+			for (int r = 0; r < CONV_DW_ROWS; r++) {
+				const int d = ih - ((oh0 + r) * sh - pt);
+				int kh = d;
+				if (dh != 1) kh = d % dh == 0 ? d / dh : -1;
+				kb[r] = (r < nrows && d >= 0 && kh >= 0 && kh < KH) ? wo + kh * KW : -1;
+			}
+			for (int kw = 0; kw < KW; kw++) {
+				const int iw = iw0 + kw * dw;
+				cvec xv;
+				if (inside1)
+					xv = CV_LOAD(row + iw);
+				else if (inside2)
+					xv = conv_even(CV_LOAD(row + iw), CV_LOAD(row + iw + CONV_PX));
+				else
+					xv = conv_row_load(row, iw, sw, W);
+				#pragma unroll
+				for (int r = 0; r < CONV_DW_ROWS; r++)
+					if (kb[r] >= 0) acc[r] = fma((cvec)(WLOAD(Wt, kb[r] + kw)), xv, acc[r]);
+			}
+		}
+		#pragma unroll
+		for (int r = 0; r < CONV_DW_ROWS; r++) {
+			if (r >= nrows) continue;
+			conv_put(Y + offY + (z * OH + oh0 + r) * OW, ow0, ow1, OW, conv_act(acc[r] + b, act, actA, actB));
+		}
+	}
+}
+
+// conv_pad copies planes of X (H x W) into conv_flat's layout: each plane
+// zero-padded (the input at row pt, column pl) and split by stride into
+// sh*sw phase planes of Hq x Wq, phase (a, b) holding padded rows a, a+sh,
+// ... and columns b, b+sw, ... (one phase at stride 1). A work-item writes
+// one row of a phase plane (a work-item per element made the launch cost
+// of its many work-groups, on a CPU, exceed the copy's). global (Hq,
+// planes*sh*sw).
+__kernel void conv_pad(__global const store_t *X, int offX, __global store_t *P,
+                       int offP, int H, int W, int Hq, int Wq, int pt, int pl,
+                       int sh, int sw) {
+	const int i = get_global_id(0), zp = get_global_id(1);
+	if (i >= Hq) return;
+	const int ph = zp % (sh * sw), z = zp / (sh * sw);
+	const int ih = i * sh + ph / sw - pt, b = ph % sw - pl;
+	__global store_t *out = P + offP + (zp * Hq + i) * Wq;
+	if (ih < 0 || ih >= H) {
+		for (int j = 0; j < Wq; j++) STORE(out, j, 0.0f);
+		return;
+	}
+	__global const store_t *row = X + offX + (z * H + ih) * W;
+	for (int j = 0; j < Wq; j++) {
+		const int iw = j * sw + b;
+		STORE(out, j, (iw >= 0 && iw < W) ? LOAD(row, iw) : 0.0f);
+	}
+}
+
+// conv_flat: a convolution over conv_pad's padded phase planes. Padded
+// element (oh*sh + kh*dh, ow*sw + kw*dw) is element (oh + (kh*dh)/sh,
+// ow + (kw*dw)/sw) of phase ((kh*dh)%sh, (kw*dw)%sw), so on the flattened
+// grid q = oh*Wq + ow (Wq - OW columns per row computed and dropped) every
+// k is one contiguous vector load at a fixed offset from q0, whatever the
+// stride, dilation or padding: no edge cases, however narrow the rows
+// (ResNet's 7x7 and 14x14 stages, where conv_tile's strips would mostly
+// hang off the row). Otherwise as conv_tile: RB output channels x CONV_PX
+// grid positions per work-item. The planes need CONV_PX + (KW-1)*dw
+// readable elements past the last one. global (ceil(OH*Wq / CONV_PX),
+// ceil(OC/G / RB), N*G).
+__attribute__((always_inline)) static inline void
+conv_flat(const int RB, __global const store_t *P, int offP,
+          __global const wstore_t *Wt, int offW, __global const wstore_t *Bias,
+          int offB, int hasBias, __global store_t *Y, int offY, int C, int Hq,
+          int Wq, int OC, int OH, int OW, int KH, int KW, int sh, int sw, int dh,
+          int dw, int G, int act, float actA, float actB) {
+	const int q0 = get_global_id(0) * CONV_PX;
+	if (q0 >= OH * Wq) return;
+	const int Cg = C / G, OCg = OC / G;
+	const int ocb = get_global_id(1) * RB;
+	if (ocb >= OCg) return;
+	const int z = get_global_id(2), n = z / G, g = z - n * G;
+	const int Kc = Cg * KH * KW, phase = Hq * Wq, plane = sh * sw * phase;
+	__global const store_t *xp = P + offP + (n * C + g * Cg) * plane + q0;
+	int wo[CONV_RBMAX];
+	#pragma unroll
+	for (int r = 0; r < RB; r++) wo[r] = offW + (g * OCg + min(ocb + r, OCg - 1)) * Kc;
+	cvec acc[CONV_RBMAX];
+	#pragma unroll
+	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
+	// The phase and offset of kh*dh and kw*dw (quotient and remainder by
+	// the stride) are stepped, not divided: an integer division per load
+	// cost more than the load's eight FMAs.
+	for (int ic = 0; ic < Cg; ic++) {
+		int uq = 0, ur = 0; // kh*dh = uq*sh + ur
+		for (int kh = 0; kh < KH; kh++) {
+			__global const store_t *row = xp + ic * plane + ur * sw * phase + uq * Wq;
+			const int kb = (ic * KH + kh) * KW;
+			int vq = 0, vr = 0; // kw*dw = vq*sw + vr
+			for (int kw = 0; kw < KW; kw++) {
+				const cvec xv = CV_LOAD(row + vr * phase + vq);
+				#pragma unroll
+				for (int r = 0; r < RB; r++)
+					acc[r] = fma((cvec)(WLOAD(Wt, wo[r] + kb + kw)), xv, acc[r]);
+				for (vr += dw; vr >= sw; vr -= sw) vq++;
+			}
+			for (ur += dh; ur >= sh; ur -= sh) uq++;
+		}
+	}
+	const int oh0 = q0 / Wq, ow0 = q0 - oh0 * Wq;
+	#pragma unroll
+	for (int r = 0; r < RB; r++) {
+		if (ocb + r >= OCg) continue;
+		const int oc = g * OCg + ocb + r;
+		cvec v = acc[r];
+		if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
+		v = conv_act(v, act, actA, actB);
+		__global store_t *yp = Y + offY + (n * OC + oc) * OH * OW;
+		if (ow0 + CONV_PX <= OW) {
+			conv_put(yp + oh0 * OW, ow0, ow0, OW, v);
+			continue;
+		}
+		int oh = oh0, ow = ow0;
+#define CONV_FLAT_LANE(l, x)                                                   \
+	{                                                                          \
+		if (oh < OH && ow < OW) STORE(yp, oh * OW + ow, (x));                  \
+		if (++ow == Wq) ow = 0, oh++;                                          \
+	}
+		CV_LANES(CONV_FLAT_LANE, v)
+#undef CONV_FLAT_LANE
+	}
+}
+
+#define CONV_FLAT_PARAMS                                                       \
+	__global const store_t *P, int offP, __global const wstore_t *Wt,          \
+	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
+	    __global store_t *Y, int offY, int C, int Hq, int Wq, int OC, int OH,  \
+	    int OW, int KH, int KW, int sh, int sw, int dh, int dw, int G,         \
+	    int act, float actA, float actB
+#define CONV_FLAT_ARGS                                                         \
+	P, offP, Wt, offW, Bias, offB, hasBias, Y, offY, C, Hq, Wq, OC, OH, OW,    \
+	    KH, KW, sh, sw, dh, dw, G, act, actA, actB
+#if CONV_RBMAX == 8
+__kernel void conv_flat_8(CONV_FLAT_PARAMS) { conv_flat(8, CONV_FLAT_ARGS); }
+#endif
+__kernel void conv_flat_4(CONV_FLAT_PARAMS) { conv_flat(4, CONV_FLAT_ARGS); }

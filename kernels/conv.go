@@ -3,6 +3,7 @@ package kernels
 import (
 	_ "embed"
 	"fmt"
+	"math"
 
 	"github.com/tlite/tlite/opencl"
 )
@@ -25,6 +26,50 @@ type ConvParams struct {
 	Bias Buf
 	// Weight is the storage of the weight and bias.
 	Weight Storage
+	// Act is an activation applied to conv + bias before the output is
+	// written (ConvActNone: none); ActA and ActB are its parameters.
+	Act        ConvAct
+	ActA, ActB float32
+}
+
+// ConvAct names an activation a convolution applies in its epilogue. The
+// values are conv.cl's CONV_ACT_* codes.
+type ConvAct int
+
+// The activations a convolution can end with. Parameters: ConvActClip
+// clamps to [ActA, ActB]; ConvActHardSigmoid is max(0, min(1, ActA*x +
+// ActB)); ConvActLeakyRelu multiplies negatives by ActA; ConvActHardSwish
+// is x*max(0, min(1, x/6 + 1/2)); ConvActSiLU is x*sigmoid(x).
+const (
+	ConvActNone ConvAct = iota
+	ConvActRelu
+	ConvActClip
+	ConvActHardSwish
+	ConvActHardSigmoid
+	ConvActSiLU
+	ConvActLeakyRelu
+	convActCount
+)
+
+// apply is the activation on the host, in float64 (the reference's).
+func (a ConvAct) apply(v float64, pa, pb float32) float64 {
+	switch a {
+	case ConvActRelu:
+		return math.Max(v, 0)
+	case ConvActClip:
+		return math.Min(math.Max(v, float64(pa)), float64(pb))
+	case ConvActHardSwish:
+		return v * math.Max(0, math.Min(1, v/6+0.5))
+	case ConvActHardSigmoid:
+		return math.Max(0, math.Min(1, float64(pa)*v+float64(pb)))
+	case ConvActSiLU:
+		return v / (1 + math.Exp(-v))
+	case ConvActLeakyRelu:
+		if v < 0 {
+			return float64(pa) * v
+		}
+	}
+	return v
 }
 
 // checkGroups says whether c input and outC output channels split into
@@ -62,6 +107,9 @@ func (p ConvParams) norm() (ConvParams, error) {
 	if p.KH == 0 || p.KW == 0 {
 		return p, fmt.Errorf("empty kernel %dx%d", p.KH, p.KW)
 	}
+	if p.Act < 0 || p.Act >= convActCount {
+		return p, fmt.Errorf("unknown activation %d", p.Act)
+	}
 	oh, ow := p.OutSize()
 	if oh < 0 || ow < 0 {
 		return p, fmt.Errorf("kernel %dx%d (dilation %dx%d) larger than the padded input %dx%d", p.KH, p.KW, p.DilationH, p.DilationW, p.H+p.PadTop+p.PadBottom, p.W+p.PadLeft+p.PadRight)
@@ -83,23 +131,58 @@ func (p ConvParams) OutSize() (oh, ow int) {
 		out(p.W, p.KW, p.StrideW, p.DilationW, p.PadLeft, p.PadRight)
 }
 
-// route says how a convolution runs: "gemm1x1" (a product straight on the
-// input, no scratch), "im2col" (gather, then a product; needs scratch), or
-// "direct".
+// route says how a convolution runs: "gemm1x1" (a 1x1 convolution is a
+// product straight on the NCHW input: no gather, no scratch), "depthwise"
+// (one input channel per group: conv_dw, or conv_tile with a channel
+// multiplier), "flat" (every other geometry: the input copied once into
+// zero-padded phase planes in scratch, then conv_flat's implicit GEMM with
+// every load a vector) or "tile" (a 1x1 convolution with an activation
+// epilogue, and "flat" without scratch: conv_tile's implicit GEMM,
+// receptive fields read in its loads). "im2col" and "direct", the older
+// routes, run only when a test forces them (convForce).
 func (p ConvParams) route() string {
+	if convForce != "" {
+		return convForce
+	}
 	g := oneIfZero(p.Groups)
 	kc := p.C / g * p.KH * p.KW
-	if kc < 16 || p.OutC/g < 4 {
-		// Depthwise and near-depthwise: a product this thin wastes the GEMM
-		// kernels' blocking, and the gather would cost as much as the work.
-		return "direct"
+	if p.C/g == 1 {
+		return "depthwise"
 	}
-	if p.KH == 1 && p.KW == 1 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
-		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0 {
+	plain1x1 := p.KH == 1 && p.KW == 1 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
+		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0
+	switch {
+	case plain1x1 && kc >= 16 && p.OutC/g >= 4 && p.Act == ConvActNone:
 		return "gemm1x1"
+	case plain1x1:
+		return "tile"
 	}
-	return "im2col"
+	return "flat"
 }
+
+// flatSlack is how many elements past its last padded plane conv_flat may
+// read: a strip (up to 16 lanes) beyond the last grid position, shifted by
+// the kernel's width.
+func (p ConvParams) flatSlack() int { return 16 + (p.KW-1)*oneIfZero(p.DilationW) }
+
+// flatPhase is the size of one phase plane of conv_flat's padded copy.
+func (p ConvParams) flatPhase() (hq, wq int) {
+	sh, sw := oneIfZero(p.StrideH), oneIfZero(p.StrideW)
+	return (p.H + p.PadTop + p.PadBottom + sh - 1) / sh, (p.W + p.PadLeft + p.PadRight + sw - 1) / sw
+}
+
+// flatElems is the size of conv_flat's padded copy of the input.
+func (p ConvParams) flatElems() int {
+	hq, wq := p.flatPhase()
+	return p.N*p.C*oneIfZero(p.StrideH)*oneIfZero(p.StrideW)*hq*wq + p.flatSlack()
+}
+
+// convForce, set by tests, names the route every convolution takes.
+var convForce string
+
+// convPXForce, set by tests, overrides conv_tile's strip width (4, 8 or
+// 16), so every width runs on any device.
+var convPXForce int
 
 // ScratchElems is how many elements (in the activation storage) of scratch
 // Conv2D can use to gather receptive fields for a GEMM; 0 when it needs none.
@@ -107,11 +190,17 @@ func (p ConvParams) route() string {
 // and falls back to the direct kernel when not even one does.
 func (p ConvParams) ScratchElems() int {
 	p, err := p.norm()
-	if err != nil || p.route() != "im2col" {
+	if err != nil {
 		return 0
 	}
-	oh, ow := p.OutSize()
-	return p.N * p.C * p.KH * p.KW * oh * ow
+	switch p.route() {
+	case "flat":
+		return p.flatElems()
+	case "im2col":
+		oh, ow := p.OutSize()
+		return p.N * p.C * p.KH * p.KW * oh * ow
+	}
+	return 0
 }
 
 // Conv2D computes y = conv(x, w) + bias as p describes; x and y are stored
@@ -161,8 +250,23 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		}
 		imgs = min(p.N, (scratch.Mem.Size()/s.Size()-scratch.Off)/perImage)
 	}
-	if route == "direct" || route == "im2col" && imgs == 0 || p.C == 0 {
+	if route == "flat" {
+		if p.C > 0 && scratch.Mem != nil && scratch.Off >= 0 && scratch.Mem.Size()/s.Size()-scratch.Off >= p.flatElems() {
+			return l.convFlat(s, x, w, y, scratch, p, oh, ow)
+		}
+		route = "tile"
+	}
+	switch {
+	case route == "tile" || route == "depthwise" || route == "dw" || p.C == 0:
+		return l.convTile(s, x, w, y, p, oh, ow)
+	case route == "direct" || route == "im2col" && imgs == 0:
+		if p.Act != ConvActNone {
+			return fmt.Errorf("route %s has no activation epilogue", route)
+		}
 		return l.convDirect(s, x, w, y, p, oh, ow)
+	}
+	if p.Act != ConvActNone {
+		return fmt.Errorf("route %s has no activation epilogue", route)
 	}
 	g := convProduct(s, w, y, p.Weight, p.Bias, p.OutC, p.Groups, kc, np)
 	if route == "gemm1x1" {
@@ -171,7 +275,7 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		g.nb0 = p.N
 		return l.gemm(g)
 	}
-	gather, err := l.kernel("conv", convSrc, s.define()+" "+weightDefine(p.Weight), "conv_im2col")
+	gather, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), "conv_im2col")
 	if err != nil {
 		return err
 	}
@@ -213,6 +317,9 @@ func (l *Lib) im2colRun(g gemm, s Storage, scratch Buf, n, outC, groups, kc, np,
 	for n0 := 0; n0 < n; n0 += imgs {
 		cnt := min(imgs, n-n0)
 		global, local := l.cpuGroups([]int{np, kc, cnt * groups})
+		if ck == 1 {
+			global, local = l.cpuGroups([]int{kc, np, cnt * groups})
+		}
 		if err := l.dev.Launch(gather, global, local, args(n0, cp, ck)...); err != nil {
 			return err
 		}
@@ -239,8 +346,158 @@ func weightDefine(w Storage) string {
 	return ""
 }
 
+// convPX is the strip width of conv_tile on the device: 16 lanes on a CPU
+// (one 512-bit register per accumulator row), 4 on a GPU, where registers
+// per work-item are what limits occupancy.
+func (l *Lib) convPX() int {
+	if convPXForce != 0 {
+		return convPXForce
+	}
+	return l.convPXDevice()
+}
+
+// convPXDevice is the device's own strip width, whatever a test forces.
+func (l *Lib) convPXDevice() int {
+	if l.info().Type == "GPU" {
+		return 4
+	}
+	return 16
+}
+
+// convOptions are the build options of the conv program.
+func (l *Lib) convOptions(s Storage, w Storage) string {
+	return fmt.Sprintf("%s %s -DCONV_PX=%d", s.define(), weightDefine(w), l.convPX())
+}
+
+// convTile runs conv_tile: rb output channels per work-item (8 with
+// 16-lane strips where a group has that many, 1 on GPUs, else 4; 1 for
+// depthwise).
+func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
+	if p.KH == 1 && p.KW == 1 && p.StrideH == 1 && p.StrideW == 1 && p.DilationH == 1 && p.DilationW == 1 &&
+		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0 {
+		// A plain 1x1 convolution reads each plane as one long row: strips
+		// then run across output rows, and only a plane's last strip is
+		// partial.
+		p.W, p.H = p.H*p.W, 1
+		ow, oh = oh*ow, 1
+	}
+	if p.C/p.Groups == 1 && p.OutC == p.Groups && p.C > 0 && convForce != "tile" {
+		return l.convDW(s, x, w, y, p, oh, ow)
+	}
+	ocg := p.OutC / p.Groups
+	rb := 4
+	switch {
+	case p.C/p.Groups == 1 && ocg < 4:
+		rb = 1
+	case ocg >= 8 && l.convPX() == 16:
+		rb = 8
+	case l.convPXDevice() == 4:
+		// On the register gate's GPU, conv_tile with 2 or 4 channels kept
+		// its accumulators in scratch memory (not yet understood; conv_flat,
+		// with the same arrays, does not). One channel per work-item
+		// passes; the GPU takes this route only for a 1x1 convolution with
+		// an activation and when given no scratch.
+		rb = 1
+	}
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), fmt.Sprintf("conv_tile_%d", rb))
+	if err != nil {
+		return err
+	}
+	bias, hasBias := p.Bias, int32(1)
+	if bias.Mem == nil {
+		bias, hasBias = w, 0 // placeholder, never read
+	}
+	if p.C == 0 {
+		x = y // nothing is read; any buffer will do
+	}
+	px := l.convPX()
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{oh * ((ow + px - 1) / px), (ocg + rb - 1) / rb, p.N * p.Groups})
+	return l.dev.Launch(k, global, local,
+		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
+		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
+		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+}
+
+// convFlat runs conv_pad into scratch, then conv_flat on the padded phase
+// planes.
+func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int) error {
+	opts := l.convOptions(s, p.Weight)
+	pad, err := l.kernel("conv", convSrc, opts, "conv_pad")
+	if err != nil {
+		return err
+	}
+	ocg := p.OutC / p.Groups
+	rb := 4
+	if ocg >= 8 && l.convPX() == 16 {
+		rb = 8
+	}
+	k, err := l.kernel("conv", convSrc, opts, fmt.Sprintf("conv_flat_%d", rb))
+	if err != nil {
+		return err
+	}
+	hq, wq := p.flatPhase()
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{hq, p.N * p.C * p.StrideH * p.StrideW})
+	if err := l.dev.Launch(pad, global, local, x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off),
+		i32(p.H), i32(p.W), i32(hq), i32(wq), i32(p.PadTop), i32(p.PadLeft), i32(p.StrideH), i32(p.StrideW)); err != nil {
+		return err
+	}
+	bias, hasBias := p.Bias, int32(1)
+	if bias.Mem == nil {
+		bias, hasBias = w, 0 // placeholder, never read
+	}
+	px := l.convPX()
+	global, local = l.cpuGroups([]int{(oh*wq + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
+	return l.dev.Launch(k, global, local,
+		scratch.Mem, i32(scratch.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(p.C), i32(hq), i32(wq), i32(p.OutC), i32(oh), i32(ow),
+		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.DilationH), i32(p.DilationW),
+		i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+}
+
+// convDWOneBlock, set by benchmarks, gives conv_dw one block of rows per
+// work-item on a CPU too.
+var convDWOneBlock bool
+
+// convDWRows is how many output rows a conv_dw work-item computes per
+// block (conv.cl's CONV_DW_ROWS).
+func (l *Lib) convDWRows() int {
+	if l.convPX() == 16 {
+		return 4
+	}
+	return 2
+}
+
+// convDW runs conv_dw, the depthwise kernel (one input and one output
+// channel per group).
+func (l *Lib) convDW(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), "conv_dw")
+	if err != nil {
+		return err
+	}
+	bias, hasBias := p.Bias, int32(1)
+	if bias.Mem == nil {
+		bias, hasBias = w, 0 // placeholder, never read
+	}
+	px := l.convPX()
+	i32 := func(v int) int32 { return int32(v) }
+	blocks := (oh + l.convDWRows() - 1) / l.convDWRows()
+	nblk := 1
+	if l.info().Type != "GPU" && !convDWOneBlock {
+		nblk = blocks
+	}
+	global, local := l.cpuGroups([]int{(blocks + nblk - 1) / nblk * ((ow + px - 1) / px), 1, p.N * p.C})
+	return l.dev.Launch(k, global, local,
+		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
+		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
+		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB, i32(nblk))
+}
+
 func (l *Lib) convDirect(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
-	k, err := l.kernel("conv", convSrc, s.define()+" "+weightDefine(p.Weight), "conv_direct")
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), "conv_direct")
 	if err != nil {
 		return err
 	}
@@ -258,7 +515,7 @@ func (l *Lib) convDirect(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error
 }
 
 // Conv2DRef is the pure-Go reference for Conv2D on host tensors (bias nil
-// for none; p.Bias is ignored), accumulated in float64.
+// for none; p.Bias is ignored), accumulated in float64, then p.Act.
 func Conv2DRef(x, w, bias, y []float32, p ConvParams) error {
 	p, err := p.norm()
 	if err != nil {
@@ -296,6 +553,7 @@ func Conv2DRef(x, w, bias, y []float32, p ConvParams) error {
 					if bias != nil {
 						acc += float64(bias[oc])
 					}
+					acc = p.Act.apply(acc, p.ActA, p.ActB)
 					y[((n*p.OutC+oc)*oh+i)*ow+j] = float32(acc)
 				}
 			}

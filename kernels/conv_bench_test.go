@@ -1,6 +1,10 @@
 package kernels
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
+)
 
 // BenchmarkConvPatch32 is ViT-B/32's patch embedding: 1x3x224x224 through a
 // 32x32 stride-32 convolution to 768 channels (a 49x3072 by 3072x768 GEMM
@@ -32,5 +36,85 @@ func BenchmarkConvPatch32(b *testing.B) {
 			}
 			b.ReportMetric(2*768*49*3072*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
+	}
+}
+
+// convBenchShapes are the convolutions of ResNet-18 (batch 2, 224x224),
+// one of each geometry, and MobileNetV3/EfficientNet's depthwise and
+// pointwise layers.
+var convBenchShapes = []struct {
+	name string
+	p    ConvParams
+}{
+	{"r18-stem-7x7s2", ConvParams{N: 2, C: 3, H: 224, W: 224, OutC: 64, KH: 7, KW: 7, StrideH: 2, StrideW: 2, PadTop: 3, PadLeft: 3, PadBottom: 3, PadRight: 3}},
+	{"r18-l1-3x3-56", ConvParams{N: 2, C: 64, H: 56, W: 56, OutC: 64, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
+	{"r18-l2-3x3s2", ConvParams{N: 2, C: 64, H: 56, W: 56, OutC: 128, KH: 3, KW: 3, StrideH: 2, StrideW: 2, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
+	{"r18-l2-3x3-28", ConvParams{N: 2, C: 128, H: 28, W: 28, OutC: 128, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
+	{"r18-l3-3x3-14", ConvParams{N: 2, C: 256, H: 14, W: 14, OutC: 256, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
+	{"r18-l4-3x3-7", ConvParams{N: 2, C: 512, H: 7, W: 7, OutC: 512, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
+	{"r18-l2-1x1s2", ConvParams{N: 2, C: 64, H: 56, W: 56, OutC: 128, KH: 1, KW: 1, StrideH: 2, StrideW: 2}},
+	{"mb-dw3x3-112", ConvParams{N: 1, C: 64, H: 112, W: 112, OutC: 64, KH: 3, KW: 3, StrideH: 2, StrideW: 2, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 64}},
+	{"mb-dw5x5-28", ConvParams{N: 1, C: 120, H: 28, W: 28, OutC: 120, KH: 5, KW: 5, PadTop: 2, PadLeft: 2, PadBottom: 2, PadRight: 2, Groups: 120}},
+	{"mb-pw1x1-28", ConvParams{N: 1, C: 40, H: 28, W: 28, OutC: 120, KH: 1, KW: 1}},
+}
+
+// BenchmarkConvRoutes times each shape on each route that can run it,
+// reporting GFLOP/s (2 per multiply-add) against the machine's fp32 peak,
+// ~442 GFLOP/s on 2 cores (../shared/machine-facts.md), and the share of
+// that peak. TLITE_CONV_ROUTES picks routes (default all of them; "dw1" is
+// conv_dw with one block of rows per work-item).
+func BenchmarkConvRoutes(b *testing.B) {
+	routes := []string{"flat", "tile", "dw", "dw1", "im2col", "direct", "gemm1x1"}
+	if r := os.Getenv("TLITE_CONV_ROUTES"); r != "" {
+		routes = strings.Split(r, ",")
+	}
+	defer func() { convForce = "" }()
+	const peak = 442.0
+	for _, sh := range convBenchShapes {
+		p := sh.p
+		p.Weight = F32
+		pn, _ := p.norm()
+		oh, ow := pn.OutSize()
+		flops := 2 * float64(p.N*p.OutC*oh*ow*(p.C/pn.Groups)*p.KH*p.KW)
+		for _, route := range routes {
+			dw := p.C/pn.Groups == 1 && p.OutC == pn.Groups
+			if route == "gemm1x1" && (p.KH != 1 || pn.StrideH != 1) || route == "im2col" && p.C/pn.Groups == 1 ||
+				(route == "dw" || route == "dw1") && !dw {
+				continue
+			}
+			b.Run(sh.name+"/"+route, func(b *testing.B) {
+				convForce, convDWOneBlock = route, false
+				if route == "dw1" {
+					convForce, convDWOneBlock = "dw", true
+				}
+				defer func() { convDWOneBlock = false }()
+				x := upload(b, F32, laRand(1, p.N*p.C*p.H*p.W, F32))
+				wt := upload(b, F32, laRand(2, p.OutC*p.C/pn.Groups*p.KH*p.KW, F32))
+				y := alloc(b, F32, p.N*p.OutC*oh*ow)
+				var scratch Buf
+				if n := p.ScratchElems(); n > 0 {
+					scratch = alloc(b, F32, n)
+				}
+				run := func() {
+					if err := testLib.Conv2D(F32, x, wt, y, scratch, p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				run()
+				if err := testLib.Device().Finish(); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					run()
+				}
+				if err := testLib.Device().Finish(); err != nil {
+					b.Fatal(err)
+				}
+				gf := flops * float64(b.N) / b.Elapsed().Seconds() / 1e9
+				b.ReportMetric(gf, "GFLOP/s")
+				b.ReportMetric(100*gf/peak, "%peak")
+			})
+		}
 	}
 }

@@ -72,6 +72,17 @@ var convCases = map[string]ConvParams{
 	"depthwise x2":     {N: 1, C: 4, H: 6, W: 6, OutC: 8, KH: 5, KW: 5, PadTop: 2, PadLeft: 2, PadBottom: 2, PadRight: 2, Groups: 4},
 	"conv1d":           {N: 2, C: 6, H: 1, W: 33, OutC: 7, KH: 1, KW: 5, StrideW: 2, PadLeft: 2, PadRight: 1},
 	"conv1d depthwise": {N: 1, C: 5, H: 1, W: 17, OutC: 5, KH: 1, KW: 4, PadLeft: 3, Groups: 5},
+	// Rows wider than a strip (16 lanes): interior strips take the vector
+	// loads, the first and the shifted last one the padding path.
+	"wide 3x3 odd":   {N: 2, C: 3, H: 5, W: 37, OutC: 11, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1},
+	"wide s2":        {N: 1, C: 5, H: 7, W: 75, OutC: 9, KH: 3, KW: 3, StrideH: 2, StrideW: 2, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1},
+	"wide s3 dil2":   {N: 1, C: 3, H: 9, W: 70, OutC: 5, KH: 3, KW: 3, StrideH: 1, StrideW: 3, PadTop: 2, PadLeft: 2, PadBottom: 2, PadRight: 2, DilationH: 2, DilationW: 2},
+	"wide groups 3":  {N: 1, C: 9, H: 4, W: 41, OutC: 15, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 3},
+	"wide dw s2":     {N: 2, C: 7, H: 6, W: 67, OutC: 7, KH: 5, KW: 5, StrideH: 2, StrideW: 2, PadTop: 2, PadLeft: 2, PadBottom: 2, PadRight: 2, Groups: 7},
+	"wide 1x1 s2":    {N: 1, C: 17, H: 3, W: 66, OutC: 10, KH: 1, KW: 1, StrideH: 2, StrideW: 2},
+	"wide 1x1 odd":   {N: 2, C: 23, H: 3, W: 19, OutC: 13, KH: 1, KW: 1},
+	"dw dil tall":    {N: 1, C: 3, H: 13, W: 19, OutC: 3, KH: 3, KW: 3, StrideH: 3, PadTop: 2, PadLeft: 1, PadBottom: 3, PadRight: 1, DilationH: 2, Groups: 3},
+	"dw multiplier3": {N: 1, C: 3, H: 5, W: 21, OutC: 9, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 3},
 }
 
 func TestConvShapes(t *testing.T) {
@@ -86,33 +97,90 @@ func TestConvShapes(t *testing.T) {
 	}
 }
 
-// TestConvRoutes drives the same convolutions through every route: direct
-// (no scratch), the gather in both layouts, the GPU's tiled GEMM, and
-// scratch for fewer images than the batch.
+// TestConvRoutes drives the same convolutions through every route and
+// strip width: the implicit GEMM (conv_tile) at 4, 8 and 16 lanes, the
+// depthwise kernel (conv_dw; other shapes take conv_tile there), direct,
+// the gather in both layouts, the GPU's tiled GEMM, and scratch for fewer
+// images than the batch.
 func TestConvRoutes(t *testing.T) {
-	defer func() { mmForce, convKMajor = "", false }()
-	for _, name := range []string{"3x3 pad1", "7x7 s2 p3", "asym pads dil", "groups 2", "1x1", "groups 3 1x1"} {
+	defer func() { mmForce, convKMajor, convForce, convPXForce = "", false, "", 0 }()
+	for _, name := range []string{"3x3 pad1", "7x7 s2 p3", "asym pads dil", "groups 2", "1x1", "groups 3 1x1", "wide s2", "wide dw s2", "dw multiplier3", "depthwise", "depthwise x2", "conv1d depthwise", "dw dil tall"} {
 		p := convCases[name]
+		convForce = "im2col"
 		full := p.ScratchElems()
+		pn, _ := p.norm()
+		flat := pn.flatElems()
 		for _, r := range []struct {
 			name    string
+			route   string
+			px      int
 			scratch int
 			kMajor  bool
 			force   string
 		}{
-			{"direct", 0, false, ""},
-			{"one image", full / p.N, false, ""},
-			{"k-major", full, true, ""},
-			{"tiled", full, true, "mm_tiled"},
-			{"naive", full, false, "mm_naive"},
+			{"tile16", "tile", 16, 0, false, ""},
+			{"tile8", "tile", 8, 0, false, ""},
+			{"tile4", "tile", 4, 0, false, ""},
+			{"flat16", "flat", 16, flat, false, ""},
+			{"flat4", "flat", 4, flat, false, ""},
+			{"flat short scratch", "flat", 16, flat - 1, false, ""},
+			{"dw16", "dw", 16, 0, false, ""},
+			{"dw4", "dw", 4, 0, false, ""},
+			{"direct", "direct", 0, 0, false, ""},
+			{"one image", "im2col", 0, full / p.N, false, ""},
+			{"k-major", "im2col", 0, full, true, ""},
+			{"tiled", "im2col", 0, full, true, "mm_tiled"},
+			{"naive", "im2col", 0, full, false, "mm_naive"},
 		} {
-			mmForce, convKMajor = r.force, r.kMajor
+			mmForce, convKMajor, convForce, convPXForce = r.force, r.kMajor, r.route, r.px
 			for _, s := range storages {
 				p.Weight = s
 				got, want := convRun(t, s, p, true, r.scratch)
 				laClose(t, fmt.Sprintf("%s/%s/%s", name, r.name, s), s, got, want)
 			}
 		}
+	}
+}
+
+// TestConvActivations checks each epilogue activation against the
+// reference on shapes that reach both the vector and the padding path, on
+// every route with an epilogue (conv_tile, conv_flat, conv_dw), at two
+// strip widths.
+func TestConvActivations(t *testing.T) {
+	defer func() { convPXForce = 0 }()
+	acts := []struct {
+		act  ConvAct
+		a, b float32
+	}{
+		{ConvActRelu, 0, 0}, {ConvActClip, -0.25, 0.5}, {ConvActHardSwish, 0, 0},
+		{ConvActHardSigmoid, 0.2, 0.5}, {ConvActSiLU, 0, 0}, {ConvActLeakyRelu, 0.1, 0},
+	}
+	for _, name := range []string{"wide 3x3 odd", "wide dw s2", "wide 1x1 odd", "groups 3 1x1", "3x3 pad1", "wide s2"} {
+		for _, a := range acts {
+			for _, px := range []int{4, 16} {
+				convPXForce = px
+				p := convCases[name]
+				p.Act, p.ActA, p.ActB, p.Weight = a.act, a.a, a.b, F32
+				got, want := convRun(t, F32, p, true, p.ScratchElems())
+				laClose(t, fmt.Sprintf("%s/act %d/px %d (route %s)", name, a.act, px, p.route()), F32, got, want)
+			}
+		}
+	}
+	// The activation must change something, or the test above proves
+	// nothing: relu of the reference differs from the plain output.
+	p := convCases["wide 3x3 odd"]
+	p.Weight = F32
+	plain, _ := convRun(t, F32, p, true, 0)
+	p.Act = ConvActRelu
+	relu, _ := convRun(t, F32, p, true, 0)
+	same := true
+	for i := range plain {
+		if plain[i] != relu[i] {
+			same = false
+		}
+	}
+	if same {
+		t.Error("relu epilogue left every output as it was")
 	}
 }
 
@@ -130,6 +198,7 @@ func TestConvEmptyAndErrors(t *testing.T) {
 		"kernel too big": {N: 1, C: 1, H: 2, W: 2, OutC: 1, KH: 3, KW: 3},
 		"input too big":  {N: 1, C: 8, H: 4, W: 4, OutC: 1, KH: 1, KW: 1},
 		"no kernel":      {N: 1, C: 1, H: 2, W: 2, OutC: 1},
+		"bad act":        {N: 1, C: 1, H: 2, W: 2, OutC: 1, KH: 1, KW: 1, Act: convActCount},
 	} {
 		if err := testLib.Conv2D(F32, x, w, y, Buf{}, p); err == nil {
 			t.Errorf("%s: no error", name)

@@ -95,14 +95,16 @@ __kernel void pool3d(__global const store_t *X, int offX, __global store_t *Y,
 // conv3d_im2col: the GEMM route's gather, as conv.cl's conv_im2col with a
 // depth axis: the receptive fields of `imgs` images from n0 into
 // [G][P][Kc] or [G][Kc][P] (P = OD*OH*OW, Kc = C/G*KD*KH*KW, element
-// (p, kc) at p*cp + kc*ck), zero in the padding. global (P, Kc, imgs*G).
+// (p, kc) at p*cp + kc*ck), zero in the padding. global (P, Kc, imgs*G),
+// or (Kc, P, imgs*G) for pixel-major columns (ck == 1), as conv_im2col.
 __kernel void conv3d_im2col(__global const store_t *X, int offX,
                             __global store_t *Col, int offCol, int n0, int C,
                             int D, int H, int W, int OD, int OH, int OW,
                             int KD, int KH, int KW, int sd, int sh, int sw,
                             int pd, int ph, int pw, int dd, int dh, int dw,
                             int G, int cp, int ck) {
-	const int p = get_global_id(0), kc = get_global_id(1);
+	const int pixMajor = ck == 1;
+	const int p = get_global_id(pixMajor ? 1 : 0), kc = get_global_id(pixMajor ? 0 : 1);
 	const int z = get_global_id(2); // image-in-launch * G + g
 	const int P = OD * OH * OW, Cg = C / G, Kc = Cg * KD * KH * KW;
 	if (p >= P || kc >= Kc) return;

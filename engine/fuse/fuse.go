@@ -1,7 +1,8 @@
 // Package fuse rewrites an inferred graph so that common subgraphs run as
 // one kernel: RMSNorm and LayerNorm written out op by op, a residual Add in
 // front of a norm, a MatMul with its bias (and a scalar scale) as the
-// product's epilogue, scaled-dot-product attention with its mask and
+// product's epilogue, a convolution's activation as its epilogue,
+// scaled-dot-product attention with its mask and
 // grouped-query K/V expansion, and maximal chains of element-wise ops.
 //
 // Every pass runs after shape inference: it reads Value.Shape, gives every
@@ -19,6 +20,7 @@
 //	AddRMSNorm(a, b, scale?)            -> sum?, y    y = RMSNorm(a + b)
 //	AddLayerNorm(a, b, scale, bias?)    -> sum?, y    axis, epsilon
 //	MatMulBias(a, b, bias?)             -> y          y = alpha*(a@b) + beta*bias
+//	ConvAct(x, w, bias?)                -> y          Conv with its activation
 //	Attention(q, k, v, mask?)           -> o          see attention.go
 //	FusedElementwise(inputs...)         -> outputs    GRAPH attribute "body"
 //
@@ -58,7 +60,7 @@ type Pass func(g *graph.Graph, res *infer.Result) error
 // MatMulBias, whose output is often the residual branch; the element-wise
 // pass comes last so that it does not swallow the ops the others match.
 func Passes(opts Options) []Pass {
-	ps := []Pass{LayerNorm, RMSNorm, Attention, MatMulBias, AddNorm}
+	ps := []Pass{LayerNorm, RMSNorm, Attention, MatMulBias, AddNorm, ConvAct}
 	if opts.Elementwise != nil {
 		ew := opts.Elementwise
 		ps = append(ps, func(g *graph.Graph, res *infer.Result) error { return Elementwise(g, res, ew) })

@@ -34,6 +34,12 @@ const (
 	// grouped-query K/V; attributes scale, causal, q_perm, k_perm, v_perm,
 	// o_perm (engine/fuse/attention.go documents them).
 	Attention = "Attention"
+	// ConvAct(x, w, [bias]) -> y is an ONNX Conv (same inputs and
+	// attributes) followed by an activation in the convolution's epilogue:
+	// attribute activation ("Relu", "Clip", "HardSwish", "HardSigmoid",
+	// "SiLU" or "LeakyRelu") with act_alpha and act_beta (Clip's bounds,
+	// HardSigmoid's alpha and beta, LeakyRelu's alpha).
+	ConvAct = "ConvAct"
 	// FusedElementwise(inputs...) -> outputs runs the GRAPH attribute body,
 	// a chain of element-wise ops, as one kernel.
 	FusedElementwise = "FusedElementwise"

@@ -37,6 +37,7 @@ Nets (torchvision.models names, plus one written here):
   shufflenet_v2_x1_0                      channel shuffle (Reshape/Transpose), Split
   squeezenet1_1                           Concat of fire modules, ceil-mode MaxPool
   resnet50, densenet121                   bottlenecks, dense Concat, AvgPool
+  resnet18                                basic blocks of 3x3 convs (the convolution benchmark)
   convnext_tiny                           7x7 depthwise, LayerNorm over channels, layer scale
   lraspp_mobilenet_v3_large               Resize (bilinear) back to the input size
   deeplabv3_mobilenet_v3_large            ASPP with dilations, Resize
@@ -113,7 +114,7 @@ def build(name):
 
 
 NETS = ["mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "shufflenet_v2_x1_0",
-        "squeezenet1_1", "resnet50", "densenet121", "convnext_tiny", "lraspp_mobilenet_v3_large",
+        "squeezenet1_1", "resnet50", "resnet18", "densenet121", "convnext_tiny", "lraspp_mobilenet_v3_large",
         "deeplabv3_mobilenet_v3_large", "fcn_resnet50", "unet"]
 
 
