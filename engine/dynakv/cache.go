@@ -29,6 +29,7 @@ type cacheItem struct {
 	hits   int
 	recent bool // in the reserved region
 	elem   *list.Element
+	seq    uint64 // insertion order: GreedyDual-Size's tie-break
 }
 
 // gdsCache is the policy of §6.2 with our parameters: a reserved fraction
@@ -44,6 +45,7 @@ type gdsCache struct {
 	resBytes         int64
 	gdsBytes         int64
 	clock            float64
+	seq              uint64 // items put so far
 }
 
 func newGDSCache(budget int64, reservedFrac float64, tu, entry int) *gdsCache {
@@ -96,7 +98,8 @@ func (g *gdsCache) put(c *cluster, kv [][]float32, step int) {
 	if size == 0 || size > g.budget {
 		return
 	}
-	it := &cacheItem{c: c, kv: kv, size: size, hits: max(hits, 1)}
+	g.seq++
+	it := &cacheItem{c: c, kv: kv, size: size, hits: max(hits, 1), seq: g.seq}
 	if step-c.updated < g.tu && size <= g.reserved {
 		it.recent = true
 		it.elem = g.fifo.PushBack(it)
@@ -121,6 +124,9 @@ func (g *gdsCache) put(c *cluster, kv [][]float32, step int) {
 
 // evict removes the general region's lowest-priority items until the
 // cache fits its budget, never evicting keep unless nothing else is left.
+// Equal priorities are common (equal sizes and hits at the same clock), so
+// ties go to the item put first: without a tie-break the victim would
+// follow Go's randomised map order and runs would not be repeatable.
 func (g *gdsCache) evict(keep *cacheItem) {
 	for g.bytes() > g.budget {
 		var victim *cacheItem
@@ -128,7 +134,7 @@ func (g *gdsCache) evict(keep *cacheItem) {
 			if it.recent || it == keep && len(g.items) > 1 {
 				continue
 			}
-			if victim == nil || it.h < victim.h {
+			if victim == nil || it.h < victim.h || it.h == victim.h && it.seq < victim.seq {
 				victim = it
 			}
 		}
