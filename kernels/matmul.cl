@@ -236,6 +236,95 @@ __kernel void mm_dot_4x4(MM_PARAMS) { mm_dot(4, 4, MM_ARGS); }
 __kernel void mm_dot_2x8(MM_PARAMS) { mm_dot(2, 8, MM_ARGS); }
 __kernel void mm_dot_1x8(MM_PARAMS) { mm_dot(1, 8, MM_ARGS); }
 
+#ifdef A_F16
+#define ALOAD8(p, i) ((float8)(vload_half4(0, (p) + (i)), vload_half4(0, (p) + (i) + 4)))
+#else
+#define ALOAD8(p, i) vload8(0, (p) + (i))
+#endif
+#ifdef B_F16
+#define BLOAD8(p, i) ((float8)(vload_half4(0, (p) + (i)), vload_half4(0, (p) + (i) + 4)))
+#else
+#define BLOAD8(p, i) vload8(0, (p) + (i))
+#endif
+
+static inline float hsum8(float8 v) {
+	const float4 a = v.lo + v.hi;
+	const float2 b = a.lo + a.hi;
+	return b.x + b.y;
+}
+
+// mm_dot8 is mm_dot for 8-wide vector units (AVX2; the device's native
+// float vector width is 8): RB x CB outputs as float8 partial sums, at most
+// 12 of them, so that accumulators, one vector of A and the CB vectors of B
+// fit 16 registers. mm_dot's float16 tiles hold 32 registers of
+// accumulators there and spill on every step.
+__attribute__((always_inline)) static inline void
+mm_dot8(const int RB, const int CB, MM_PARAMS) {
+	const int n0 = get_global_id(0) * CB;
+	if (n0 >= N) return;
+	MM_ROW_CHUNK(RB)
+	MM_BATCH(get_global_id(2))
+	__global const b_t *bp[6];
+	#pragma unroll
+	for (int c = 0; c < CB; c++) bp[c] = B + min(n0 + c, N - 1) * bn;
+	for (int blk = blk0_; blk < blk1_; blk++) {
+		const int m0 = blk * RB;
+		__global const a_t *ap[4];
+		#pragma unroll
+		for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
+		float8 acc[4][6];
+		#pragma unroll
+		for (int r = 0; r < RB; r++)
+			#pragma unroll
+			for (int c = 0; c < CB; c++) acc[r][c] = (float8)(0.0f);
+		int k = 0;
+		for (; k + 8 <= K; k += 8) {
+			float8 bv[6];
+			#pragma unroll
+			for (int c = 0; c < CB; c++) bv[c] = BLOAD8(bp[c], k);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				const float8 av = ALOAD8(ap[r], k);
+				#pragma unroll
+				for (int c = 0; c < CB; c++) acc[r][c] = fma(av, bv[c], acc[r][c]);
+			}
+		}
+		float s[4][6];
+		#pragma unroll
+		for (int r = 0; r < RB; r++)
+			#pragma unroll
+			for (int c = 0; c < CB; c++) s[r][c] = hsum8(acc[r][c]);
+		for (; k < K; k++) {
+			float bv[6];
+			#pragma unroll
+			for (int c = 0; c < CB; c++) bv[c] = BLOAD(bp[c], k);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				const float av = ALOAD(ap[r], k);
+				#pragma unroll
+				for (int c = 0; c < CB; c++) s[r][c] = fma(av, bv[c], s[r][c]);
+			}
+		}
+		#pragma unroll
+		for (int r = 0; r < RB; r++) {
+			const int m = m0 + r;
+			if (m >= M) break;
+			#pragma unroll
+			for (int c = 0; c < CB; c++) {
+				const int n = n0 + c;
+				if (n >= N) break;
+				mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, s[r][c],
+				       alpha, beta);
+			}
+		}
+	}
+}
+
+// 4x3: 12 accumulators, 4 + 3 loads per 12 FMAs (3x4 and 2x6 need a 17th
+// register and spilled; 6x2 ran alike or slower). 1x6 for one row.
+__kernel void mm_dot8_4x3(MM_PARAMS) { mm_dot8(4, 3, MM_ARGS); }
+__kernel void mm_dot8_1x6(MM_PARAMS) { mm_dot8(1, 6, MM_ARGS); }
+
 // mm_axpy computes RB rows x VB*16 columns at a time (RB*VB <= 16): per k,
 // VB vectors of one B row times a broadcast element of each A row. Wide
 // column blocks make each B row a contiguous run of VB*64 bytes, which is
@@ -311,6 +400,81 @@ mm_axpy(const int RB, const int VB, MM_PARAMS) {
 		}
 	}
 }
+
+// mm_axpy8 is mm_axpy for 8-wide vector units: RB rows x VB*8 columns, at
+// most 12 float8 accumulators (see mm_dot8).
+__attribute__((always_inline)) static inline void
+mm_axpy8(const int RB, const int VB, MM_PARAMS) {
+	const int n0 = get_global_id(0) * VB * 8;
+	if (n0 >= N) return;
+	MM_ROW_CHUNK(RB)
+	MM_BATCH(get_global_id(2))
+	for (int blk = blk0_; blk < blk1_; blk++) {
+		const int m0 = blk * RB;
+		__global const a_t *ap[6];
+		#pragma unroll
+		for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
+		if (N < 8) {
+			for (int n = n0; n < N; n++) {
+				float acc[6];
+				#pragma unroll
+				for (int r = 0; r < RB; r++) acc[r] = 0.0f;
+				for (int k = 0; k < K; k++) {
+					const float bv = BLOAD(B, k * bk + n);
+					#pragma unroll
+					for (int r = 0; r < RB; r++)
+						acc[r] = fma(ALOAD(ap[r], k * ak), bv, acc[r]);
+				}
+				#pragma unroll
+				for (int r = 0; r < RB; r++) {
+					const int m = m0 + r;
+					if (m >= M) break;
+					mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, acc[r],
+					       alpha, beta);
+				}
+			}
+			continue;
+		}
+		int nv[4];
+		#pragma unroll
+		for (int v = 0; v < VB; v++) nv[v] = min(n0 + 8 * v, N - 8);
+		float8 acc[6][4];
+		#pragma unroll
+		for (int r = 0; r < RB; r++)
+			#pragma unroll
+			for (int v = 0; v < VB; v++) acc[r][v] = (float8)(0.0f);
+		for (int k = 0; k < K; k++) {
+			float8 bv[4];
+			#pragma unroll
+			for (int v = 0; v < VB; v++) bv[v] = BLOAD8(B, k * bk + nv[v]);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				const float8 a = (float8)(ALOAD(ap[r], k * ak));
+				#pragma unroll
+				for (int v = 0; v < VB; v++) acc[r][v] = fma(a, bv[v], acc[r][v]);
+			}
+		}
+		#pragma unroll
+		for (int r = 0; r < RB; r++) {
+			const int m = m0 + r;
+			if (m >= M) break;
+			#pragma unroll
+			for (int v = 0; v < VB; v++) {
+				float t[8];
+				vstore8(acc[r][v], 0, t);
+				for (int j = 0; j < 8; j++) {
+					const int n = nv[v] + j;
+					if (n >= n0 + 8 * v)
+						mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, t[j],
+						       alpha, beta);
+				}
+			}
+		}
+	}
+}
+
+__kernel void mm_axpy8_6x2(MM_PARAMS) { mm_axpy8(6, 2, MM_ARGS); }
+__kernel void mm_axpy8_4x3(MM_PARAMS) { mm_axpy8(4, 3, MM_ARGS); }
 
 __kernel void mm_axpy_4x4(MM_PARAMS) { mm_axpy(4, 4, MM_ARGS); }
 __kernel void mm_axpy_1x16(MM_PARAMS) { mm_axpy(1, 16, MM_ARGS); }

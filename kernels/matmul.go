@@ -459,9 +459,17 @@ func (l *Lib) pick(g gemm, gpu bool) (gemm, string) {
 		return g, "mm_naive"
 	}
 	if dot(g) {
+		// Register tiles by vector width: mm_dot's float16 tiles fill
+		// AVX-512's 32 registers; with 8-wide vectors (AVX2: 16 registers)
+		// they spill on every step, and mm_dot8 keeps 12 accumulators.
+		narrow := l.info().NativeFloatWidth == 8
 		switch {
+		case g.m == 1 && narrow:
+			return g, "mm_dot8_1x6"
 		case g.m == 1:
 			return g, "mm_dot_1x8"
+		case narrow:
+			return g, "mm_dot8_4x3"
 		case 8*g.k*g.bt.Size() <= mmDotL1:
 			return g, "mm_dot_2x8"
 		}
@@ -633,9 +641,13 @@ func (l *Lib) gemm(g gemm) error {
 		global, local = []int{(g.n + 3) / 4 * 64, g.m, batch}, []int{64, 1, 1}
 	case name == "mm_naive":
 		global = []int{g.n, g.m, batch}
-	case strings.HasPrefix(name, "mm_axpy_"):
+	case strings.HasPrefix(name, "mm_axpy"):
 		rb, vb := mmBlocking(name)
-		cols := (g.n + 16*vb - 1) / (16 * vb)
+		w := 16 // vector width: mm_axpy8_RxV's vectors are float8
+		if strings.HasPrefix(name, "mm_axpy8_") {
+			w = 8
+		}
+		cols := (g.n + w*vb - 1) / (w * vb)
 		global = []int{cols, rowChunks(g.m, rb, cols, batch, info.ComputeUnits), batch}
 	default: // mm_dot_RxC
 		rb, cb := mmBlocking(name)
