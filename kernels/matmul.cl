@@ -26,6 +26,9 @@
 //                float16 vectors (1x8 for one row, 2x8 while 8 rows of B
 //                fit 32 KiB, 4x4 beyond). The CPU path for weights, which
 //                sessions store [N, K] (Linear's layout; PrefersTransB).
+//   mm_dot8_4x3  the same in float8 vectors, 4 rows x 3 columns: the CPU
+//                path for M > 1 where the native float vector is 8 wide
+//                (AVX2, 16 registers, which mm_dot's float16 tiles spill).
 //   mm_axpy_RxV  B contiguous along N (bn == 1): RB rows x VB*16 columns
 //                at a time over a chunk of rows, VB B vectors per k (1x16
 //                for one row, 4x4 otherwise). The CPU path for a B that is
@@ -321,9 +324,8 @@ mm_dot8(const int RB, const int CB, MM_PARAMS) {
 }
 
 // 4x3: 12 accumulators, 4 + 3 loads per 12 FMAs (3x4 and 2x6 need a 17th
-// register and spilled; 6x2 ran alike or slower). 1x6 for one row.
+// register and spilled; 6x2 ran alike or slower).
 __kernel void mm_dot8_4x3(MM_PARAMS) { mm_dot8(4, 3, MM_ARGS); }
-__kernel void mm_dot8_1x6(MM_PARAMS) { mm_dot8(1, 6, MM_ARGS); }
 
 // mm_axpy computes RB rows x VB*16 columns at a time (RB*VB <= 16): per k,
 // VB vectors of one B row times a broadcast element of each A row. Wide
@@ -400,81 +402,6 @@ mm_axpy(const int RB, const int VB, MM_PARAMS) {
 		}
 	}
 }
-
-// mm_axpy8 is mm_axpy for 8-wide vector units: RB rows x VB*8 columns, at
-// most 12 float8 accumulators (see mm_dot8).
-__attribute__((always_inline)) static inline void
-mm_axpy8(const int RB, const int VB, MM_PARAMS) {
-	const int n0 = get_global_id(0) * VB * 8;
-	if (n0 >= N) return;
-	MM_ROW_CHUNK(RB)
-	MM_BATCH(get_global_id(2))
-	for (int blk = blk0_; blk < blk1_; blk++) {
-		const int m0 = blk * RB;
-		__global const a_t *ap[6];
-		#pragma unroll
-		for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
-		if (N < 8) {
-			for (int n = n0; n < N; n++) {
-				float acc[6];
-				#pragma unroll
-				for (int r = 0; r < RB; r++) acc[r] = 0.0f;
-				for (int k = 0; k < K; k++) {
-					const float bv = BLOAD(B, k * bk + n);
-					#pragma unroll
-					for (int r = 0; r < RB; r++)
-						acc[r] = fma(ALOAD(ap[r], k * ak), bv, acc[r]);
-				}
-				#pragma unroll
-				for (int r = 0; r < RB; r++) {
-					const int m = m0 + r;
-					if (m >= M) break;
-					mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, acc[r],
-					       alpha, beta);
-				}
-			}
-			continue;
-		}
-		int nv[4];
-		#pragma unroll
-		for (int v = 0; v < VB; v++) nv[v] = min(n0 + 8 * v, N - 8);
-		float8 acc[6][4];
-		#pragma unroll
-		for (int r = 0; r < RB; r++)
-			#pragma unroll
-			for (int v = 0; v < VB; v++) acc[r][v] = (float8)(0.0f);
-		for (int k = 0; k < K; k++) {
-			float8 bv[4];
-			#pragma unroll
-			for (int v = 0; v < VB; v++) bv[v] = BLOAD8(B, k * bk + nv[v]);
-			#pragma unroll
-			for (int r = 0; r < RB; r++) {
-				const float8 a = (float8)(ALOAD(ap[r], k * ak));
-				#pragma unroll
-				for (int v = 0; v < VB; v++) acc[r][v] = fma(a, bv[v], acc[r][v]);
-			}
-		}
-		#pragma unroll
-		for (int r = 0; r < RB; r++) {
-			const int m = m0 + r;
-			if (m >= M) break;
-			#pragma unroll
-			for (int v = 0; v < VB; v++) {
-				float t[8];
-				vstore8(acc[r][v], 0, t);
-				for (int j = 0; j < 8; j++) {
-					const int n = nv[v] + j;
-					if (n >= n0 + 8 * v)
-						mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, t[j],
-						       alpha, beta);
-				}
-			}
-		}
-	}
-}
-
-__kernel void mm_axpy8_6x2(MM_PARAMS) { mm_axpy8(6, 2, MM_ARGS); }
-__kernel void mm_axpy8_4x3(MM_PARAMS) { mm_axpy8(4, 3, MM_ARGS); }
 
 __kernel void mm_axpy_4x4(MM_PARAMS) { mm_axpy(4, 4, MM_ARGS); }
 __kernel void mm_axpy_1x16(MM_PARAMS) { mm_axpy(1, 16, MM_ARGS); }

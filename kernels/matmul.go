@@ -464,9 +464,9 @@ func (l *Lib) pick(g gemm, gpu bool) (gemm, string) {
 		// they spill on every step, and mm_dot8 keeps 12 accumulators.
 		narrow := l.info().NativeFloatWidth == 8
 		switch {
-		case g.m == 1 && narrow:
-			return g, "mm_dot8_1x6"
 		case g.m == 1:
+			// Decode is bound by the weight's bandwidth: a float8 1x6
+			// tile ran no faster here (3 alternated rounds, mixed).
 			return g, "mm_dot_1x8"
 		case narrow:
 			return g, "mm_dot8_4x3"
@@ -641,13 +641,9 @@ func (l *Lib) gemm(g gemm) error {
 		global, local = []int{(g.n + 3) / 4 * 64, g.m, batch}, []int{64, 1, 1}
 	case name == "mm_naive":
 		global = []int{g.n, g.m, batch}
-	case strings.HasPrefix(name, "mm_axpy"):
+	case strings.HasPrefix(name, "mm_axpy_"):
 		rb, vb := mmBlocking(name)
-		w := 16 // vector width: mm_axpy8_RxV's vectors are float8
-		if strings.HasPrefix(name, "mm_axpy8_") {
-			w = 8
-		}
-		cols := (g.n + w*vb - 1) / (w * vb)
+		cols := (g.n + 16*vb - 1) / (16 * vb)
 		global = []int{cols, rowChunks(g.m, rb, cols, batch, info.ComputeUnits), batch}
 	default: // mm_dot_RxC
 		rb, cb := mmBlocking(name)

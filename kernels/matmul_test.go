@@ -122,8 +122,7 @@ func TestMatMulVariants(t *testing.T) {
 	shapes := [][3]int{{1, 17, 33}, {3, 65, 17}, {4, 33, 130}, {5, 130, 65}, {70, 67, 20}}
 	variants := map[string][][2]bool{ // name -> (transA, transB) layouts
 		"mm_dot_1x8": {{false, true}}, "mm_dot_2x8": {{false, true}}, "mm_dot_4x4": {{false, true}},
-		"mm_dot8_1x6": {{false, true}}, "mm_dot8_4x3": {{false, true}},
-		"mm_axpy8_6x2": {{false, false}, {true, false}}, "mm_axpy8_4x3": {{false, false}, {true, false}},
+		"mm_dot8_4x3":  {{false, true}},
 		"mm_axpy_1x16": {{false, false}, {true, false}}, "mm_axpy_4x4": {{false, false}, {true, false}},
 		"mm_naive":   {{false, false}, {true, true}},
 		"mm_gemv_wg": {{false, true}},
@@ -451,7 +450,7 @@ func TestMatMulPickByVectorWidth(t *testing.T) {
 		width, m, k int
 		want        string
 	}{
-		{8, 1, 768, "mm_dot8_1x6"},
+		{8, 1, 768, "mm_dot_1x8"},
 		{8, 128, 512, "mm_dot8_4x3"},
 		{8, 128, 3072, "mm_dot8_4x3"},
 		{16, 1, 768, "mm_dot_1x8"},
