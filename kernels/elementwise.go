@@ -499,6 +499,12 @@ func (c *Chain) Source() (string, error) {
 		w.WriteString(")\n{\n")
 	}
 
+	// EW_FULL: the launch covers dimension 0 exactly (n0 is a multiple of
+	// the work-group width), so no work-item is out of bounds. Without the
+	// test, a compiler that vectorises across work-items (PoCL) loads and
+	// stores whole vectors instead of masked ones, which AMD's cores run
+	// as slow microcode.
+	b.WriteString("\n#ifdef EW_FULL\n#define EW_BOUND\n#else\n#define EW_BOUND if (x0 >= n0) return;\n#endif")
 	b.WriteString("\n#ifndef EW_RANK6")
 	header(&b, "chain3", 3)
 	// Work-groups are one row wide, so dimensions 1 and 2 come from group
@@ -508,7 +514,7 @@ func (c *Chain) Source() (string, error) {
 	b.WriteString(`	const int x0 = get_global_id(0);
 	const int x1 = get_group_id(1);
 	const int x2 = get_group_id(2);
-	if (x0 >= n0) return;
+	EW_BOUND
 	const int o = (x2 * n1 + x1) * n0 + x0;
 `)
 	if err := body(&b, 3); err != nil {
@@ -519,7 +525,7 @@ func (c *Chain) Source() (string, error) {
 	b.WriteString(`	const int x0 = get_global_id(0);
 	const int x1 = get_group_id(1);
 	const int r = get_group_id(2);
-	if (x0 >= n0) return;
+	EW_BOUND
 	int q = r;
 	const int x2 = q % n2; q /= n2;
 	const int x3 = q % n3; q /= n3;
@@ -844,6 +850,13 @@ func (l *Lib) RunChain(c *Chain, outShape []int, ins []ElemArg, outs []Buf) erro
 			return fmt.Errorf("kernels: chain input %d: innermost stride %d after collapsing %v to %v (internal error)", k, lay.strides[k][0], shapes, outShape)
 		}
 	}
+	n0 := 1
+	if rank > 0 {
+		n0 = lay.dims[0]
+	}
+	if n0%chainWidth(n0) == 0 {
+		opts.WriteString(" -DEW_FULL")
+	}
 	k, err := l.kernel(prep.family, prep.src, opts.String(), name)
 	if err != nil {
 		return err
@@ -877,14 +890,8 @@ func (l *Lib) RunChain(c *Chain, outShape []int, ins []ElemArg, outs []Buf) erro
 			args = append(args, int32(s))
 		}
 	}
-	// Work-groups span part of one row (the kernels rely on it). Two fixed
-	// widths: PoCL compiles a kernel again for every new local size, and a
-	// narrow innermost dimension should not leave most of a 64-wide group
-	// idle on a GPU.
-	width := 64
-	if dims[0] < 48 {
-		width = 16
-	}
+	// Work-groups span part of one row (the kernels rely on it).
+	width := chainWidth(dims[0])
 	outer := 1
 	for _, d := range dims[2:] {
 		outer *= d
@@ -892,4 +899,15 @@ func (l *Lib) RunChain(c *Chain, outShape []int, ins []ElemArg, outs []Buf) erro
 	global := []int{roundUp(dims[0], width), dims[1], outer}
 	local := []int{width, 1, 1}
 	return l.dev.Launch(k, global, local, args...)
+}
+
+// chainWidth is the work-group width of a chain launch whose innermost
+// dimension has n elements. Two fixed widths: PoCL compiles a kernel again
+// for every new local size, and a narrow innermost dimension should not
+// leave most of a 64-wide group idle on a GPU.
+func chainWidth(n int) int {
+	if n < 48 {
+		return 16
+	}
+	return 64
 }

@@ -1192,3 +1192,60 @@ func TestElemNodeONNX(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkChainGeluErf: erf-GELU as PyTorch exports it, x*0.5 *
+// (1 + erf(x/sqrt2)), one fused chain over a BERT-small FFN activation
+// (128 tokens x 2048); "gelu" is the same through the Gelu op, "add" a
+// plain a+b over as many elements (the memory-bound floor).
+func BenchmarkChainGeluErf(b *testing.B) {
+	const r, cols = 128, 2048
+	// Wide enough that erfc's exp underflows for part of the elements, as
+	// in a randomly initialised model, whose FFN activations reach +-30.
+	x := ewShaped(ewFloats(1, EF32, r*cols, -30, 30), r, cols)
+	for _, tc := range []struct {
+		name  string
+		chain func() *Chain
+		ins   []HostTensor
+	}{
+		{"exported", func() *Chain {
+			c := &Chain{}
+			in := c.Input(EF32)
+			half := c.Op(ElemMul, in, c.Const(EF32, 0.5))
+			e := c.Op(ElemErf, c.Op(ElemDiv, in, c.Const(EF32, math.Sqrt2)))
+			c.Output(c.Op(ElemMul, half, c.Op(ElemAdd, e, c.Const(EF32, 1))))
+			return c
+		}, []HostTensor{x}},
+		{"gelu", func() *Chain {
+			c := &Chain{}
+			c.Output(c.Op(ElemGelu, c.Input(EF32)))
+			return c
+		}, []HostTensor{x}},
+		{"add", func() *Chain { return BinaryChain(ElemAdd, EF32, EF32) }, []HostTensor{x, x}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cpu0 := cpuTime()
+			benchChain(b, tc.chain(), []int{r, cols}, tc.ins, int64(4*r*cols*(1+len(tc.ins))))
+			// CPU time includes the first (untimed) run; with -benchtime
+			// 20x or more that is a few percent.
+			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N)/float64(r*cols), "cpu-ns/elem")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(r*cols), "ns/elem")
+		})
+	}
+}
+
+// TestChainExactCover runs a chain whose rows fill the work-groups exactly
+// (built without the bounds test, EW_FULL) and rows that do not, and checks
+// every element against the reference, so a launch that drops the test
+// where a row ends mid-group would show as wrong or missing elements.
+func TestChainExactCover(t *testing.T) {
+	for _, shape := range [][]int{{3, 64}, {3, 128}, {2, 32}, {3, 70}, {2, 17}, {5, 48}} {
+		n := shape[0] * shape[1]
+		x := ewShaped(ewFloats(1, EF32, n, -3, 3), shape...)
+		y := ewShaped(ewFloats(2, EF32, shape[1], -3, 3), shape[1])
+		c := &Chain{}
+		a, b := c.Input(EF32), c.Input(EF32)
+		c.Output(c.Op(ElemGelu, c.Op(ElemAdd, a, b)))
+		got, want := ewRun(t, c, shape, []HostTensor{x, y})
+		assertClose(t, fmt.Sprint(shape), got[0].F, want[0].F, 1e-6, 1e-5)
+	}
+}

@@ -26,6 +26,9 @@
 //                float16 vectors (1x8 for one row, 2x8 while 8 rows of B
 //                fit 32 KiB, 4x4 beyond). The CPU path for weights, which
 //                sessions store [N, K] (Linear's layout; PrefersTransB).
+//   mm_dot8_4x3  the same in float8 vectors, 4 rows x 3 columns: the CPU
+//                path for M > 1 where the native float vector is 8 wide
+//                (AVX2, 16 registers, which mm_dot's float16 tiles spill).
 //   mm_axpy_RxV  B contiguous along N (bn == 1): RB rows x VB*16 columns
 //                at a time over a chunk of rows, VB B vectors per k (1x16
 //                for one row, 4x4 otherwise). The CPU path for a B that is
@@ -235,6 +238,94 @@ mm_dot(const int RB, const int CB, MM_PARAMS) {
 __kernel void mm_dot_4x4(MM_PARAMS) { mm_dot(4, 4, MM_ARGS); }
 __kernel void mm_dot_2x8(MM_PARAMS) { mm_dot(2, 8, MM_ARGS); }
 __kernel void mm_dot_1x8(MM_PARAMS) { mm_dot(1, 8, MM_ARGS); }
+
+#ifdef A_F16
+#define ALOAD8(p, i) ((float8)(vload_half4(0, (p) + (i)), vload_half4(0, (p) + (i) + 4)))
+#else
+#define ALOAD8(p, i) vload8(0, (p) + (i))
+#endif
+#ifdef B_F16
+#define BLOAD8(p, i) ((float8)(vload_half4(0, (p) + (i)), vload_half4(0, (p) + (i) + 4)))
+#else
+#define BLOAD8(p, i) vload8(0, (p) + (i))
+#endif
+
+static inline float hsum8(float8 v) {
+	const float4 a = v.lo + v.hi;
+	const float2 b = a.lo + a.hi;
+	return b.x + b.y;
+}
+
+// mm_dot8 is mm_dot for 8-wide vector units (AVX2; the device's native
+// float vector width is 8): RB x CB outputs as float8 partial sums, at most
+// 12 of them, so that accumulators, one vector of A and the CB vectors of B
+// fit 16 registers. mm_dot's float16 tiles hold 32 registers of
+// accumulators there and spill on every step.
+__attribute__((always_inline)) static inline void
+mm_dot8(const int RB, const int CB, MM_PARAMS) {
+	const int n0 = get_global_id(0) * CB;
+	if (n0 >= N) return;
+	MM_ROW_CHUNK(RB)
+	MM_BATCH(get_global_id(2))
+	__global const b_t *bp[6];
+	#pragma unroll
+	for (int c = 0; c < CB; c++) bp[c] = B + min(n0 + c, N - 1) * bn;
+	for (int blk = blk0_; blk < blk1_; blk++) {
+		const int m0 = blk * RB;
+		__global const a_t *ap[4];
+		#pragma unroll
+		for (int r = 0; r < RB; r++) ap[r] = A + min(m0 + r, M - 1) * am;
+		float8 acc[4][6];
+		#pragma unroll
+		for (int r = 0; r < RB; r++)
+			#pragma unroll
+			for (int c = 0; c < CB; c++) acc[r][c] = (float8)(0.0f);
+		int k = 0;
+		for (; k + 8 <= K; k += 8) {
+			float8 bv[6];
+			#pragma unroll
+			for (int c = 0; c < CB; c++) bv[c] = BLOAD8(bp[c], k);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				const float8 av = ALOAD8(ap[r], k);
+				#pragma unroll
+				for (int c = 0; c < CB; c++) acc[r][c] = fma(av, bv[c], acc[r][c]);
+			}
+		}
+		float s[4][6];
+		#pragma unroll
+		for (int r = 0; r < RB; r++)
+			#pragma unroll
+			for (int c = 0; c < CB; c++) s[r][c] = hsum8(acc[r][c]);
+		for (; k < K; k++) {
+			float bv[6];
+			#pragma unroll
+			for (int c = 0; c < CB; c++) bv[c] = BLOAD(bp[c], k);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				const float av = ALOAD(ap[r], k);
+				#pragma unroll
+				for (int c = 0; c < CB; c++) s[r][c] = fma(av, bv[c], s[r][c]);
+			}
+		}
+		#pragma unroll
+		for (int r = 0; r < RB; r++) {
+			const int m = m0 + r;
+			if (m >= M) break;
+			#pragma unroll
+			for (int c = 0; c < CB; c++) {
+				const int n = n0 + c;
+				if (n >= N) break;
+				mm_put(C, m * cm + n * cn, Bias, m * brm + n * brn, s[r][c],
+				       alpha, beta);
+			}
+		}
+	}
+}
+
+// 4x3: 12 accumulators, 4 + 3 loads per 12 FMAs (3x4 and 2x6 need a 17th
+// register and spilled; 6x2 ran alike or slower).
+__kernel void mm_dot8_4x3(MM_PARAMS) { mm_dot8(4, 3, MM_ARGS); }
 
 // mm_axpy computes RB rows x VB*16 columns at a time (RB*VB <= 16): per k,
 // VB vectors of one B row times a broadcast element of each A row. Wide

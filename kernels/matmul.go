@@ -463,9 +463,17 @@ func (l *Lib) pick(g gemm, gpu bool) (gemm, string) {
 		return g, "mm_naive"
 	}
 	if dot(g) {
+		// Register tiles by vector width: mm_dot's float16 tiles fill
+		// AVX-512's 32 registers; with 8-wide vectors (AVX2: 16 registers)
+		// they spill on every step, and mm_dot8 keeps 12 accumulators.
+		narrow := l.info().NativeFloatWidth == 8
 		switch {
 		case g.m == 1:
+			// Decode is bound by the weight's bandwidth: a float8 1x6
+			// tile ran no faster here (3 alternated rounds, mixed).
 			return g, "mm_dot_1x8"
+		case narrow:
+			return g, "mm_dot8_4x3"
 		case 8*g.k*g.bt.Size() <= mmDotL1:
 			return g, "mm_dot_2x8"
 		}

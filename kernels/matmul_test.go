@@ -122,6 +122,7 @@ func TestMatMulVariants(t *testing.T) {
 	shapes := [][3]int{{1, 17, 33}, {3, 65, 17}, {4, 33, 130}, {5, 130, 65}, {70, 67, 20}}
 	variants := map[string][][2]bool{ // name -> (transA, transB) layouts
 		"mm_dot_1x8": {{false, true}}, "mm_dot_2x8": {{false, true}}, "mm_dot_4x4": {{false, true}},
+		"mm_dot8_4x3":  {{false, true}},
 		"mm_axpy_1x16": {{false, false}, {true, false}}, "mm_axpy_4x4": {{false, false}, {true, false}},
 		"mm_naive":   {{false, false}, {true, true}},
 		"mm_gemv_wg": {{false, true}},
@@ -437,6 +438,35 @@ func TestMatMulEmptyAndErrors(t *testing.T) {
 	} {
 		if err := testLib.MatMul(s, a, b, c, p); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// TestMatMulPickByVectorWidth checks that CPU devices choose their K-contiguous
+// kernels by native float vector width: the float8 tiles where vectors are 8
+// wide (AVX2), the float16 ones where they are 16 wide or not reported.
+func TestMatMulPickByVectorWidth(t *testing.T) {
+	for _, tc := range []struct {
+		width, m, k int
+		want        string
+	}{
+		{8, 1, 768, "mm_dot_1x8"},
+		{8, 128, 512, "mm_dot8_4x3"},
+		{8, 128, 3072, "mm_dot8_4x3"},
+		{16, 1, 768, "mm_dot_1x8"},
+		{16, 128, 512, "mm_dot_2x8"},
+		{16, 128, 3072, "mm_dot_4x4"},
+		{0, 128, 512, "mm_dot_2x8"},
+	} {
+		inf := testLib.info()
+		inf.Type, inf.NativeFloatWidth = "CPU", tc.width
+		l := &Lib{dev: testLib.dev, as: &inf}
+		g, err := MatMulParams{M: tc.m, N: 64, K: tc.k, TransB: true}.resolve(F32, Buf{}, Buf{}, Buf{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, got := l.pick(g, false); got != tc.want {
+			t.Errorf("width %d, %dx64x%d: picked %s, want %s", tc.width, tc.m, tc.k, got, tc.want)
 		}
 	}
 }

@@ -53,6 +53,7 @@ const (
 	clDeviceVersion        = 0x102F
 	clDeviceExtensions     = 0x1030
 	clDeviceHostUnified    = 0x1035
+	clDeviceNativeFloat    = 0x103A
 	clDeviceOpenCLC        = 0x103D
 	clDeviceImagePitch     = 0x104A
 	clDeviceMaxSubGroups   = 0x105C

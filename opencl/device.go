@@ -119,6 +119,10 @@ type Info struct {
 	// Subgroups is cl_khr_subgroups, cl_intel_subgroups, or an OpenCL 2.1+
 	// device reporting a non-zero CL_DEVICE_MAX_NUM_SUB_GROUPS.
 	Subgroups bool
+	// NativeFloatWidth is CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT: floats per
+	// vector register on a CPU device (8 with AVX2, 16 with AVX-512; the
+	// CPU GEMMs size their register tiles by it), 0 when not answered.
+	NativeFloatWidth int
 	// ImageFromBuffer is cl_khr_image2d_from_buffer or, on OpenCL 3.0, a
 	// non-zero CL_DEVICE_IMAGE_PITCH_ALIGNMENT on a device with images.
 	ImageFromBuffer bool
@@ -378,6 +382,10 @@ func describe(r devRef) (Info, error) {
 	// whatever they say.
 	_ = devInfo(r.id, clDeviceHostUnified, &unified)
 	inf.Unified = unified == clTrue || inf.Type == "CPU"
+	var nfw uint32
+	if devInfo(r.id, clDeviceNativeFloat, &nfw) == nil {
+		inf.NativeFloatWidth = int(nfw)
+	}
 
 	has := map[string]bool{}
 	for _, e := range inf.Extensions {
