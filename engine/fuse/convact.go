@@ -68,7 +68,13 @@ func (r *rewriter) convAct(c *graph.Node) error {
 	if out == nil || !shapeEqual(out.Shape, y.Shape) || out.Type != y.Type {
 		return nil
 	}
-	n := r.newNode(tlite.ConvAct, nameNear(c, tlite.ConvAct), append([]*graph.Value(nil), c.Inputs...), []*graph.Value{out})
+	// Named after the user's Conv and activation, so plan and error
+	// messages still point at the nodes the model's author wrote.
+	name := nameNear(c, tlite.ConvAct)
+	if c.Name != "" {
+		name = c.Name + "+" + body[len(body)-1].OpType
+	}
+	n := r.newNode(tlite.ConvAct, name, append([]*graph.Value(nil), c.Inputs...), []*graph.Value{out})
 	for k, v := range c.Attrs {
 		n.Attrs[k] = v
 	}

@@ -111,7 +111,7 @@ func TestPlansFromInputs(t *testing.T) {
 	if err == nil {
 		t.Fatal("a plan for 10^7 x 10^7 images opened")
 	}
-	for _, want := range []string{"H = 10000000 (declared)", "GiB", "--max H=<n>,W=<n>", "largest tensor is conv2 scratch"} {
+	for _, want := range []string{"H = 10000000 (declared)", "GiB", "--max H=<n>,W=<n>", "largest tensor is conv2+Relu scratch"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q does not mention %q", err, want)
 		}
