@@ -769,10 +769,14 @@ func (s *Session) Replayed() int64 {
 // replayAllowed reports whether device steps may be replayed from their
 // recordings this run: on OpenCL, unless Options.NoReplay, and not while
 // a callback runs between steps (attention hook, layer gate) or attention
-// statistics may be switched between runs.
+// statistics are gathered.
 func (s *Session) replayAllowed() bool {
 	_, lib := s.dev.(*kernels.Lib)
-	return lib && s.cl != nil && !s.noReplay && s.attnHook == nil && s.layerGate == nil && !s.kvStats
+	// Runs with statistics switched off replay: their only host-side
+	// effect (marking the statistics stale) is made by the recording run,
+	// and a run gathering them starts a new recording generation (run), so
+	// what is replayed was recorded with them off.
+	return lib && s.cl != nil && !s.noReplay && s.attnHook == nil && s.layerGate == nil && (!s.kvStats || s.statsOff)
 }
 
 // runDevice runs device step in: again from its recording when it was

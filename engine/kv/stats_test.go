@@ -175,3 +175,62 @@ func TestAttentionStatsToggle(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionStatsReplay: with statistics gathered one step in several
+// (as LLMS samples them), the steps run with statistics off are replayed
+// from their recordings, and nothing differs from a state that never
+// replays: the logits bit for bit at every step and the statistics of the
+// steps that gather them.
+func TestAttentionStatsReplay(t *testing.T) {
+	path := benchModels()["llama"]
+	var sts [2]*State
+	for i, noReplay := range []bool{false, true} {
+		st, err := Open(path, engine.Options{Kernels: testLib, NoReplay: noReplay}, Config{MaxContext: 64, AttentionStats: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Session().Close()
+		sts[i] = st
+	}
+	for step := 0; step < 24; step++ {
+		on := step%8 == 0
+		toks, pos := []int{(step*37 + 5) % 256}, []int{9 + step}
+		if step == 0 {
+			toks, pos = seq(1, 11), seq(0, 10)
+		}
+		var logits [2][]float32
+		var stats [2][]engine.AttnStats
+		for i, st := range sts {
+			if err := st.SetAttentionStats(on); err != nil {
+				t.Fatal(err)
+			}
+			l, err := st.Forward(toks, pos, pos)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logits[i] = l
+			if on {
+				if stats[i], err = st.AttentionStats(); err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+			} else if _, err := st.AttentionStats(); !errors.Is(err, engine.ErrNoAttentionStats) {
+				t.Fatalf("step %d, statistics off: AttentionStats gave %v; want ErrNoAttentionStats", step, err)
+			}
+		}
+		for j := range logits[0] {
+			if math.Float32bits(logits[0][j]) != math.Float32bits(logits[1][j]) {
+				t.Fatalf("step %d: logit %d is %v replaying, %v lowered", step, j, logits[0][j], logits[1][j])
+			}
+		}
+		for l := range stats[0] {
+			for j := range stats[0][l].Sum {
+				if stats[0][l].Sum[j] != stats[1][l].Sum[j] || stats[0][l].Count[j] != stats[1][l].Count[j] {
+					t.Fatalf("step %d %s entry %d: statistics differ between the replaying and the lowered state", step, stats[0][l].Node, j)
+				}
+			}
+		}
+	}
+	if sts[0].Session().Replayed() == 0 {
+		t.Fatal("no step with statistics off was replayed")
+	}
+}
