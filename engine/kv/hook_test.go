@@ -2,6 +2,7 @@ package kv
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/tlite/tlite/engine"
@@ -151,20 +152,8 @@ func TestAttentionHookPositions(t *testing.T) {
 		t.Fatalf("layer 0's hook called %d times; want %d", len(calls), len(want))
 	}
 	for i, w := range want {
-		if !equalInts(calls[i].slots, w.slots) || !equalInts(calls[i].positions, w.positions) {
+		if !slices.Equal(calls[i].slots, w.slots) || !slices.Equal(calls[i].positions, w.positions) {
 			t.Errorf("run %d: hook saw slots %v positions %v; want %v and %v", i, calls[i].slots, calls[i].positions, w.slots, w.positions)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

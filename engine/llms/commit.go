@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -69,7 +70,7 @@ func (m *Manager) Commit(id string, tokens []int) error {
 	}
 	stored := len(c.meta.Tokens)
 	n := len(tokens)
-	if n < stored || !equalInts(tokens[:stored], c.meta.Tokens) {
+	if n < stored || !slices.Equal(tokens[:stored], c.meta.Tokens) {
 		return fmt.Errorf("llms: Commit %s: the tokens given do not extend the context's %d stored tokens", id, stored)
 	}
 	if n > m.st.MaxContext() || !m.holds(n) {

@@ -1023,18 +1023,6 @@ func (m *Manager) truncate(c *context, p int) {
 	c.meta.Density.Truncate(q)
 }
 
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // Ranks reports whether the manager ranks chunks by attention density
 // (LLMS and the ablations that keep tolerance-aware compression, unless
 // Lossless): only then does it need the engine's attention statistics, and

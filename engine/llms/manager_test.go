@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand"
 	"os"
+	"slices"
 	"sort"
 	"testing"
 
@@ -442,7 +443,7 @@ func TestRestartAndCorrupt(t *testing.T) {
 		t.Fatalf("after restart: %d contexts, corrupt %v", s.Contexts, s.Corrupt)
 	}
 	got, err := m2.Tokens("b")
-	if err != nil || !equalInts(got, toks[30:110]) {
+	if err != nil || !slices.Equal(got, toks[30:110]) {
 		t.Fatalf("b's tokens after restart: %v", err)
 	}
 	clobber(t, st)
@@ -613,7 +614,7 @@ func TestDivergedHistory(t *testing.T) {
 	if err := m.Commit("a", hist); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := m.Tokens("a"); !equalInts(got, hist) {
+	if got, _ := m.Tokens("a"); !slices.Equal(got, hist) {
 		t.Error("the stored history is not the new one")
 	}
 	// Installed context, shorter history (a call committed but not

@@ -1,6 +1,7 @@
 package llms
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func TestPlanner(t *testing.T) {
 		{"middle", CostModel{ReA: 1e-3, ReB: 0, IOC: 0, IOE: 1e-3}, nil},
 	} {
 		p := lay.planRestore(miss, nil, tc.cost, false)
-		if tc.want != nil && !equalInts(p.recompute, tc.want) {
+		if tc.want != nil && !slices.Equal(p.recompute, tc.want) {
 			t.Errorf("%s: recompute %v, want %v", tc.name, p.recompute, tc.want)
 		}
 		if tc.name == "recompute dear" && len(p.recompute) != 0 {
