@@ -13,10 +13,11 @@
 // without repacking (K must stay a multiple of QG).
 //
 // Build options: -DQG=<group size, a multiple of 32>, -DQ_E0M4 or -DQ_INT4,
-// -DSTORAGE_F16 (A and C), -DBIAS_F16 (the bias). -DQ_HALF selects fp16
-// arithmetic for E0M4 on devices with cl_khr_fp16 (the launcher asks for it
-// only there; PoCL here has no fp16 arithmetic, so that path has never been
-// compiled or run). The fp16 path rounds the group's d and m to half, so a
+// -DSTORAGE_F16 (A and C), -DBIAS_F16 (the bias). -DQ_HALF with
+// halfmath.cl's -DHALF_MATH selects fp16 arithmetic for E0M4 on devices
+// with cl_khr_fp16 (the launcher asks for it only there); with -DHALF_EMU
+// (tests) the same path runs in an exact float emulation of half, which
+// PoCL executes. The fp16 path rounds the group's d and m to half, so a
 // weight of 0 decodes to 0 only within that rounding; the float32 path
 // decodes it to exactly 0.
 //
@@ -132,10 +133,19 @@ typedef float bias_t;
 #error "quant.cl needs -DQ_E0M4 or -DQ_INT4"
 #endif
 
-#if defined(Q_HALF) && defined(Q_E0M4) && defined(STORAGE_F16) &&              \
-    defined(cl_khr_fp16)
-#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+// The qmm_* half path (Q_HALF_MATH): E0M4 weights in fp16 storage, built
+// with -DQ_HALF and one of halfmath.cl's builds. QHV is the QV-wide half
+// vector the path computes in, QHFMA its fma, QHLOAD loads QV activations,
+// QHTOF converts to floatV and DEQH(u, t, a, b) decodes nibble t of the
+// words u as fma(1 + q/16, half(a), half(b)). On cl_khr_fp16 (HM_HALF)
+// these are the half built-ins; in the tests' emulation (HM_EMU) floatV
+// lanes that hold half values, each fma rounded to half by hm_fma, so
+// PoCL runs the same sequence of roundings (halfemu_test.go's
+// qmmHalfSim emulates it in Go).
+#if defined(Q_HALF) && defined(HM_ON) && defined(Q_E0M4) &&                   \
+    defined(STORAGE_F16)
 #define Q_HALF_MATH 1
+#ifdef HM_HALF
 #define halfV QCAT(half, QV)
 #define as_halfV QCAT(as_half, QV)
 #define convert_ushortV QCAT(convert_ushort, QV)
@@ -149,9 +159,40 @@ typedef float bias_t;
 #define QHSH5(u) ((u) >> 14)
 #define QHSH6(u) ((u) >> 18)
 #define QHSH7(u) ((u) >> 22)
+#define QHV halfV
+#define QHFMA(a, b, c) fma(a, b, c)
+#define QHLOAD(p, i) vloadV(0, (p) + (i))
+#define QHTOF(h) convert_floatV(h)
+#define QHZERO ((halfV)(0.0h))
 #define DEQH(u, t, a, b)                                                       \
 	fma(as_halfV(convert_ushortV(QHSH##t(u) & 0x3C0u) | (ushortV)(0x3C00)),    \
 	    (halfV)(a), (halfV)(b))
+#else
+#define vstoreV QCAT(vstore, QV)
+// qh_fma is hm_fma lane by lane. Not inlined: the kernels call it 16 to
+// 80 times per vector step, and inlining each copy of the emulation
+// multiplied the cold build time.
+__attribute__((noinline)) static floatV qh_fma(floatV a, floatV b, floatV c) {
+	float x[QV], y[QV], z[QV];
+	vstoreV(a, 0, x);
+	vstoreV(b, 0, y);
+	vstoreV(c, 0, z);
+	for (int i = 0; i < QV; i++) z[i] = hm_fma(x[i], y[i], z[i]);
+	return vloadV(0, z);
+}
+#define QHV floatV
+#define QHFMA(a, b, c) qh_fma(a, b, c)
+#define QHLOAD(p, i) ALOADV(p, i)
+#define QHTOF(h) (h)
+#define QHZERO ((floatV)(0.0f))
+// qh_deq decodes the bases 1 + q/16 (exact in float as in half) with the
+// parameters d and m rounded to half; not inlined, as qh_fma.
+__attribute__((noinline)) static floatV qh_deq(floatV base, float d, float m) {
+	return qh_fma(base, (floatV)(HCVT(d)), (floatV)(HCVT(m)));
+}
+#define DEQH(u, t, a, b)                                                       \
+	qh_deq(as_floatV((QSH##t(u) & 0x00780000u) | 0x3F800000u), (a), (b))
+#endif
 #endif
 
 static inline float qhsum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
@@ -194,26 +235,26 @@ static inline void qput(__global store_t *C, int ci, __global const bias_t *Bias
 // and each group's sum is added to a float accumulator.
 #define QSTEP(t, RB, CB, NA)                                                   \
 	{                                                                          \
-		halfV av[RB];                                                          \
+		QHV av[RB];                                                            \
 		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
-		    av[r] = vloadV(0, ap[r] + kb + (t) * QW);                          \
+		    av[r] = QHLOAD(ap[r] + kb, (t) * QW);                              \
 		_Pragma("unroll") for (int c = 0; c < CB; c++) {                       \
-			const halfV w = DEQH(u[c], t, pa[c], pb[c]);                       \
+			const QHV w = DEQH(u[c], t, pa[c], pb[c]);                         \
 			_Pragma("unroll") for (int r = 0; r < RB; r++)                     \
-			    gacc[r][c][(t) % NA] = fma(av[r], w, gacc[r][c][(t) % NA]);    \
+			    gacc[r][c][(t) % NA] = QHFMA(av[r], w, gacc[r][c][(t) % NA]);  \
 		}                                                                      \
 	}
 #define QH_BEGIN(RB, CB, NA)                                                   \
-	halfV gacc[RB][CB][NA];                                                    \
+	QHV gacc[RB][CB][NA];                                                      \
 	_Pragma("unroll") for (int r = 0; r < RB; r++)                             \
 	    _Pragma("unroll") for (int c = 0; c < CB; c++)                         \
 	        _Pragma("unroll") for (int j = 0; j < NA; j++)                     \
-	            gacc[r][c][j] = (halfV)(0.0h);
+	            gacc[r][c][j] = QHZERO;
 #define QH_END(RB, CB, NA)                                                     \
 	_Pragma("unroll") for (int r = 0; r < RB; r++)                             \
 	    _Pragma("unroll") for (int c = 0; c < CB; c++)                         \
 	        _Pragma("unroll") for (int j = 0; j < NA; j++)                     \
-	            acc[r][c][j] += convert_floatV(gacc[r][c][j]);
+	            acc[r][c][j] += QHTOF(gacc[r][c][j]);
 #else
 #define QSTEP(t, RB, CB, NA)                                                   \
 	{                                                                          \
@@ -302,11 +343,16 @@ static inline void qput(__global store_t *C, int ci, __global const bias_t *Bias
 // 1x1 is 30% slower than either; for 64 rows 4x2, 4x4, 2x4 and 8x2 are within 10% of
 // each other. Each variant adds about a second to a cold build, so only
 // these two are compiled.
-// The half-emulation build (-DHALF_EMU, tests only) holds only qmt_mm, the
-// kernel with an emulated half path: fewer kernels to compile.
-#ifndef HALF_EMU
+// The half-emulation builds (-DHALF_EMU, tests only) hold only kernels
+// with an emulated half path, which keeps their cold builds small: qmt_r1
+// and qmt_mm for the tiled layout, or, with -DQMM_EMU (the launcher adds
+// it for the column layout), qmm_1x4 and qmm_4x2 alone.
+#if !defined(HALF_EMU) || defined(QMM_EMU)
 QMM_KERNEL(qmm_1x4, 1, 4, 1)
 QMM_KERNEL(qmm_4x2, 4, 2, 1)
+#endif
+
+#ifndef HALF_EMU
 
 // qmv_wg: work-group (QWG, 1, 1) per output column n and block of up to 4
 // rows; global (N*QWG, ceil(M/4)). Work-item l takes the column's uint4
@@ -547,7 +593,9 @@ static inline hreal qt_dot4(hreal4 a, hreal4 w, hreal h) {
 // four-row variant kept 80-154 VGPRs live on the register gate's target,
 // two rows 64-116, over the 64 a phone GPU allows. It serves decode (up to
 // 3 rows); prefill takes qmt_mm below.
+#ifndef QMM_EMU
 QMT_KERNEL(qmt_r1, 1)
+#endif
 
 // ---------------------------------------------------------------------------
 // qmt_mm: the phone prefill GEMM on the tiled layout (QLayoutTile4). A
@@ -637,6 +685,7 @@ static inline hreal qm_dot4(hreal4 a, hreal4 w, hreal h) {
 	}
 #endif
 
+#ifndef QMM_EMU
 __kernel void qmt_mm(QMM_PARAMS) {
 	const int m0 = get_global_id(0) * QMR, n0 = get_global_id(1) * QMC;
 	if (m0 >= M || n0 >= N) return;
@@ -667,3 +716,4 @@ __kernel void qmt_mm(QMM_PARAMS) {
 		}
 	}
 }
+#endif // !QMM_EMU

@@ -320,6 +320,11 @@ func (g qmm) options(fp16, subgroups bool) string {
 		switch {
 		case g.s == F16 && halfEmu:
 			o += " -DQ_HALF -DHALF_EMU"
+			if g.w.Layout == QLayoutColumns {
+				// The emulation build of the column layout's qmm_*
+				// alone: its per-lane emulated fma is slow to compile.
+				o += " -DQMM_EMU"
+			}
 		case fp16 && g.s == F16:
 			o += " -DQ_HALF -DHALF_MATH -cl-mad-enable"
 		}
