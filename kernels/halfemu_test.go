@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"math/big"
+	"testing"
 
 	"github.com/tlite/tlite/graph/quant"
 )
@@ -113,26 +114,40 @@ func qCode(p *quant.Packed, k, n int) (q uint32, d, m float32) {
 // then the four weights of the run), and the chunk's sum added to a float
 // sum; then the bias (nil for none) in float.
 func qmtHalfSim(a []float32, p *quant.Packed, n int, bias *float32) float32 {
-	qw := p.Group / 8
 	var acc float32
 	for e := 0; e < len(a)/32; e++ {
-		g := 4 * e / qw
-		kb := g*p.Group + 4*e%qw
-		h := 0.0
-		for t := 0; t < 8; t++ {
-			for j := 0; j < 4; j++ {
-				k := kb + t*qw + j
-				q, d, m := qCode(p, k, n)
-				w := hfma(1+float64(q)/16, hcvt(d), hcvt(m))
-				h = hfma(float64(a[k]), w, h)
-			}
-		}
-		acc += float32(h)
+		acc += qChunkHalfSim(a, p, n, e)
 	}
 	if bias != nil {
 		acc += *bias
 	}
 	return acc
+}
+
+// qHalfTerm is one step of every E0M4 half path: weight k of column n
+// decoded by half fma from its group's parameters rounded to half, then
+// a[k] times it added to the half sum h by half fma.
+func qHalfTerm(h float64, a []float32, p *quant.Packed, k, n int) float64 {
+	q, d, m := qCode(p, k, n)
+	return hfma(float64(a[k]), hfma(1+float64(q)/16, hcvt(d), hcvt(m)), h)
+}
+
+// checkHalfBound fails the test at the first output whose error against
+// its exact value exceeds its bound, and logs the largest error as a
+// fraction of the output scale and of the bound.
+func checkHalfBound(t *testing.T, name string, got, exact, bound []float64) {
+	t.Helper()
+	worst, scale, maxErr := 0.0, 0.0, 0.0
+	for i := range got {
+		e := math.Abs(got[i] - exact[i])
+		if !(e <= bound[i]) {
+			t.Fatalf("%s: output %d = %g, exact %g: error %.3g over the bound %.3g", name, i, got[i], exact[i], e, bound[i])
+		}
+		worst = math.Max(worst, e/bound[i])
+		scale = math.Max(scale, math.Abs(exact[i]))
+		maxErr = math.Max(maxErr, e)
+	}
+	t.Logf("%s: largest error %.3g = %.2g of the output scale %.3g, %.2g of its bound", name, maxErr, maxErr/scale, scale, worst)
 }
 
 // gammaN is n*u/(1 - n*u), the bound on the relative error of n
