@@ -104,6 +104,8 @@ type Device interface {
 	// AttentionStats sums each key's softmax probabilities over the rows
 	// of an Attention call that wrote p.LSE (see attnstats.go).
 	AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error
+	// Rotary applies a rotary position embedding (see RotaryParams).
+	Rotary(p RotaryParams, x, cos, sin, out Buf) error
 }
 
 // WeightLayout is a layout of a matrix product's constant B operand.

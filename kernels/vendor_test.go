@@ -70,6 +70,7 @@ func gpuVariants(fp16, all bool) []variantBuild {
 	add("convtranspose", convTransposeSrc, F16.define()+" "+weightDefine(F16))
 	add("volume", volumeSrc, F16.define()+" "+weightDefine(F16))
 	add("resize", resizeSrc, F16.define()+" -cl-fp32-correctly-rounded-divide-sqrt")
+	add("rotary", rotarySrc, F16.define())
 	if all {
 		add("matmul", matmulProg(), gemm{}.options(true))
 		add("matmul", matmulProg(), gemm{at: F16}.options(true))
@@ -85,6 +86,7 @@ func gpuVariants(fp16, all bool) []variantBuild {
 		add("move", moveSrc, "-DELEM=ulong -DELEM16=ulong16")
 		add("convtranspose", convTransposeSrc, "")
 		add("volume", volumeSrc, "")
+		add("rotary", rotarySrc, "")
 		// resize builds without the exact-division option where a driver
 		// refuses it.
 		add("resize", resizeSrc, "")
