@@ -22,12 +22,13 @@ func DefaultRewrites() []Rewrite {
 }
 
 // The nodes the fusion passes make lower here: norms with a residual add,
-// products with a bias epilogue and fused attention. FusedElementwise
+// products with a bias epilogue, fused attention and rotary embeddings. FusedElementwise
 // nodes lower through lower_elementwise.go.
 func init() {
 	registerLowering(lowerFusedNorm, tlite.Key(tlite.RMSNorm), tlite.Key(tlite.AddRMSNorm), tlite.Key(tlite.AddLayerNorm))
 	registerLowering(lowerMatMulBias, tlite.Key(tlite.MatMulBias))
 	registerLowering(lowerAttention, tlite.Key(tlite.Attention))
+	registerLowering(lowerRotary, tlite.Key(tlite.Rotary))
 }
 
 // fusableElementwise reports whether n can join a FusedElementwise body:
@@ -123,6 +124,50 @@ func lowerFusedNorm(lc *lowerCtx) (*stepDef, error) {
 			return ex.dev.AddRMSNorm(p, ex.ref(x).buf(), optBuf(optRef(ex, res)), optBuf(optRef(ex, sum)), optBuf(optRef(ex, scale)), ex.ref(y).buf())
 		}
 		return ex.dev.AddLayerNorm(p, ex.ref(x).buf(), optBuf(optRef(ex, res)), optBuf(optRef(ex, sum)), optBuf(optRef(ex, scale)), optBuf(optRef(ex, bias)), ex.ref(y).buf())
+	}}, nil
+}
+
+// lowerRotary lowers Rotary(x, cos, sin) (graph/tlite has its schema) to
+// the rotary kernel, in place on x when nothing reads x after it.
+func lowerRotary(lc *lowerCtx) (*stepDef, error) {
+	x, cos, sin, y := lc.in(0), lc.in(1), lc.in(2), lc.out(0)
+	if x == nil || cos == nil || sin == nil || y == nil {
+		return nil, lc.unsupported("needs x, cos, sin and an output")
+	}
+	s, err := lc.floatStorage(x)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range []*vinfo{cos, sin} {
+		if _, err := lc.floatStorage(v); err != nil {
+			return nil, err
+		}
+	}
+	rank := len(x.shape)
+	if rank < 1 || rank > 4 {
+		return nil, lc.unsupported("%s has rank %d; the rotary kernel takes 1 to 4", x.name, rank)
+	}
+	if !shapeEqual(y.shape, x.shape) {
+		return nil, lc.unsupported("output %s %s differs from x %s %s", y.name, symshape.FormatShape(y.shape), x.name, symshape.FormatShape(x.shape))
+	}
+	rd := lc.n.AttrInt("rotary_dim", 0)
+	if d, ok := x.shape[rank-1].Const(); rd <= 0 || rd%2 != 0 || ok && rd > d {
+		return nil, lc.unsupported("rotary_dim %d: want an even number from 2 to the last axis of %s %s", rd, x.name, symshape.FormatShape(x.shape))
+	}
+	return &stepDef{kernel: "rotary", inPlace: [][2]int{{0, 0}}, run: func(ex *exec) error {
+		xs := ex.shape(x)
+		p := kernels.RotaryParams{Storage: s, RotaryDim: int(rd)}
+		var err error
+		if p.Shape, err = kernels.RotaryShape(xs); err != nil {
+			return err
+		}
+		if p.CosStride, err = kernels.RotaryStrides(xs, ex.shape(cos), int(rd)); err != nil {
+			return fmt.Errorf("cos: %w", err)
+		}
+		if p.SinStride, err = kernels.RotaryStrides(xs, ex.shape(sin), int(rd)); err != nil {
+			return fmt.Errorf("sin: %w", err)
+		}
+		return ex.dev.Rotary(p, ex.ref(x).buf(), ex.ref(cos).buf(), ex.ref(sin).buf(), ex.ref(y).buf())
 	}}, nil
 }
 

@@ -25,6 +25,10 @@ func backends() []backendCase {
 	}
 }
 
+// rotaryModels maps the models that use rotary position embeddings to the
+// number of rotations they make per run (Q and K in each of two layers).
+var rotaryModels = map[string]int{"llama": 4, "hf_llama": 4, "hf_qwen2": 4, "hf_neox": 4}
+
 // TestModels runs every exported model's reference cases through one
 // session per backend (all cases of a model share the session: BERT's two
 // sequence lengths, the decoders' prefill and decode) and compares with the
@@ -41,6 +45,19 @@ func TestModels(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer s.Close()
+				// The decoders' Q and K rotations of both layers run as one
+				// fused Rotary node each.
+				if want, ok := rotaryModels[model]; ok {
+					n := 0
+					for _, op := range s.nodeOps {
+						if op == "Rotary" {
+							n++
+						}
+					}
+					if n != want {
+						t.Errorf("%d fused Rotary nodes; want %d", n, want)
+					}
+				}
 				for _, rc := range cases {
 					got, err := s.Run(rc.inputs)
 					if err != nil {

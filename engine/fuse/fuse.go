@@ -3,7 +3,8 @@
 // front of a norm, a MatMul with its bias (and a scalar scale) as the
 // product's epilogue, a convolution's activation as its epilogue,
 // scaled-dot-product attention with its mask and
-// grouped-query K/V expansion, and maximal chains of element-wise ops.
+// grouped-query K/V expansion, rotary position embeddings, and maximal
+// chains of element-wise ops.
 //
 // Every pass runs after shape inference: it reads Value.Shape, gives every
 // value it creates a Type and a Shape, and keeps the graph valid and
@@ -23,6 +24,7 @@
 //	ConvAct(x, w, bias?)                -> y          Conv with its activation
 //	Attention(q, k, v, mask?)           -> o          see attention.go
 //	FusedElementwise(inputs...)         -> outputs    GRAPH attribute "body"
+//	Rotary(x, cos, sin)                 -> y          rotary_dim; see rotary.go
 //
 // A decomposed LayerNorm becomes a standard LayerNormalization node.
 package fuse
@@ -58,9 +60,10 @@ type Pass func(g *graph.Graph, res *infer.Result) error
 // decomposed LayerNorm (it would fuse correctly but leave the mean and the
 // subtraction unfused); the residual pass follows the norms it extends and
 // MatMulBias, whose output is often the residual branch; the element-wise
-// pass comes last so that it does not swallow the ops the others match.
+// pass comes last so that it does not swallow the ops the others match
+// (Rotary's Neg, Muls and Add among them).
 func Passes(opts Options) []Pass {
-	ps := []Pass{LayerNorm, RMSNorm, Attention, MatMulBias, AddNorm, ConvAct}
+	ps := []Pass{LayerNorm, RMSNorm, Attention, MatMulBias, AddNorm, ConvAct, Rotary}
 	if opts.Elementwise != nil {
 		ew := opts.Elementwise
 		ps = append(ps, func(g *graph.Graph, res *infer.Result) error { return Elementwise(g, res, ew) })

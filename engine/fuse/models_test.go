@@ -21,8 +21,8 @@ func TestExportedModels(t *testing.T) {
 		want  map[string]int
 		gone  []string // op types none of which may remain
 	}{
-		{"llama", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.RMSNorm): 1, tlite.Key(tlite.AddRMSNorm): 4},
-			[]string{"Softmax", "ReduceMean", "Sqrt", "Pow", "Expand", "Sigmoid"}},
+		{"llama", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.RMSNorm): 1, tlite.Key(tlite.AddRMSNorm): 4, tlite.Key(tlite.Rotary): 4},
+			[]string{"Softmax", "ReduceMean", "Sqrt", "Pow", "Expand", "Sigmoid", "Neg"}},
 		{"gpt2", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.AddLayerNorm): 4, "LayerNormalization": 1, tlite.Key(tlite.MatMulBias): 8},
 			[]string{"Softmax", "Where", "Slice", "Tanh", "Pow"}},
 		{"bert", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.AddLayerNorm): 4, tlite.Key(tlite.MatMulBias): 12},
@@ -33,10 +33,12 @@ func TestExportedModels(t *testing.T) {
 			[]string{"Softmax", "Sigmoid"}},
 		// The decoder test bed: attention written the ways Hugging Face
 		// modeling code writes it (see engine/fuse/attention.go).
-		{"hf_llama", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax"}},
-		{"hf_qwen2", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax"}},
+		// Rotary: Q and K of each layer; hf_neox rotates part of each head.
+		{"hf_llama", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.Rotary): 4}, []string{"Softmax", "Neg"}},
+		{"hf_qwen2", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.Rotary): 4}, []string{"Softmax", "Neg"}},
+		{"hf_gqa_interleave", map[string]int{tlite.Key(tlite.Rotary): 4}, []string{"Neg"}},
 		{"hf_gpt2", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax", "Where"}},
-		{"hf_neox", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax", "Where"}},
+		{"hf_neox", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.Rotary): 4}, []string{"Softmax", "Where", "Neg"}},
 		{"hf_bigcode_mqa", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax", "Where"}},
 		{"resnet", map[string]int{tlite.Key(tlite.FusedElementwise): 4}, []string{"Add"}},
 		{"resnet_bn", map[string]int{tlite.Key(tlite.FusedElementwise): 4}, []string{"Add"}},
@@ -87,6 +89,16 @@ func TestExportedModels(t *testing.T) {
 				t.Errorf("nothing fused: %d nodes", len(g.Nodes))
 			}
 			for _, n := range g.Nodes {
+				if n.OpType == tlite.Rotary {
+					// The fused rotation covers the whole head: for hf_neox the
+					// partial form's pass-through joined it.
+					x, d := n.Inputs[0], n.Outputs[0]
+					hd, _ := x.Shape[len(x.Shape)-1].Const()
+					rd := n.AttrInt("rotary_dim", 0)
+					if !shapeEqual(x.Shape, d.Shape) || (tc.model == "hf_neox") != (rd < hd) {
+						t.Errorf("%v: x %v, y %v, rotary_dim %d of %d", n, x.Shape, d.Shape, rd, hd)
+					}
+				}
 				if n.OpType != "Attention" {
 					continue
 				}
