@@ -127,47 +127,67 @@ func lowerFusedNorm(lc *lowerCtx) (*stepDef, error) {
 	}}, nil
 }
 
-// lowerRotary lowers Rotary(x, cos, sin) (graph/tlite has its schema) to
-// the rotary kernel, in place on x when nothing reads x after it.
+// lowerRotary lowers Rotary(x, cos, sin, x2?) -> y, y2? (graph/tlite
+// has its schema) to one launch of the rotary kernel, each output in
+// place on its input when nothing reads the input after it.
 func lowerRotary(lc *lowerCtx) (*stepDef, error) {
-	x, cos, sin, y := lc.in(0), lc.in(1), lc.in(2), lc.out(0)
+	x, cos, sin, x2 := lc.in(0), lc.in(1), lc.in(2), lc.in(3)
+	y, y2 := lc.out(0), lc.out(1)
 	if x == nil || cos == nil || sin == nil || y == nil {
 		return nil, lc.unsupported("needs x, cos, sin and an output")
+	}
+	if (x2 == nil) != (y2 == nil) || len(lc.n.Inputs) > 4 || len(lc.n.Outputs) > 2 {
+		return nil, lc.unsupported("want inputs (x, cos, sin) with output y, or (x, cos, sin, x2) with outputs y, y2")
 	}
 	s, err := lc.floatStorage(x)
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range []*vinfo{cos, sin} {
+	for _, v := range []*vinfo{cos, sin, x2} {
+		if v == nil {
+			continue
+		}
 		if _, err := lc.floatStorage(v); err != nil {
 			return nil, err
 		}
 	}
-	rank := len(x.shape)
-	if rank < 1 || rank > 4 {
-		return nil, lc.unsupported("%s has rank %d; the rotary kernel takes 1 to 4", x.name, rank)
-	}
-	if !shapeEqual(y.shape, x.shape) {
-		return nil, lc.unsupported("output %s %s differs from x %s %s", y.name, symshape.FormatShape(y.shape), x.name, symshape.FormatShape(x.shape))
-	}
 	rd := lc.n.AttrInt("rotary_dim", 0)
-	if d, ok := x.shape[rank-1].Const(); rd <= 0 || rd%2 != 0 || ok && rd > d {
-		return nil, lc.unsupported("rotary_dim %d: want an even number from 2 to the last axis of %s %s", rd, x.name, symshape.FormatShape(x.shape))
+	pairs := [][2]*vinfo{{x, y}}
+	inPlace := [][2]int{{0, 0}}
+	if x2 != nil {
+		pairs = append(pairs, [2]*vinfo{x2, y2})
+		inPlace = append(inPlace, [2]int{1, 3})
 	}
-	return &stepDef{kernel: "rotary", inPlace: [][2]int{{0, 0}}, run: func(ex *exec) error {
-		xs := ex.shape(x)
-		p := kernels.RotaryParams{Storage: s, RotaryDim: int(rd)}
-		var err error
-		if p.Shape, err = kernels.RotaryShape(xs); err != nil {
+	for _, p := range pairs {
+		in, out := p[0], p[1]
+		rank := len(in.shape)
+		if rank < 1 || rank > 4 {
+			return nil, lc.unsupported("%s has rank %d; the rotary kernel takes 1 to 4", in.name, rank)
+		}
+		if !shapeEqual(out.shape, in.shape) {
+			return nil, lc.unsupported("output %s %s differs from its input %s %s", out.name, symshape.FormatShape(out.shape), in.name, symshape.FormatShape(in.shape))
+		}
+		if d, ok := in.shape[rank-1].Const(); rd <= 0 || rd%2 != 0 || ok && rd > d {
+			return nil, lc.unsupported("rotary_dim %d: want an even number from 2 to the last axis of %s %s", rd, in.name, symshape.FormatShape(in.shape))
+		}
+	}
+	tensor := func(ex *exec, in, out *vinfo) (kernels.RotaryTensor, error) {
+		l, err := kernels.NewRotaryLayout(ex.shape(in), ex.shape(cos), ex.shape(sin), int(rd))
+		return kernels.RotaryTensor{RotaryLayout: l, X: ex.ref(in).buf(), Out: ex.ref(out).buf()}, err
+	}
+	return &stepDef{kernel: "rotary", inPlace: inPlace, run: func(ex *exec) error {
+		a, err := tensor(ex, x, y)
+		if err != nil {
 			return err
 		}
-		if p.CosStride, err = kernels.RotaryStrides(xs, ex.shape(cos), int(rd)); err != nil {
-			return fmt.Errorf("cos: %w", err)
+		var b kernels.RotaryTensor
+		if x2 != nil {
+			if b, err = tensor(ex, x2, y2); err != nil {
+				return err
+			}
 		}
-		if p.SinStride, err = kernels.RotaryStrides(xs, ex.shape(sin), int(rd)); err != nil {
-			return fmt.Errorf("sin: %w", err)
-		}
-		return ex.dev.Rotary(p, ex.ref(x).buf(), ex.ref(cos).buf(), ex.ref(sin).buf(), ex.ref(y).buf())
+		p := kernels.RotaryParams{Storage: s, RotaryDim: int(rd)}
+		return ex.dev.Rotary(p, ex.ref(cos).buf(), ex.ref(sin).buf(), a, b)
 	}}, nil
 }
 

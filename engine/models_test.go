@@ -26,8 +26,9 @@ func backends() []backendCase {
 }
 
 // rotaryModels maps the models that use rotary position embeddings to the
-// number of rotations they make per run (Q and K in each of two layers).
-var rotaryModels = map[string]int{"llama": 4, "hf_llama": 4, "hf_qwen2": 4, "hf_neox": 4}
+// number of fused Rotary nodes they have: one per layer (Q and K together)
+// in each of two layers.
+var rotaryModels = map[string]int{"llama": 2, "hf_llama": 2, "hf_qwen2": 2, "hf_neox": 2}
 
 // TestModels runs every exported model's reference cases through one
 // session per backend (all cases of a model share the session: BERT's two
@@ -45,8 +46,8 @@ func TestModels(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer s.Close()
-				// The decoders' Q and K rotations of both layers run as one
-				// fused Rotary node each.
+				// The decoders' Q and K rotations run as one fused Rotary
+				// node per layer.
 				if want, ok := rotaryModels[model]; ok {
 					n := 0
 					for _, op := range s.nodeOps {

@@ -104,8 +104,9 @@ type Device interface {
 	// AttentionStats sums each key's softmax probabilities over the rows
 	// of an Attention call that wrote p.LSE (see attnstats.go).
 	AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error
-	// Rotary applies a rotary position embedding (see RotaryParams).
-	Rotary(p RotaryParams, x, cos, sin, out Buf) error
+	// Rotary applies a rotary position embedding (see RotaryParams) to a
+	// and, unless it is the zero RotaryTensor, b.
+	Rotary(p RotaryParams, cos, sin Buf, a, b RotaryTensor) error
 }
 
 // WeightLayout is a layout of a matrix product's constant B operand.

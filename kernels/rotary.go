@@ -8,36 +8,67 @@ import (
 //go:embed rotary.cl
 var rotarySrc string
 
-// RotaryParams describes one rotary position embedding, the form
-// Hugging Face-style exports write as x*cos + rotate_half(x)*sin with
+// RotaryParams describes a rotary position embedding, the form Hugging
+// Face-style exports write as x*cos + rotate_half(x)*sin with
 // rotate_half(x) = concat(-x[h:rd], x[:h]) and h = RotaryDim/2, applied to
 // the first RotaryDim elements of each row of x; the other elements of the
 // row are copied (GPT-NeoX's partial rotary).
-//
-// x and out are contiguous of shape Shape (a lower rank padded on the
-// left with 1s). cos and sin are read at element strides CosStride and
-// SinStride over x's four dims, the last stride counting over the rotated
-// part only; a stride of 0 broadcasts. RotaryStrides derives them from a
-// contiguous cos or sin shape.
 type RotaryParams struct {
-	Storage   Storage
-	Shape     [4]int
+	Storage   Storage // x, cos, sin and out
 	RotaryDim int
+}
+
+// RotaryLayout places one rotated tensor and its tables: x (and out) is
+// contiguous of shape Shape (a lower rank padded on the left with 1s);
+// cos and sin are read at element strides CosStride and SinStride over
+// x's four dims, the last stride counting over the rotated part only; a
+// stride of 0 broadcasts. NewRotaryLayout derives it from the shapes.
+type RotaryLayout struct {
+	Shape     [4]int
 	CosStride [4]int
 	SinStride [4]int
 }
 
-// RotaryStrides returns the element strides at which a contiguous table of
-// shape tab (cos or sin) broadcasts against x of shape x (rank at most 4)
-// whose last axis's first rd elements are rotated: tab, aligned on the
-// right, must have on each axis 1 or x's size, rd (or 1) on the last.
-func RotaryStrides(x, tab []int, rd int) ([4]int, error) {
-	var st [4]int
+// RotaryTensor is one tensor a Rotary launch rotates: its input, its
+// output (which may alias X) and their layout.
+type RotaryTensor struct {
+	RotaryLayout
+	X, Out Buf
+}
+
+// present reports whether t names a tensor (the second of a launch is
+// optional).
+func (t RotaryTensor) present() bool {
+	return t.X.Mem != nil || t.X.Host != nil || t.Out.Mem != nil || t.Out.Host != nil
+}
+
+// NewRotaryLayout lays out x of shape x (rank 1 to 4) rotated over its
+// last axis's first rd elements, with contiguous cos and sin tables of the
+// given shapes: aligned on the right, each table dim must be 1 or x's, the
+// last rd or 1.
+func NewRotaryLayout(x, cos, sin []int, rd int) (RotaryLayout, error) {
+	var l RotaryLayout
 	if len(x) == 0 || len(x) > 4 {
-		return st, fmt.Errorf("kernels: Rotary: x has rank %d; want 1 to 4", len(x))
+		return l, fmt.Errorf("kernels: Rotary: x has rank %d; want 1 to 4", len(x))
 	}
+	l.Shape = [4]int{1, 1, 1, 1}
+	copy(l.Shape[4-len(x):], x)
+	var err error
+	if l.CosStride, err = rotaryStrides(x, cos, rd); err != nil {
+		return l, fmt.Errorf("kernels: Rotary: cos: %w", err)
+	}
+	if l.SinStride, err = rotaryStrides(x, sin, rd); err != nil {
+		return l, fmt.Errorf("kernels: Rotary: sin: %w", err)
+	}
+	return l, nil
+}
+
+// rotaryStrides returns the element strides at which a contiguous table of
+// shape tab broadcasts against x rotated over rd.
+func rotaryStrides(x, tab []int, rd int) ([4]int, error) {
+	var st [4]int
 	if len(tab) == 0 || len(tab) > len(x) {
-		return st, fmt.Errorf("kernels: Rotary: table shape %v does not broadcast to x %v", tab, x)
+		return st, fmt.Errorf("table shape %v does not broadcast to x %v", tab, x)
 	}
 	off := len(x) - len(tab)
 	stride := 1
@@ -48,7 +79,7 @@ func RotaryStrides(x, tab []int, rd int) ([4]int, error) {
 		}
 		d := tab[i]
 		if d < 0 {
-			return st, fmt.Errorf("kernels: Rotary: negative table dim in %v", tab)
+			return st, fmt.Errorf("negative table dim in %v", tab)
 		}
 		switch {
 		case d == want:
@@ -56,41 +87,30 @@ func RotaryStrides(x, tab []int, rd int) ([4]int, error) {
 		case d == 1:
 			// broadcast: stride 0
 		default:
-			return st, fmt.Errorf("kernels: Rotary: table shape %v does not broadcast to x %v rotated over %d", tab, x, rd)
+			return st, fmt.Errorf("table shape %v does not broadcast to x %v rotated over %d", tab, x, rd)
 		}
 		stride *= d
 	}
 	return st, nil
 }
 
-// RotaryShape pads x's shape on the left to the four dims of
-// RotaryParams.Shape.
-func RotaryShape(x []int) ([4]int, error) {
-	s := [4]int{1, 1, 1, 1}
-	if len(x) == 0 || len(x) > 4 {
-		return s, fmt.Errorf("kernels: Rotary: x has rank %d; want 1 to 4", len(x))
-	}
-	copy(s[4-len(x):], x)
-	return s, nil
-}
-
-// check validates p and returns the element counts of x (and out) and of
-// the spans of cos and sin.
-func (p RotaryParams) check() (nx, ncos, nsin int, err error) {
-	d := p.Shape[3]
-	for _, v := range p.Shape {
+// check validates l under p and returns the element count of x (and out)
+// and of the spans of cos and sin.
+func (l RotaryLayout) check(p RotaryParams) (nx, ncos, nsin int, err error) {
+	d := l.Shape[3]
+	for _, v := range l.Shape {
 		if v < 0 {
-			return 0, 0, 0, fmt.Errorf("kernels: Rotary: negative size in %v", p.Shape)
+			return 0, 0, 0, fmt.Errorf("kernels: Rotary: negative size in %v", l.Shape)
 		}
 	}
 	if p.RotaryDim <= 0 || p.RotaryDim%2 != 0 || p.RotaryDim > d {
 		return 0, 0, 0, fmt.Errorf("kernels: Rotary: rotary dim %d must be even, positive and at most the row's %d", p.RotaryDim, d)
 	}
-	nx = p.Shape[0] * p.Shape[1] * p.Shape[2] * d
+	nx = l.Shape[0] * l.Shape[1] * l.Shape[2] * d
 	span := func(st [4]int) (int, error) {
 		n := 1
 		for i, s := range st {
-			size := p.Shape[i]
+			size := l.Shape[i]
 			if i == 3 {
 				size = p.RotaryDim
 			}
@@ -103,54 +123,78 @@ func (p RotaryParams) check() (nx, ncos, nsin int, err error) {
 		}
 		return n, nil
 	}
-	if ncos, err = span(p.CosStride); err != nil {
+	if ncos, err = span(l.CosStride); err != nil {
 		return 0, 0, 0, err
 	}
-	if nsin, err = span(p.SinStride); err != nil {
+	if nsin, err = span(l.SinStride); err != nil {
 		return 0, 0, 0, err
 	}
 	return nx, ncos, nsin, nil
 }
 
-// Rotary applies the rotary embedding p describes to x, writing out; out
-// may alias x (each pair of elements is read before it is written).
-func (l *Lib) Rotary(p RotaryParams, x, cos, sin, out Buf) error {
-	nx, nc, ns, err := p.check()
-	if err != nil {
-		return err
-	}
-	if nx == 0 {
-		return nil
-	}
+// Rotary applies the rotary embedding p describes, with tables cos and
+// sin, to a and, when it is given (a zero RotaryTensor is none), to b in
+// the same launch: attention's queries and keys share their tables. Out
+// may alias X (each pair of elements is read before it is written).
+func (l *Lib) Rotary(p RotaryParams, cos, sin Buf, a, b RotaryTensor) error {
 	es := p.Storage.Size()
-	for _, a := range []struct {
-		what string
-		b    Buf
-		n    int
-	}{{"x", x, nx}, {"cos", cos, nc}, {"sin", sin, ns}, {"out", out, nx}} {
-		if err := checkSpan("Rotary", a.what, a.b, a.n, es); err != nil {
-			return err
+	var rows, per [2]int
+	ts := [2]RotaryTensor{a, b}
+	n := 1
+	if b.present() {
+		n = 2
+		if a.CosStride[3] != b.CosStride[3] || a.SinStride[3] != b.SinStride[3] {
+			return fmt.Errorf("kernels: Rotary: the two tensors read the tables' last axis at different strides (%d/%d, %d/%d)",
+				a.CosStride[3], b.CosStride[3], a.SinStride[3], b.SinStride[3])
 		}
 	}
-	rows := p.Shape[0] * p.Shape[1] * p.Shape[2]
-	per := p.RotaryDim/2 + p.Shape[3] - p.RotaryDim
+	for i, t := range ts[:n] {
+		nx, nc, ns, err := t.check(p)
+		if err != nil {
+			return err
+		}
+		for _, c := range []struct {
+			what string
+			b    Buf
+			n    int
+		}{{"x", t.X, nx}, {"cos", cos, nc}, {"sin", sin, ns}, {"out", t.Out, nx}} {
+			if err := checkSpan("Rotary", c.what, c.b, c.n, es); err != nil {
+				return err
+			}
+		}
+		rows[i] = t.Shape[0] * t.Shape[1] * t.Shape[2]
+		per[i] = p.RotaryDim/2 + t.Shape[3] - p.RotaryDim
+	}
+	items := rows[0]*per[0] + rows[1]*per[1]
+	if items == 0 {
+		return nil
+	}
+	if items < 0 || items > 1<<31-1 {
+		return fmt.Errorf("kernels: Rotary: %d work-items do not fit int32 indices", items)
+	}
+	if n == 1 {
+		// The kernel binds every argument: point the absent second tensor
+		// at the first, with no rows.
+		b = a
+	}
 	k, err := l.kernel("rotary", rotarySrc, p.Storage.define(), "rotary")
 	if err != nil {
 		return err
 	}
 	const loc = 64
-	c, s := p.CosStride, p.SinStride
-	return l.dev.Launch(k, []int{roundUp(rows*per, loc)}, []int{loc},
-		x.Mem, int32(x.Off), cos.Mem, int32(cos.Off), sin.Mem, int32(sin.Off), out.Mem, int32(out.Off),
-		int32(rows), int32(p.Shape[1]), int32(p.Shape[2]), int32(p.Shape[3]), int32(p.RotaryDim),
-		int32(c[0]), int32(c[1]), int32(c[2]), int32(c[3]), int32(s[0]), int32(s[1]), int32(s[2]), int32(s[3]))
+	return l.dev.Launch(k, []int{roundUp(items, loc)}, []int{loc},
+		cos.Mem, int32(cos.Off), sin.Mem, int32(sin.Off), int32(p.RotaryDim), int32(a.CosStride[3]), int32(a.SinStride[3]),
+		a.X.Mem, int32(a.X.Off), a.Out.Mem, int32(a.Out.Off), int32(rows[0]), int32(a.Shape[1]), int32(a.Shape[2]), int32(a.Shape[3]),
+		int32(a.CosStride[0]), int32(a.CosStride[1]), int32(a.CosStride[2]), int32(a.SinStride[0]), int32(a.SinStride[1]), int32(a.SinStride[2]),
+		b.X.Mem, int32(b.X.Off), b.Out.Mem, int32(b.Out.Off), int32(rows[1]), int32(b.Shape[1]), int32(b.Shape[2]), int32(b.Shape[3]),
+		int32(b.CosStride[0]), int32(b.CosStride[1]), int32(b.CosStride[2]), int32(b.SinStride[0]), int32(b.SinStride[1]), int32(b.SinStride[2]))
 }
 
-// RotaryRef is the reference for Rotary on host slices, in float32
-// arithmetic like the kernel, rounding what it stores to p.Storage. out may
-// alias x.
-func RotaryRef(p RotaryParams, x, cos, sin, out []float32) error {
-	nx, nc, ns, err := p.check()
+// RotaryRef is the reference for one tensor of Rotary on host slices, in
+// float32 arithmetic like the kernel, rounding what it stores to
+// p.Storage. out may alias x.
+func RotaryRef(p RotaryParams, l RotaryLayout, x, cos, sin, out []float32) error {
+	nx, nc, ns, err := l.check(p)
 	if err != nil {
 		return err
 	}
@@ -158,13 +202,13 @@ func RotaryRef(p RotaryParams, x, cos, sin, out []float32) error {
 		return fmt.Errorf("kernels: Rotary: have x %d, cos %d, sin %d, out %d elements; want %d, %d, %d, %d",
 			len(x), len(cos), len(sin), len(out), nx, nc, ns, nx)
 	}
-	d, rd := p.Shape[3], p.RotaryDim
+	d, rd := l.Shape[3], p.RotaryDim
 	h := rd / 2
-	c, s := p.CosStride, p.SinStride
-	for i0 := 0; i0 < p.Shape[0]; i0++ {
-		for i1 := 0; i1 < p.Shape[1]; i1++ {
-			for i2 := 0; i2 < p.Shape[2]; i2++ {
-				base := ((i0*p.Shape[1]+i1)*p.Shape[2] + i2) * d
+	c, s := l.CosStride, l.SinStride
+	for i0 := 0; i0 < l.Shape[0]; i0++ {
+		for i1 := 0; i1 < l.Shape[1]; i1++ {
+			for i2 := 0; i2 < l.Shape[2]; i2++ {
+				base := ((i0*l.Shape[1]+i1)*l.Shape[2] + i2) * d
 				cb := i0*c[0] + i1*c[1] + i2*c[2]
 				sb := i0*s[0] + i1*s[1] + i2*s[2]
 				for j := 0; j < h; j++ {
@@ -183,10 +227,16 @@ func RotaryRef(p RotaryParams, x, cos, sin, out []float32) error {
 	return nil
 }
 
-// Rotary runs RotaryRef.
-func (h *HostDevice) Rotary(p RotaryParams, x, cos, sin, out Buf) error {
+// Rotary runs RotaryRef on a, then on b when it is given.
+func (h *HostDevice) Rotary(p RotaryParams, cos, sin Buf, a, b RotaryTensor) error {
 	if err := f32only(p.Storage); err != nil {
 		return err
 	}
-	return RotaryRef(p, hostF32(x), hostF32(cos), hostF32(sin), hostF32(out))
+	if err := RotaryRef(p, a.RotaryLayout, hostF32(a.X), hostF32(cos), hostF32(sin), hostF32(a.Out)); err != nil {
+		return err
+	}
+	if !b.present() {
+		return nil
+	}
+	return RotaryRef(p, b.RotaryLayout, hostF32(b.X), hostF32(cos), hostF32(sin), hostF32(b.Out))
 }

@@ -24,7 +24,7 @@
 //	ConvAct(x, w, bias?)                -> y          Conv with its activation
 //	Attention(q, k, v, mask?)           -> o          see attention.go
 //	FusedElementwise(inputs...)         -> outputs    GRAPH attribute "body"
-//	Rotary(x, cos, sin)                 -> y          rotary_dim; see rotary.go
+//	Rotary(x, cos, sin, x2?)            -> y, y2?     rotary_dim; see rotary.go
 //
 // A decomposed LayerNorm becomes a standard LayerNormalization node.
 package fuse

@@ -21,7 +21,7 @@ func TestExportedModels(t *testing.T) {
 		want  map[string]int
 		gone  []string // op types none of which may remain
 	}{
-		{"llama", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.RMSNorm): 1, tlite.Key(tlite.AddRMSNorm): 4, tlite.Key(tlite.Rotary): 4},
+		{"llama", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.RMSNorm): 1, tlite.Key(tlite.AddRMSNorm): 4, tlite.Key(tlite.Rotary): 2},
 			[]string{"Softmax", "ReduceMean", "Sqrt", "Pow", "Expand", "Sigmoid", "Neg"}},
 		{"gpt2", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.AddLayerNorm): 4, "LayerNormalization": 1, tlite.Key(tlite.MatMulBias): 8},
 			[]string{"Softmax", "Where", "Slice", "Tanh", "Pow"}},
@@ -33,12 +33,13 @@ func TestExportedModels(t *testing.T) {
 			[]string{"Softmax", "Sigmoid"}},
 		// The decoder test bed: attention written the ways Hugging Face
 		// modeling code writes it (see engine/fuse/attention.go).
-		// Rotary: Q and K of each layer; hf_neox rotates part of each head.
-		{"hf_llama", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.Rotary): 4}, []string{"Softmax", "Neg"}},
-		{"hf_qwen2", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.Rotary): 4}, []string{"Softmax", "Neg"}},
-		{"hf_gqa_interleave", map[string]int{tlite.Key(tlite.Rotary): 4}, []string{"Neg"}},
+		// Rotary: Q and K of each layer in one node; hf_neox rotates part
+		// of each head.
+		{"hf_llama", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.Rotary): 2}, []string{"Softmax", "Neg"}},
+		{"hf_qwen2", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.Rotary): 2}, []string{"Softmax", "Neg"}},
+		{"hf_gqa_interleave", map[string]int{tlite.Key(tlite.Rotary): 2}, []string{"Neg"}},
 		{"hf_gpt2", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax", "Where"}},
-		{"hf_neox", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.Rotary): 4}, []string{"Softmax", "Where", "Neg"}},
+		{"hf_neox", map[string]int{tlite.Key(tlite.Attention): 2, tlite.Key(tlite.Rotary): 2}, []string{"Softmax", "Where", "Neg"}},
 		{"hf_bigcode_mqa", map[string]int{tlite.Key(tlite.Attention): 2}, []string{"Softmax", "Where"}},
 		{"resnet", map[string]int{tlite.Key(tlite.FusedElementwise): 4}, []string{"Add"}},
 		{"resnet_bn", map[string]int{tlite.Key(tlite.FusedElementwise): 4}, []string{"Add"}},
@@ -90,13 +91,19 @@ func TestExportedModels(t *testing.T) {
 			}
 			for _, n := range g.Nodes {
 				if n.OpType == tlite.Rotary {
-					// The fused rotation covers the whole head: for hf_neox the
-					// partial form's pass-through joined it.
-					x, d := n.Inputs[0], n.Outputs[0]
-					hd, _ := x.Shape[len(x.Shape)-1].Const()
-					rd := n.AttrInt("rotary_dim", 0)
-					if !shapeEqual(x.Shape, d.Shape) || (tc.model == "hf_neox") != (rd < hd) {
-						t.Errorf("%v: x %v, y %v, rotary_dim %d of %d", n, x.Shape, d.Shape, rd, hd)
+					// Q and K together; each rotation covers the whole head:
+					// for hf_neox the partial form's pass-through joined it.
+					if len(n.Inputs) != 4 || len(n.Outputs) != 2 {
+						t.Errorf("%v has %d inputs and %d outputs; want Q and K in one node", n, len(n.Inputs), len(n.Outputs))
+						continue
+					}
+					for i, x := range []*graph.Value{n.Inputs[0], n.Inputs[3]} {
+						y := n.Outputs[i]
+						hd, _ := x.Shape[len(x.Shape)-1].Const()
+						rd := n.AttrInt("rotary_dim", 0)
+						if !shapeEqual(x.Shape, y.Shape) || (tc.model == "hf_neox") != (rd < hd) {
+							t.Errorf("%v: x %v, y %v, rotary_dim %d of %d", n, x.Shape, y.Shape, rd, hd)
+						}
 					}
 				}
 				if n.OpType != "Attention" {

@@ -19,7 +19,9 @@ import (
 //
 //	Concat(rotary(Slice(X, 0:rd, -1)), Slice(X, rd:, -1), -1)
 //
-// becomes Rotary(X, cos, sin) with rotary_dim rd. cos and sin must
+// becomes Rotary(X, cos, sin) with rotary_dim rd. Two rotations with the
+// same tables (a layer's queries and keys) then merge into one
+// Rotary(x, cos, sin, x2) -> y, y2. cos and sin must
 // broadcast to the rotated part's shape without enlarging it, and every
 // value inside the pattern must be read by the pattern alone; anything
 // else (the sign on the other half, the halves swapped, a slice of
@@ -35,7 +37,70 @@ func Rotary(g *graph.Graph, res *infer.Result) error {
 			return err
 		}
 	}
+	if err := r.pairRotary(); err != nil {
+		return err
+	}
 	return r.finish()
+}
+
+// pairRotary merges two Rotary nodes with the same tables and rotary_dim,
+// neither feeding the other, into one Rotary(x, cos, sin, x2) -> y, y2: a
+// layer's queries and keys rotate in one launch. Each node pairs with the
+// next such node in graph order, the pair a layer's Q and K are in the
+// exports.
+func (r *rewriter) pairRotary() error {
+	var single []*graph.Node
+	for _, n := range r.g.Nodes {
+		if n.Domain == tlite.Domain && n.OpType == tlite.Rotary && len(n.Inputs) == 3 && len(n.Outputs) == 1 {
+			single = append(single, n)
+		}
+	}
+	paired := map[*graph.Node]bool{}
+	for i, a := range single {
+		if paired[a] {
+			continue
+		}
+		for _, b := range single[i+1:] {
+			if paired[b] || b.Inputs[1] != a.Inputs[1] || b.Inputs[2] != a.Inputs[2] ||
+				b.AttrInt("rotary_dim", 0) != a.AttrInt("rotary_dim", 0) || feeds(a, b) || feeds(b, a) {
+				continue
+			}
+			paired[a], paired[b] = true, true
+			n := r.newNode(tlite.Rotary, nameNear(a, tlite.Rotary), []*graph.Value{a.Inputs[0], a.Inputs[1], a.Inputs[2], b.Inputs[0]},
+				[]*graph.Value{a.Outputs[0], b.Outputs[0]})
+			setInt(n, "rotary_dim", a.AttrInt("rotary_dim", 0))
+			if err := r.replace([]*graph.Node{a, b}, n, nil); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// feeds reports whether an output of a reaches an input of b.
+func feeds(a, b *graph.Node) bool {
+	seen := map[*graph.Node]bool{}
+	stack := []*graph.Node{a}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, v := range n.Outputs {
+			if v == nil {
+				continue
+			}
+			for _, c := range v.Consumers {
+				if c == b {
+					return true
+				}
+				if !seen[c] {
+					seen[c] = true
+					stack = append(stack, c)
+				}
+			}
+		}
+	}
+	return false
 }
 
 // rotaryMatch is a matched rotary embedding.

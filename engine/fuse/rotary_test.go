@@ -208,3 +208,57 @@ func TestRotaryRefuses(t *testing.T) {
 		})
 	}
 }
+
+// hfRotary writes x*cos + rotate_half(x)*sin over x's last axis of size d
+// as the exports do.
+func hfRotary(b *builder, x, cos, sin *graph.Value, d int64) *graph.Value {
+	slice := func(lo, hi int64) *graph.Value {
+		return b.op("Slice", vs(x, b.ints("lo", lo), b.ints("hi", hi), b.ints("ax", -1)))
+	}
+	rot := b.op("Concat", vs(b.op("Neg", vs(slice(d/2, math.MaxInt64))), slice(0, d/2)), aInt("axis", -1))
+	return b.op("Add", vs(b.op("Mul", vs(x, cos)), b.op("Mul", vs(rot, sin))))
+}
+
+func TestRotaryPairs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// build returns the two rotations' inputs and outputs.
+		build func(b *builder, cos, sin *graph.Value) (xq, yq, xk, yk *graph.Value)
+		pair  bool
+	}{
+		{"queries-and-keys", func(b *builder, cos, sin *graph.Value) (*graph.Value, *graph.Value, *graph.Value, *graph.Value) {
+			q, k := b.input("q", dtype.Float32, 1, 4, "s", 8), b.input("k", dtype.Float32, 1, 2, "s", 8)
+			return q, hfRotary(b, q, cos, sin, 8), k, hfRotary(b, k, cos, sin, 8)
+		}, true},
+		{"second-reads-the-first", func(b *builder, cos, sin *graph.Value) (*graph.Value, *graph.Value, *graph.Value, *graph.Value) {
+			q := b.input("q", dtype.Float32, 1, 4, "s", 8)
+			yq := hfRotary(b, q, cos, sin, 8)
+			k := b.op("Relu", vs(yq))
+			return q, yq, k, hfRotary(b, k, cos, sin, 8)
+		}, false},
+		{"other-tables", func(b *builder, cos, sin *graph.Value) (*graph.Value, *graph.Value, *graph.Value, *graph.Value) {
+			q, k := b.input("q", dtype.Float32, 1, 4, "s", 8), b.input("k", dtype.Float32, 1, 2, "s", 8)
+			sin2 := b.input("sin2", dtype.Float32, 1, 1, "s", 8)
+			return q, hfRotary(b, q, cos, sin, 8), k, hfRotary(b, k, cos, sin2, 8)
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newBuilder(t)
+			cos, sin := b.input("cos", dtype.Float32, 1, 1, "s", 8), b.input("sin", dtype.Float32, 1, 1, "s", 8)
+			xq, yq, xk, yk := c.build(b, cos, sin)
+			b.output(yq, yk)
+			g := b.run(Rotary)
+			if !c.pair {
+				if n := countOps(g)[tlite.Key(tlite.Rotary)]; n != 2 {
+					t.Fatalf("%d Rotary nodes; want the two rotations apart: %v", n, ops(g))
+				}
+				return
+			}
+			n := only(t, g, tlite.Key(tlite.Rotary))
+			wantInputs(t, n, xq, cos, sin, xk)
+			if len(n.Outputs) != 2 || n.Outputs[0] != yq || n.Outputs[1] != yk || n.AttrInt("rotary_dim", 0) != 8 {
+				t.Errorf("%v writes %v, rotary_dim %d", n, n.Outputs, n.AttrInt("rotary_dim", 0))
+			}
+		})
+	}
+}

@@ -57,12 +57,14 @@ const (
 	// header, so that tools reading the graph alone know the shape; a
 	// reader must check that they agree with it.
 	MatMulQ = "MatMulQ"
-	// Rotary(x, cos, sin) -> y is the rotary position embedding
-	// x*cos + rotate_half(x)*sin over the first rotary_dim elements of x's
-	// last axis, rotate_half(v) = concat(-v[h:], v[:h]) with h =
-	// rotary_dim/2; the rest of each row is copied. cos and sin broadcast
-	// to x's shape with its last axis cut to rotary_dim; x has rank 1 to
-	// 4. Attribute rotary_dim (even, at most the last axis).
+	// Rotary(x, cos, sin, [x2]) -> y, [y2] is the rotary position
+	// embedding x*cos + rotate_half(x)*sin over the first rotary_dim
+	// elements of x's last axis, rotate_half(v) = concat(-v[h:], v[:h])
+	// with h = rotary_dim/2; the rest of each row is copied. cos and sin
+	// broadcast to x's shape with its last axis cut to rotary_dim; x has
+	// rank 1 to 4. x2, when present, is rotated the same way into y2 (a
+	// layer's keys beside its queries). Attribute rotary_dim (even, at
+	// most the last axis).
 	Rotary = "Rotary"
 )
 
