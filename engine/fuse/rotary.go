@@ -19,14 +19,14 @@ import (
 //
 //	Concat(rotary(Slice(X, 0:rd, -1)), Slice(X, rd:, -1), -1)
 //
-// becomes Rotary(X, cos, sin) with rotary_dim rd. Two rotations with the
-// same tables (a layer's queries and keys) then merge into one
-// Rotary(x, cos, sin, x2) -> y, y2. cos and sin must
+// becomes Rotary(X, cos, sin) with rotary_dim rd. cos and sin must
 // broadcast to the rotated part's shape without enlarging it, and every
 // value inside the pattern must be read by the pattern alone; anything
 // else (the sign on the other half, the halves swapped, a slice of
 // another axis or with unknown bounds, a split off the middle, the
-// attribute-bound Slice of opsets before 10) is left as written.
+// attribute-bound Slice of opsets before 10) is left as written. Two
+// rotations with the same tables (a layer's queries and keys) then merge
+// into one Rotary(x, cos, sin, x2) -> y, y2.
 func Rotary(g *graph.Graph, res *infer.Result) error {
 	r := newRewriter(g, res)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
