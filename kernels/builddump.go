@@ -217,7 +217,7 @@ func (l *Lib) forced(family, name string) bool {
 		return resizeSeparable
 	case "norm":
 		return halfEmu || styleOverride == 1 && gpu || styleOverride == 2 && !gpu
-	case "move", "reduce", "softmax":
+	case "move", "reduce", "softmax", "rotary":
 		return styleOverride == 1 && gpu || styleOverride == 2 && !gpu
 	}
 	return false

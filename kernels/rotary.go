@@ -177,12 +177,15 @@ func (l *Lib) Rotary(p RotaryParams, cos, sin Buf, a, b RotaryTensor) error {
 		// at the first, with no rows.
 		b = a
 	}
-	k, err := l.kernel("rotary", rotarySrc, p.Storage.define(), "rotary")
+	name, global, local := "rotary_rows", rows[0]+rows[1], rowLocal(l, rows[0]+rows[1])
+	if preferGroups(l) {
+		name, global, local = "rotary_elems", items, 64
+	}
+	k, err := l.kernel("rotary", rotarySrc, p.Storage.define(), name)
 	if err != nil {
 		return err
 	}
-	const loc = 64
-	return l.dev.Launch(k, []int{roundUp(items, loc)}, []int{loc},
+	return l.dev.Launch(k, []int{roundUp(global, local)}, []int{local},
 		cos.Mem, int32(cos.Off), sin.Mem, int32(sin.Off), int32(p.RotaryDim), int32(a.CosStride[3]), int32(a.SinStride[3]),
 		a.X.Mem, int32(a.X.Off), a.Out.Mem, int32(a.Out.Off), int32(rows[0]), int32(a.Shape[1]), int32(a.Shape[2]), int32(a.Shape[3]),
 		int32(a.CosStride[0]), int32(a.CosStride[1]), int32(a.CosStride[2]), int32(a.SinStride[0]), int32(a.SinStride[1]), int32(a.SinStride[2]),

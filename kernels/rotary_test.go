@@ -136,6 +136,10 @@ func rotaryTol(s Storage) (atol, rtol float64) {
 }
 
 func TestRotary(t *testing.T) {
+	bothStyles(t, testRotary)
+}
+
+func testRotary(t *testing.T) {
 	for _, s := range storages {
 		for i, c := range rotaryCases {
 			x, cos, sin := rotaryInputs(s, int64(100+10*i), c)
@@ -159,8 +163,12 @@ func TestRotary(t *testing.T) {
 
 // TestRotaryPair rotates two tensors sharing the tables in one launch, as
 // a layer's queries and keys (grouped-query: fewer key heads), on the
-// device and the pure-Go device.
+// device (both kernel styles) and the pure-Go device.
 func TestRotaryPair(t *testing.T) {
+	bothStyles(t, testRotaryPair)
+}
+
+func testRotaryPair(t *testing.T) {
 	for _, pc := range []struct{ a, b rotaryCase }{
 		{rotaryCase{x: []int{2, 4, 3, 10}, cos: []int{2, 1, 3, 10}, sin: []int{2, 1, 3, 10}, rd: 10},
 			rotaryCase{x: []int{2, 2, 3, 10}, cos: []int{2, 1, 3, 10}, sin: []int{2, 1, 3, 10}, rd: 10}},
