@@ -81,6 +81,39 @@ func TestRotaryNodeFromFile(t *testing.T) {
 				assertMentions(t, "Open", err, c.want)
 			})
 		}
+		t.Run("constant inputs, folded at Open/"+dev, func(t *testing.T) {
+			xs, tabs := make([]float32, 12), make([]float32, 4)
+			for i := range xs {
+				xs[i] = float32(i%5) - 2
+			}
+			for i := range tabs {
+				tabs[i] = 0.5 + float32(i)/8
+			}
+			n := graphtest.InDomain(graphtest.Node(tlite.Rotary, "rot", []string{"x", "cos", "sin"}, []string{"y"}, graphtest.Int("rotary_dim", 4)), tlite.Domain)
+			m := hostileModel(t, []*graph.Node{n},
+				[]*graph.Tensor{graphtest.Float32s("x", []int64{2, 6}, xs...), graphtest.Float32s("cos", []int64{4}, tabs...), graphtest.Float32s("sin", []int64{1, 4}, tabs...)},
+				nil, []*graph.Value{graphtest.Value("y", dtype.Float32, 2, 6)})
+			s, err := OpenModel(m, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			out, err := s.Run(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := kernels.NewRotaryLayout([]int{2, 6}, []int{4}, []int{1, 4}, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, 12)
+			if err := kernels.RotaryRef(kernels.RotaryParams{Storage: kernels.F32, RotaryDim: 4}, l, xs, tabs, tabs, want); err != nil {
+				t.Fatal(err)
+			}
+			if rel, _, worst := compare(floats(t, out["y"]), want); !(rel <= 1e-6) {
+				t.Errorf("error %.2e at %d", rel, worst)
+			}
+		})
 		t.Run("tables that do not broadcast/"+dev, func(t *testing.T) {
 			s, err := OpenModel(rotaryFileModel(t, 4, []any{2, 3, 6}, "n", 4), opts)
 			if err != nil {
