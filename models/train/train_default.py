@@ -516,6 +516,200 @@ def train(work, a, time_budget):
         log(f"train: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
 
 
+# ---------------------------------------------------------------- induct
+
+@dataclasses.dataclass
+class InductArgs:
+    """The induction stage, run after train from WORK/model_final.pt.
+
+    train's 4.7M tokens left the model without induction heads: it does not
+    copy from its context (a passage shown twice costs as much the second
+    time), so recall and multiple choice stayed at chance. Phase C1 trains
+    on windows of segments each shown twice, where only copying predicts the
+    second showing, until heads that find an earlier occurrence and copy
+    what followed it form; C2 returns to train's task mix at 512 with a copy
+    row kept in every step; C3 repeats train's 2048 phase as the LR decays.
+    """
+    copy_steps: int = 1500      # C1: copy_rows of copy_seq copy windows + text rows
+    copy_seq: int = 256
+    copy_rows: int = 7          # of tokens_per_step // copy_seq rows; the rest is text
+    task_steps: int = 400       # C2: MIX_TASKS at short_seq, one row of it a copy window
+    long_steps: int = 100       # C3: MIX_LONG at 2048
+    decay_steps: int = 300      # linear decay over the last steps (C2's end and C3)
+    short_seq: int = 512
+    long_seq: int = MAX_CONTEXT
+    tokens_per_step: int = 2048
+    lr: float = 2e-3
+    min_lr: float = 1e-4
+    warmup: int = 20
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    probe_every: int = 50
+    ckpt_every: int = 10
+
+    @property
+    def max_steps(self):
+        return self.copy_steps + self.task_steps + self.long_steps
+
+
+def induct_lr(step, a):
+    if step < a.warmup:
+        return a.lr * (step + 1) / a.warmup
+    start = a.max_steps - a.decay_steps
+    if step < start:
+        return a.lr
+    return a.lr + (a.min_lr - a.lr) * min(1.0, (step - start + 1) / max(1, a.decay_steps))
+
+
+def copy_window(rng, data, seq, bos):
+    """A window of segments each shown twice, and the loss weight per target.
+
+    Half the segments are random tokens (no prior helps), half are spans of
+    training text (the copy must beat the language model's guess); half the
+    pairs have up to 64 tokens of other text between the showings. Only the
+    second showing after its first token is weighted: nothing else in the
+    window is predictable by copying.
+    """
+    ids, w = [bos], [0.0]
+    while len(ids) < seq + 1:
+        n = rng.randint(6, 40)
+        if rng.random() < 0.5:
+            seg = [rng.randrange(256, VOCAB - 2) for _ in range(n)]
+        else:
+            st = data.streams["fortunes" if rng.random() < 0.6 else "pydoc"]
+            s0 = rng.randrange(len(st) - n)
+            seg = st[s0:s0 + n].tolist()
+        gap = []
+        if rng.random() < 0.5:
+            st = data.streams["pydoc"]
+            g0 = rng.randrange(len(st) - 64)
+            gap = st[g0:g0 + rng.randint(1, 64)].tolist()
+        ids += seg + gap + seg
+        w += [0.0] * (n + len(gap) + 1) + [1.0] * (n - 1)
+    return torch.tensor(ids[:seq + 1]), torch.tensor(w[1:seq + 1])
+
+
+@torch.no_grad()
+def repeat_probe(model, val, n=8):
+    """Mean loss on the first and second showing of repeated passages.
+
+    Returns {"text": (first, second), "random": (first, second)} in nats per
+    token: 100-token spans of `val` and 60 random tokens, each shown twice.
+    Without induction both showings cost alike; with it the second is far
+    cheaper.
+    """
+    was = model.training
+    model.eval()
+    rng = random.Random(3)
+    sums = {"text": [0.0, 0.0], "random": [0.0, 0.0]}
+    for _ in range(n):
+        s0 = rng.randrange(len(val) - 100)
+        for kind, toks in (("text", val[s0:s0 + 100].tolist()),
+                           ("random", [rng.randrange(100, 4000) for _ in range(60)])):
+            ids = torch.tensor([[VOCAB - 2] + toks + toks])
+            lp = F.log_softmax(forward_logits(model, ids[:, :-1])[0], -1)
+            y = ids[0, 1:]
+            l = -lp[torch.arange(len(y)), y]
+            m = len(toks)
+            sums[kind][0] += l[1:m].mean().item() / n
+            sums[kind][1] += l[m + 1:].mean().item() / n
+    model.train(was)
+    return {k: tuple(v) for k, v in sums.items()}
+
+
+def induct(work, a, time_budget):
+    data = Data(work)
+    val = data.val["fortunes"]
+    model = build_model()
+    model.load_state_dict(torch.load(os.path.join(work, "model_final.pt")))
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(SEED + 7)
+    rng = random.Random(SEED + 8)
+    base = torch.load(os.path.join(work, "ckpt.pt"))
+    step, tokens, elapsed_before = 0, 0, 0.0
+    ckpt_path = os.path.join(work, "ckpt_induct.pt")
+    if os.path.exists(ckpt_path):
+        ck = torch.load(ckpt_path)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        gen.set_state(ck["gen"])
+        rng.setstate(ck["rng"])
+        step, tokens, elapsed_before = ck["step"], ck["tokens"], ck["elapsed"]
+        log(f"induct: resumed at step {step}")
+    else:
+        p = repeat_probe(model, val)
+        log("induct: probe before " + " ".join(f"{k} {x:.3f}->{y:.3f}" for k, (x, y) in p.items()))
+    log(f"induct: args {dataclasses.asdict(a)}, max_steps {a.max_steps}, threads {torch.get_num_threads()}, "
+        f"from train's step {base['step']} ({base['tokens']} tokens)")
+
+    def save(path, tag):
+        ck = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "rng": rng.getstate(),
+              "step": step, "tokens": tokens, "elapsed": elapsed_before + time.time() - t0,
+              "config": dataclasses.asdict(CONFIG), "args": dataclasses.asdict(a),
+              "train": {"step": base["step"], "tokens": base["tokens"], "elapsed": base["elapsed"],
+                        "args": base["args"]}}
+        torch.save(ck, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        log(f"induct: checkpoint ({tag}) at step {step}")
+
+    model.train()
+    t0 = time.time()
+    t_last, tok_last = t0, tokens
+    while step < a.max_steps:
+        if time_budget and elapsed_before + time.time() - t0 > time_budget:
+            log(f"induct: time budget {time_budget:.0f}s reached at step {step} (run cut short)")
+            break
+        for g in opt.param_groups:
+            g["lr"] = induct_lr(step, a)
+        if step < a.copy_steps:
+            seq, n_copy, mix = a.copy_seq, a.copy_rows, {"fortunes": 0.5, "pydoc": 0.35, "debref": 0.15}
+        elif step < a.copy_steps + a.task_steps:
+            seq, n_copy, mix = a.short_seq, 1, MIX_TASKS
+        else:
+            seq, n_copy, mix = a.long_seq, 0, MIX_LONG
+        rows = a.tokens_per_step // seq
+        cw = [copy_window(rng, data, seq, VOCAB - 2) for _ in range(n_copy)]
+        x, y = data.batch(gen, seq, rows - n_copy, mix)
+        if n_copy:
+            xc = torch.stack([c[0] for c in cw])
+            x, y = torch.cat([xc[:, :-1], x]), torch.cat([xc[:, 1:], y])
+        l = F.cross_entropy(forward_logits(model, x).reshape(-1, CONFIG.vocab), y.reshape(-1),
+                            reduction="none").reshape(y.shape)
+        text = l[n_copy:].mean()
+        if n_copy:
+            wc = torch.stack([c[1] for c in cw])
+            copy = (l[:n_copy] * wc).sum() / wc.sum()
+            loss = copy + text
+        else:
+            copy, loss = None, text
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        opt.step()
+        step += 1
+        tokens += x.numel()
+        if step % 5 == 0 or step == 1:
+            now = time.time()
+            log(f"induct step {step}/{a.max_steps} seq {seq} copy {copy.item() if copy is not None else float('nan'):.4f} "
+                f"text {text.item():.4f} lr {induct_lr(step - 1, a):.2e} tokens {tokens} "
+                f"elapsed {elapsed_before + now - t0:.0f}s {(tokens - tok_last) / max(now - t_last, 1e-9):.0f} tok/s")
+            t_last, tok_last = now, tokens
+        if step % a.probe_every == 0 or step == a.max_steps:
+            p = repeat_probe(model, val)
+            v = evaluate(model, data, 512, n_windows=4)
+            log(f"induct probe step {step} repeat " + " ".join(f"{k} {x:.3f}->{y:.3f}" for k, (x, y) in p.items()) +
+                " | val (seq 512) " + " ".join(f"{k} {x:.4f}" for k, x in v.items()))
+        if step % a.ckpt_every == 0:
+            save(ckpt_path, "periodic")
+    save(ckpt_path, "final")
+    if step == a.max_steps:
+        torch.save(model.state_dict(), os.path.join(work, "model_induct.pt"))
+        log(f"induct: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
+
+
 def compact(src, dst):
     """Writes a checkpoint small enough to commit: the weights stay fp32, the
     Adam moments become bfloat16 (torch casts them back to fp32 on load).
@@ -547,6 +741,14 @@ def main():
     p.add_argument("--long-steps", type=int, default=TrainArgs.long_steps)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
+    p = sub.add_parser("induct", help="the induction stage after train (from WORK/model_final.pt)")
+    p.add_argument("--work", required=True)
+    p.add_argument("--copy-steps", type=int, default=InductArgs.copy_steps)
+    p.add_argument("--task-steps", type=int, default=InductArgs.task_steps)
+    p.add_argument("--long-steps", type=int, default=InductArgs.long_steps)
+    p.add_argument("--decay-steps", type=int, default=InductArgs.decay_steps)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
     p = sub.add_parser("export")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
@@ -562,6 +764,10 @@ def main():
     elif args.cmd == "train":
         a = TrainArgs(task_from=args.task_from, stable_steps=args.stable_steps, decay_steps=args.decay_steps, long_steps=args.long_steps)
         train(args.work, a, args.time_budget)
+    elif args.cmd == "induct":
+        a = InductArgs(copy_steps=args.copy_steps, task_steps=args.task_steps, long_steps=args.long_steps,
+                       decay_steps=args.decay_steps)
+        induct(args.work, a, args.time_budget)
     elif args.cmd == "export":
         import export_default
         export_default.export(args.work, args.out)
