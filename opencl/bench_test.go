@@ -112,3 +112,87 @@ func BenchmarkLaunch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStep measures the host cost of a decode-like step of 170 tiny
+// launches (the default model's count) of 1 or 16 work-groups and one
+// Finish, enqueued three ways: one Launch at a time, replayed from a Recording, and replayed
+// through a command buffer (Bake). The kernels do almost nothing, so the
+// time per step is launch overhead; ns/launch is that over 170. The
+// difference between "launch" and "replay" is tlite's argument packing,
+// between "replay" and "baked" the driver's per-launch entry cost.
+// enqueue-ns/launch is the part spent enqueueing, before Finish.
+func BenchmarkStep(b *testing.B) {
+	const launches = 170
+	for _, c := range []struct {
+		mode   string
+		groups int
+	}{{"launch", 1}, {"replay", 1}, {"baked", 1}, {"launch", 16}, {"replay", 16}, {"baked", 16}} {
+		mode, n := c.mode, 64*c.groups
+		b.Run(fmt.Sprintf("%s/groups=%d", mode, c.groups), func(b *testing.B) {
+			d := open(b, Options{})
+			if mode == "baked" && !d.HasCommandBuffers() {
+				b.Skipf("%s offers no cl_khr_command_buffer", d)
+			}
+			p, err := d.Build(benchSrc, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			k, _ := p.Kernel("add")
+			x, _ := d.Alloc(4 * n)
+			y, _ := d.Alloc(4 * n)
+			d.Fill(x, 0, 4*n, []byte{0, 0, 0x80, 0x3f})
+			d.Fill(y, 0, 4*n, []byte{0, 0, 0, 0})
+			step := func() error {
+				for i := 0; i < launches; i++ {
+					// Alternate the arguments, as a real step's launches differ.
+					dst, src := y, x
+					if i%2 == 1 {
+						dst, src = x, y
+					}
+					if err := d.Launch(k, []int{n}, []int{64}, dst, src, n); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			var r Recording
+			d.StartRecording(&r)
+			err = step()
+			d.StopRecording()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if mode == "baked" {
+				if err := d.Bake(&r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			d.Finish()
+			var enq time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if mode == "launch" {
+					err = step()
+				} else {
+					err = d.Replay(&r)
+				}
+				enq += time.Since(t0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Finish(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*launches), "ns/launch")
+			// The enqueueing alone: what the host spends before Finish
+			// (the device starts on the first launches meanwhile).
+			b.ReportMetric(float64(enq.Nanoseconds())/float64(b.N*launches), "enqueue-ns/launch")
+			if mode == "baked" && d.Stats().BakedReplays < int64(b.N) {
+				b.Fatalf("%d of %d steps ran as a command buffer", d.Stats().BakedReplays, b.N)
+			}
+		})
+	}
+}
