@@ -253,15 +253,21 @@ func (d *Device) dropBakedLocked(r *Recording, all bool) {
 // false, having dropped the buffer, when the driver refuses the enqueue:
 // the caller then replays launch by launch.
 func (d *Device) replayBakedLocked(r *Recording) bool {
+	// PoCL 3.1 writes the event without checking for NULL, so one is
+	// always asked for (and released at once). d.call and d.ev are heap
+	// slices d keeps, so the call allocates nothing.
 	d.ev[0] = 0
-	code := clCall(d.cb.enqueue, 0, 0, r.cb, 0, 0, uintptr(unsafe.Pointer(&d.ev[0])))
+	c := d.call
+	c[0], c[1], c[2], c[3], c[4], c[5] = 0, 0, r.cb, 0, 0, uintptr(unsafe.Pointer(&d.ev[0]))
+	code := callArgs(d.cb.enqueue, c[:6])
 	if code != clSuccess {
 		d.dropBakedLocked(r, false)
 		d.stats.BakeFallbacks++
 		return false
 	}
 	if d.ev[0] != 0 {
-		clCall(fns.ReleaseEvent, d.ev[0])
+		c[0] = d.ev[0]
+		callArgs(fns.ReleaseEvent, c[:1])
 	}
 	d.stats.Launches += int64(len(r.launches))
 	d.stats.BakedReplays++

@@ -115,3 +115,28 @@ func (d *Device) Replay(r *Recording) error {
 	}
 	return nil
 }
+
+// Append adds o's launches after r's, as if they had been recorded into r
+// in that order: replaying r then replays both. It drops a command buffer
+// baked from r (it would miss o's launches); o is unchanged.
+func (r *Recording) Append(o *Recording) {
+	if r.cbDev != nil {
+		d := r.cbDev
+		d.mu.Lock()
+		d.dropBakedLocked(r, false)
+		d.mu.Unlock()
+	}
+	base := len(r.args)
+	r.args = append(r.args, o.args...)
+	for _, l := range o.launches {
+		l.off += base
+		r.launches = append(r.launches, l)
+	}
+}
+
+// Reset empties r, releasing what Bake made of it, for a caller that
+// builds recordings with Append.
+func (r *Recording) Reset() {
+	r.Release()
+	r.launches, r.args = r.launches[:0], r.args[:0]
+}
