@@ -2,6 +2,7 @@ package opencl
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -120,7 +121,9 @@ func BenchmarkLaunch(b *testing.B) {
 // time per step is launch overhead; ns/launch is that over 170. The
 // difference between "launch" and "replay" is tlite's argument packing,
 // between "replay" and "baked" the driver's per-launch entry cost.
-// enqueue-ns/launch is the part spent enqueueing, before Finish.
+// enqueue-ns/launch is the part spent enqueueing, before Finish;
+// cpu-ns/launch the process's CPU time (the driver's threads included),
+// which a loaded machine disturbs less than the wall time.
 func BenchmarkStep(b *testing.B) {
 	const launches = 170
 	for _, c := range []struct {
@@ -169,6 +172,7 @@ func BenchmarkStep(b *testing.B) {
 			}
 			d.Finish()
 			var enq time.Duration
+			cpu0 := cpuTime()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
@@ -186,6 +190,7 @@ func BenchmarkStep(b *testing.B) {
 				}
 			}
 			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*launches), "cpu-ns/launch")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*launches), "ns/launch")
 			// The enqueueing alone: what the host spends before Finish
 			// (the device starts on the first launches meanwhile).
@@ -195,4 +200,13 @@ func BenchmarkStep(b *testing.B) {
 			}
 		})
 	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

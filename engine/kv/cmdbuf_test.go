@@ -2,7 +2,10 @@ package kv
 
 import (
 	"math"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tlite/tlite/engine"
 )
@@ -74,4 +77,74 @@ func TestCommandBuffersMatchLowering(t *testing.T) {
 	if low.Session().CommandBuffers().BakedRuns != 0 {
 		t.Fatal("a NoReplay session ran command buffers")
 	}
+}
+
+// BenchmarkDecodeCommandBuffers times a decode step at 128 tokens of
+// context (slot 128 rewritten each step, so the binding holds) three ways:
+// every step through its lowering (NoReplay), replayed launch by launch
+// (the default), and replayed as command buffers (CommandBuffers). Besides
+// the time it reports launches/op, buffers/op (command buffers enqueued)
+// and cpu-ns/op, the process's CPU time per step (host work and the
+// driver's, plus the kernels' on a CPU device), which a loaded machine
+// disturbs less than the wall time.
+func BenchmarkDecodeCommandBuffers(b *testing.B) {
+	models := benchModels()
+	if p := filepath.Join(modelsDir, "..", "longctx", "model.onnx"); fileExists(p) {
+		models["longctx"] = p
+	}
+	dev := testLib.Device()
+	for name, path := range models {
+		for _, mode := range []string{"lowered", "replay", "baked"} {
+			b.Run(name+"/"+mode, func(b *testing.B) {
+				if mode == "baked" && !dev.HasCommandBuffers() {
+					b.Skipf("%s offers no cl_khr_command_buffer", dev)
+				}
+				opts := engine.Options{Kernels: testLib, NoReplay: mode == "lowered", CommandBuffers: mode == "baked"}
+				st, err := Open(path, opts, Config{MaxContext: 256})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer st.Session().Close()
+				const ctx = 128
+				if _, err := st.Forward(prompt(ctx), seq(0, ctx), seq(0, ctx)); err != nil {
+					b.Fatal(err)
+				}
+				step := func() error {
+					_, err := st.Forward([]int{7}, []int{ctx}, []int{ctx})
+					return err
+				}
+				// Record, then bake.
+				for i := 0; i < 3; i++ {
+					if err := step(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				before, cb0, cpu0 := dev.Stats(), st.Session().CommandBuffers(), cpuTime()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := step(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				after, cb1, cpu1 := dev.Stats(), st.Session().CommandBuffers(), cpuTime()
+				n := float64(b.N)
+				b.ReportMetric(float64(after.Launches-before.Launches)/n, "launches/op")
+				b.ReportMetric(float64(after.BakedReplays-before.BakedReplays)/n, "buffers/op")
+				b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/n, "cpu-ns/op")
+				if mode == "baked" && (cb1.BakedRuns == cb0.BakedRuns || cb1.LastError != nil) {
+					b.Fatalf("no step ran in a command buffer (last bake error: %v)", cb1.LastError)
+				}
+			})
+		}
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
