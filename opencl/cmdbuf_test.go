@@ -83,6 +83,14 @@ func (f *cbFixture) step(t *testing.T, a float32) {
 	}
 }
 
+// record records step(a) into r.
+func (f *cbFixture) record(t *testing.T, r *Recording, a float32) {
+	t.Helper()
+	f.d.StartRecording(r)
+	f.step(t, a)
+	f.d.StopRecording()
+}
+
 // simulate applies step(a) to the host copies.
 func (f *cbFixture) simulate(a float32) {
 	for i := range f.hy {
@@ -134,9 +142,7 @@ func TestBakedReplay(t *testing.T) {
 		t.Skipf("%s offers no cl_khr_command_buffer", f.d)
 	}
 	var r Recording
-	f.d.StartRecording(&r)
-	f.step(t, 2)
-	f.d.StopRecording()
+	f.record(t, &r, 2)
 	f.simulate(2)
 	f.check(t, "recording run")
 	if err := f.d.Bake(&r); err != nil {
@@ -212,9 +218,7 @@ func TestBakeRefusals(t *testing.T) {
 	t.Run("profiling", func(t *testing.T) {
 		f := newCBFixture(t, Options{Profile: true})
 		var r Recording
-		f.d.StartRecording(&r)
-		f.step(t, 2)
-		f.d.StopRecording()
+		f.record(t, &r, 2)
 		if err := f.d.Bake(&r); err == nil || r.Baked() {
 			t.Fatalf("Bake on a profiling device: err %v, baked %v; want an error", err, r.Baked())
 		}
@@ -231,9 +235,7 @@ func TestBakeRefusals(t *testing.T) {
 			t.Skipf("%s offers no cl_khr_command_buffer", f.d)
 		}
 		var r Recording
-		f.d.StartRecording(&r)
-		f.step(t, 2)
-		f.d.StopRecording()
+		f.record(t, &r, 2)
 		if err := f.d.Bake(&r); err != nil {
 			t.Fatal(err)
 		}

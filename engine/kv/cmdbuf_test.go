@@ -1,7 +1,6 @@
 package kv
 
 import (
-	"math"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -35,29 +34,7 @@ func TestCommandBuffersMatchLowering(t *testing.T) {
 	const prompt = 10
 	var bakesAt []int64 // the bake count after each step
 	for step := 0; step < 80; step++ {
-		toks, pos := []int{(step*37 + 5) % 256}, []int{prompt + step - 1}
-		if step == 0 {
-			toks, pos = make([]int, prompt), seq(0, prompt)
-			for i := range toks {
-				toks[i] = (i*11 + 3) % 256
-			}
-		}
-		a, err := baked.Forward(toks, pos, pos)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := low.Forward(toks, pos, pos)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(a) != len(b) {
-			t.Fatalf("step %d: %d logits baked, %d lowered", step, len(a), len(b))
-		}
-		for i := range a {
-			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-				t.Fatalf("step %d: logit %d is %v baked, %v lowered", step, i, a[i], b[i])
-			}
-		}
+		sameDecodeStep(t, step, prompt, baked, low, "baked", "lowered")
 		bakesAt = append(bakesAt, baked.Session().CommandBuffers().Bakes)
 	}
 	cb := baked.Session().CommandBuffers()
