@@ -251,3 +251,48 @@ func TestBakeRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestAppendedRecording: recordings joined with Append replay, launch by
+// launch and baked, as the steps they were recorded from, in order.
+func TestAppendedRecording(t *testing.T) {
+	f := newCBFixture(t, Options{})
+	var a, b, joined Recording
+	f.record(t, &a, 2)
+	f.simulate(2)
+	f.record(t, &b, -0.5)
+	f.simulate(-0.5)
+	joined.Append(&a)
+	joined.Append(&b)
+	if joined.Len() != a.Len()+b.Len() {
+		t.Fatalf("joined %d launches, want %d", joined.Len(), a.Len()+b.Len())
+	}
+	if err := f.d.Replay(&joined); err != nil {
+		t.Fatal(err)
+	}
+	f.simulate(2)
+	f.simulate(-0.5)
+	f.check(t, "joined, launch by launch")
+	if !f.d.HasCommandBuffers() {
+		t.Skipf("%s offers no cl_khr_command_buffer", f.d)
+	}
+	if err := f.d.Bake(&joined); err != nil {
+		t.Fatal(err)
+	}
+	f.clobber(t)
+	if err := f.d.Replay(&joined); err != nil {
+		t.Fatal(err)
+	}
+	f.simulate(2)
+	f.simulate(-0.5)
+	f.check(t, "joined, baked")
+	// Appending to a baked recording drops its buffer, which lacks the
+	// new launches.
+	joined.Append(&a)
+	if joined.Baked() {
+		t.Fatal("Append kept a command buffer that misses the appended launches")
+	}
+	joined.Reset()
+	if joined.Len() != 0 || joined.Baked() {
+		t.Fatalf("Reset left %d launches, baked %v", joined.Len(), joined.Baked())
+	}
+}
