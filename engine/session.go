@@ -136,6 +136,14 @@ type Options struct {
 	// Session.runDevice): every device step goes through its lowering at
 	// every run. For comparisons and checks.
 	NoReplay bool
+	// CommandBuffers joins runs of replayed device steps into command
+	// buffers (cl_khr_command_buffer) enqueued with one call each, on
+	// devices that have them (see cmdbuf.go); TLITE_CMDBUF=1 in the
+	// environment asks for it too, TLITE_CMDBUF=0 forbids it. Off by
+	// default: on PoCL 3.1 it measured no faster (its command buffers
+	// enqueue each command as a launch would), so it is there for drivers
+	// whose buffers are cheaper. Ignored with NoReplay or Profile.
+	CommandBuffers bool
 	// LastRowOutputs names outputs of which a caller reads only the last
 	// row (the last index of the second-to-last axis): each becomes one
 	// row, and the nodes computing it row by row (products with constant
@@ -225,6 +233,17 @@ type Session struct {
 	replayGen uint64
 	// replayed counts the device steps run from a recording (Replayed).
 	replayed int64
+	// cmdbuf is Options.CommandBuffers; segs are the command buffers of
+	// replay generation segGen, by the program index they start at;
+	// bakeRefused says the driver refused one this generation; bakes,
+	// bakedSteps and bakeErr are CommandBuffers' counts (cmdbuf.go).
+	cmdbuf      bool
+	segs        map[int]*segment
+	segGen      uint64
+	bakeRefused bool
+	bakes       int64
+	bakedSteps  int64
+	bakeErr     error
 	// lastShapes and lastBind are the input shapes of the last Run that
 	// bound and checked them, and the binding they gave (checkInputs).
 	lastShapes map[string][]int
@@ -252,7 +271,8 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 	if m == nil || m.Graph == nil {
 		return nil, fmt.Errorf("engine: no model")
 	}
-	s := &Session{model: m, profile: opts.Profile, labels: opts.Profile || opts.Labels, nodeOps: map[string]string{}, noReplay: opts.NoReplay}
+	s := &Session{model: m, profile: opts.Profile, labels: opts.Profile || opts.Labels, nodeOps: map[string]string{}, noReplay: opts.NoReplay,
+		cmdbuf: wantCommandBuffers(opts.CommandBuffers)}
 	fs := kernels.F32
 	if opts.Precision == FP16 {
 		fs = kernels.F16
@@ -706,9 +726,23 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 			}
 		}
 	}
-	for _, in := range c.prog {
+	baking := s.commandBuffersOn(replay)
+	for i := 0; i < len(c.prog); i++ {
+		in := c.prog[i]
 		if in.early {
 			continue
+		}
+		if baking && s.bakeable(in) {
+			next, ok, err := s.runSegment(c.prog, i)
+			if err != nil {
+				x.shapesBind = nil
+				s.replayGen++
+				return nil, fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, err)
+			}
+			if ok {
+				i = next - 1
+				continue
+			}
 		}
 		var err error
 		if replay && in.kind == iDevice && in.lim == nil && in.lora == nil {
@@ -1043,6 +1077,8 @@ func (s *Session) release() error {
 		// unmaps: let them finish first.
 		s.dev.Finish()
 	}
+	// Command buffers hold the buffers below.
+	s.dropSegments()
 	for _, b := range s.slots {
 		s.dev.Release(b.m)
 	}

@@ -116,6 +116,9 @@ var fns struct {
 	// CreateCommandQueueWithProperties is OpenCL 2.0; 0 when the library
 	// lacks it.
 	CreateCommandQueueWithProperties uintptr
+	// GetExtensionFunctionAddressForPlatform is OpenCL 1.2 (the way to an
+	// extension's entry points, cmdbuf.go); 0 when the library lacks it.
+	GetExtensionFunctionAddressForPlatform uintptr
 }
 
 // required lists every entry point a library must have, by its C name.
@@ -254,6 +257,7 @@ func openLib(path string, publish bool) error {
 		*s.p = addrs[i]
 	}
 	fns.CreateCommandQueueWithProperties, _ = purego.Dlsym(h, "clCreateCommandQueueWithProperties")
+	fns.GetExtensionFunctionAddressForPlatform, _ = purego.Dlsym(h, "clGetExtensionFunctionAddressForPlatform")
 	return nil
 }
 

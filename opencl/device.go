@@ -164,6 +164,11 @@ type Device struct {
 	label string
 	// rec, when set, receives every launch (StartRecording, record.go).
 	rec *Recording
+	// cb holds the command-buffer entry points (nil: none; cmdbuf.go);
+	// baked lists the recordings holding a command buffer or private
+	// kernels, for Close.
+	cb    *cbFuncs
+	baked map[*Recording]struct{}
 	// Launch's scratch space, on the heap and reused, so that a launch
 	// allocates nothing: the C calls get pointers into these.
 	args  []argSlot
@@ -576,6 +581,7 @@ func Open(opts Options) (*Device, error) {
 	if d.flushEvery == 0 {
 		d.flushEvery = DefaultFlushEvery
 	}
+	d.loadCommandBuffers()
 	return d, nil
 }
 
@@ -706,6 +712,10 @@ func (d *Device) Close() error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// Command buffers before the queue they were made for.
+	for r := range d.baked {
+		d.dropBakedLocked(r, true)
+	}
 	clCall(fns.ReleaseCommandQueue, d.queue)
 	clCall(fns.ReleaseContext, d.ctx)
 	d.closed = true

@@ -28,6 +28,12 @@ type Stats struct {
 	CacheHits    int64 // programs loaded from the binary cache
 	CacheRejects int64 // cache entries found unusable (and removed)
 	CacheWrites  int64 // binaries written to the cache
+	// BakedReplays counts Replay calls run as one command buffer (Bake);
+	// their launches are counted in Launches too. BakeFallbacks counts
+	// command buffers the driver refused to enqueue, replayed launch by
+	// launch instead.
+	BakedReplays  int64
+	BakeFallbacks int64
 }
 
 // Stats returns the counters.

@@ -10,6 +10,13 @@ import "fmt"
 type Recording struct {
 	launches []recLaunch
 	args     []argSlot // every launch's arguments, concatenated
+	// cb is the command buffer Bake made of the launches (0: none), on
+	// device cbDev (cmdbuf.go); priv[i] is the private copy of launch i's
+	// kernel the buffer runs, made from privOf[i], kept for the next Bake.
+	cb     handle
+	cbDev  *Device
+	priv   []handle
+	privOf []*Kernel
 }
 
 // recLaunch is one recorded launch; its arguments are
@@ -27,10 +34,15 @@ type recLaunch struct {
 func (r *Recording) Len() int { return len(r.launches) }
 
 // StartRecording empties r and appends every later successful Launch to
-// it (the launches are enqueued as usual) until StopRecording.
+// it (the launches are enqueued as usual) until StopRecording. A command
+// buffer baked from r's earlier launches is released: it would replay
+// them, not the new ones.
 func (d *Device) StartRecording(r *Recording) {
-	r.launches, r.args = r.launches[:0], r.args[:0]
 	d.mu.Lock()
+	if r.cbDev != nil {
+		r.cbDev.dropBakedLocked(r, false)
+	}
+	r.launches, r.args = r.launches[:0], r.args[:0]
 	d.rec = r
 	d.mu.Unlock()
 }
@@ -54,11 +66,26 @@ func (d *Device) record(k *Kernel, a []argSlot, dim int, hasLocal bool) {
 // Replay enqueues r's launches again, in order, with the label each had
 // (for Profile). It does not wait. It checks only that the device and
 // the kernels are still open: the caller vouches that the buffers are.
+// A recording Bake made a command buffer of is enqueued as that buffer,
+// unless the driver refuses it, when the buffer is dropped and the
+// launches are enqueued one by one.
 func (d *Device) Replay(r *Recording) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return fmt.Errorf("opencl: Replay on a closed device")
+	}
+	if r.cb != 0 && r.cbDev == d && !d.profile {
+		ok := true
+		for i := range r.launches {
+			if k := r.launches[i].k; k.released || k.p.d != d {
+				ok = false
+				break
+			}
+		}
+		if ok && d.replayBakedLocked(r) {
+			return nil
+		}
 	}
 	for i := range r.launches {
 		l := &r.launches[i]
@@ -87,4 +114,29 @@ func (d *Device) Replay(r *Recording) error {
 		}
 	}
 	return nil
+}
+
+// Append adds o's launches after r's, as if they had been recorded into r
+// in that order: replaying r then replays both. It drops a command buffer
+// baked from r (it would miss o's launches); o is unchanged.
+func (r *Recording) Append(o *Recording) {
+	if r.cbDev != nil {
+		d := r.cbDev
+		d.mu.Lock()
+		d.dropBakedLocked(r, false)
+		d.mu.Unlock()
+	}
+	base := len(r.args)
+	r.args = append(r.args, o.args...)
+	for _, l := range o.launches {
+		l.off += base
+		r.launches = append(r.launches, l)
+	}
+}
+
+// Reset empties r, releasing what Bake made of it, for a caller that
+// builds recordings with Append.
+func (r *Recording) Reset() {
+	r.Release()
+	r.launches, r.args = r.launches[:0], r.args[:0]
 }

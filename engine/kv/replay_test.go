@@ -31,29 +31,7 @@ func TestReplayMatchesLowering(t *testing.T) {
 			rep, low := open(false), open(true)
 			const prompt = 10
 			for step := 0; step < 80; step++ {
-				toks, pos := []int{(step*37 + 5) % 256}, []int{prompt + step - 1}
-				if step == 0 {
-					toks, pos = make([]int, prompt), seq(0, prompt)
-					for i := range toks {
-						toks[i] = (i*11 + 3) % 256
-					}
-				}
-				a, err := rep.Forward(toks, pos, pos)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := low.Forward(toks, pos, pos)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(a) != len(b) {
-					t.Fatalf("step %d: %d logits replayed, %d lowered", step, len(a), len(b))
-				}
-				for i := range a {
-					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-						t.Fatalf("step %d: logit %d is %v replayed, %v lowered", step, i, a[i], b[i])
-					}
-				}
+				sameDecodeStep(t, step, prompt, rep, low, "replayed", "lowered")
 			}
 			if n := rep.Session().Replayed(); n == 0 {
 				t.Fatalf("no device step was replayed in 80 decode steps")
@@ -74,6 +52,36 @@ func TestReplayMatchesLowering(t *testing.T) {
 				t.Fatalf("Run with token 1048576 = %v; want the index error", err)
 			}
 		})
+	}
+}
+
+// sameDecodeStep runs decode step step (step 0: a prompt of prompt
+// tokens; then one token at a time, of changing ids) on a and b, and fails
+// unless their logits are the same bit for bit.
+func sameDecodeStep(t *testing.T, step, prompt int, a, b *State, aName, bName string) {
+	t.Helper()
+	toks, pos := []int{(step*37 + 5) % 256}, []int{prompt + step - 1}
+	if step == 0 {
+		toks, pos = make([]int, prompt), seq(0, prompt)
+		for i := range toks {
+			toks[i] = (i*11 + 3) % 256
+		}
+	}
+	x, err := a.Forward(toks, pos, pos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := b.Forward(toks, pos, pos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(x) != len(y) {
+		t.Fatalf("step %d: %d logits %s, %d %s", step, len(x), aName, len(y), bName)
+	}
+	for i := range x {
+		if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+			t.Fatalf("step %d: logit %d is %v %s, %v %s", step, i, x[i], aName, y[i], bName)
+		}
 	}
 }
 

@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"os"
+
+	"github.com/tlite/tlite/opencl"
+)
+
+// Command buffers (Options.CommandBuffers): a replayed decode step still
+// enqueues its launches one by one, each an entry into the driver. Where
+// the device offers cl_khr_command_buffer, a run of consecutive device
+// steps that all replay their recordings is joined into one recording and
+// baked into a command buffer (opencl.Device.Bake), which then runs with a
+// single enqueue. A buffer holds exactly what the joined recordings hold,
+// so it is valid exactly as long as they are: for one replay generation
+// (Session.replayGen, which changes with the binding and the
+// configuration). A new generation drops every buffer, and the steps are
+// recorded, joined and baked again.
+
+// segment is a run of program instructions replayed as one command
+// buffer: the device steps prog[start:end] (early instructions among them,
+// already run, are skipped).
+type segment struct {
+	end     int
+	members int // device steps joined
+	rec     opencl.Recording
+	// failed says the run could not be baked (too short, or the driver
+	// refused): its steps replay one by one this generation.
+	failed bool
+}
+
+// wantCommandBuffers is Options.CommandBuffers, or TLITE_CMDBUF=1/on in
+// the environment. (TLITE_CMDBUF=0/off turns them off in package opencl,
+// whatever the option says.)
+func wantCommandBuffers(opt bool) bool {
+	v := os.Getenv(opencl.CommandBuffersEnv)
+	return opt || v == "1" || v == "on"
+}
+
+// commandBuffersOn reports whether this run may bake and replay command
+// buffers: asked for, replaying, and on a device that has them.
+func (s *Session) commandBuffersOn(replay bool) bool {
+	return replay && s.cmdbuf && !s.profile && s.cl != nil && s.cl.HasCommandBuffers()
+}
+
+// bakeable reports whether in is a device step whose current recording
+// replays (see Session.runDevice) and so may join a command buffer.
+func (s *Session) bakeable(in *instr) bool {
+	return in.kind == iDevice && in.lim == nil && in.lora == nil && in.recOK &&
+		in.recGen == s.replayGen && in.rec != nil && in.rec.Len() > 0
+}
+
+// dropSegments releases every command buffer (a new replay generation,
+// or Close).
+func (s *Session) dropSegments() {
+	for i, g := range s.segs {
+		g.rec.Reset()
+		delete(s.segs, i)
+	}
+}
+
+// runSegment runs the device steps from prog[i] as one command buffer,
+// baking it first if this generation has none yet, and returns the index
+// after the last step it ran. ok is false when they must run one by one:
+// the run is too short or could not be baked.
+func (s *Session) runSegment(prog []*instr, i int) (next int, ok bool, err error) {
+	if s.segGen != s.replayGen {
+		s.dropSegments()
+		s.segGen, s.bakeRefused = s.replayGen, false
+	}
+	g := s.segs[i]
+	if g == nil && s.bakeRefused {
+		// The driver refused a buffer this generation: do not ask again
+		// for every shorter run after it.
+		return 0, false, nil
+	}
+	if g == nil {
+		g = &segment{end: i}
+		launches := 0
+		for j := i; j < len(prog); j++ {
+			if prog[j].early {
+				continue
+			}
+			if !s.bakeable(prog[j]) {
+				break
+			}
+			g.end, g.members = j+1, g.members+1
+			launches += prog[j].rec.Len()
+		}
+		if s.segs == nil {
+			s.segs = map[int]*segment{}
+		}
+		s.segs[i] = g
+		// One launch gains nothing from a buffer.
+		g.failed = launches < 2
+		if !g.failed {
+			for j := i; j < g.end; j++ {
+				if !prog[j].early {
+					g.rec.Append(prog[j].rec)
+				}
+			}
+			if err := s.cl.Bake(&g.rec); err != nil {
+				g.failed = true
+				g.rec.Reset()
+				s.bakeErr, s.bakeRefused = err, true
+			} else {
+				s.bakes++
+			}
+		}
+	}
+	if g.failed {
+		return 0, false, nil
+	}
+	// The members cannot change within a generation (a step that replays
+	// is never recorded again in it), but check: a stale buffer must never
+	// run.
+	for j := i; j < g.end; j++ {
+		if !prog[j].early && !s.bakeable(prog[j]) {
+			g.rec.Reset()
+			delete(s.segs, i)
+			return 0, false, nil
+		}
+	}
+	if err := s.cl.Replay(&g.rec); err != nil {
+		return 0, false, err
+	}
+	s.replayed += int64(g.members)
+	s.bakedSteps += int64(g.members)
+	return g.end, true, nil
+}
+
+// CommandBufferStats says how command buffers were used since Open: the
+// buffers baked, the device steps run inside one, and the last error a
+// bake met (nil if none).
+type CommandBufferStats struct {
+	Bakes     int64
+	BakedRuns int64
+	LastError error
+}
+
+// CommandBuffers reports the session's use of command buffers (see
+// Options.CommandBuffers).
+func (s *Session) CommandBuffers() CommandBufferStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return CommandBufferStats{Bakes: s.bakes, BakedRuns: s.bakedSteps, LastError: s.bakeErr}
+}
