@@ -363,6 +363,76 @@ __kernel void conv_dw(CONV_TILE_PARAMS, int nblk) {
 	}
 }
 
+// conv_pw: a 1x1 convolution with stride 1 and no padding (the pointwise
+// layers of MobileNet and EfficientNet), on a CPU: per image and group,
+// Y[oc, p] = sum over c of W[oc, c] * X[c, p], each plane one row of P =
+// H*W pixels. A work-item keeps RB output channels x CONV_PX pixels of
+// accumulators; per input channel one vector load of X and RB broadcast
+// weight loads from one pointer at fixed offsets (r * Cg), which compile
+// to plain base + index addresses: conv_tile's per-row offset array was
+// turned into vector index arithmetic, extracted lane by lane before
+// each load. The last strip of a plane and the last block of channels
+// are shifted back to end at P and OCg (lanes and rows already computed
+// by a neighbour are not stored again), so every row a work-item reads
+// exists and no lane needs a bounds test; a plane narrower than a strip
+// (the squeeze-excite layers' 1x1 maps) is read lane by lane. global
+// (ceil(P / CONV_PX), ceil(OCg / RB), N*G); the launcher takes RB <= OCg.
+__attribute__((always_inline)) static inline void
+conv_pw(const int RB, __global const store_t *X, int offX,
+        __global const wstore_t *Wt, int offW, __global const wstore_t *Bias,
+        int offB, int hasBias, __global store_t *Y, int offY, int C, int P,
+        int OC, int G, int act, float actA, float actB) {
+	const int p1 = get_global_id(0) * CONV_PX;
+	if (p1 >= P) return;
+	const int p0 = P >= CONV_PX ? min(p1, P - CONV_PX) : 0;
+	const int Cg = C / G, OCg = OC / G;
+	const int ocb1 = get_global_id(1) * RB;
+	if (ocb1 >= OCg) return;
+	const int ocb = min(ocb1, OCg - RB);
+	const int z = get_global_id(2), n = z / G, g = z - n * G;
+	__global const store_t *xp = X + offX + (n * C + g * Cg) * P + p0;
+	__global const wstore_t *wp = Wt + offW + (g * OCg + ocb) * Cg;
+	cvec acc[CONV_RBMAX];
+	#pragma unroll
+	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
+	if (P >= CONV_PX) {
+		for (int k = 0; k < Cg; k++) {
+			const cvec xv = CV_LOAD(xp + k * P);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) acc[r] = fma((cvec)(WLOAD(wp, r * Cg + k)), xv, acc[r]);
+		}
+	} else {
+		for (int k = 0; k < Cg; k++) {
+			const cvec xv = conv_row_gather(xp + k * P, 0, 1, P);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) acc[r] = fma((cvec)(WLOAD(wp, r * Cg + k)), xv, acc[r]);
+		}
+	}
+	#pragma unroll
+	for (int r = 0; r < RB; r++) {
+		if (ocb + r < ocb1) continue;
+		const int oc = g * OCg + ocb + r;
+		cvec v = acc[r];
+		if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
+		v = conv_act(v, act, actA, actB);
+		conv_put(Y + offY + (n * OC + oc) * P, p0, p1, P, v);
+	}
+}
+
+#define CONV_PW_PARAMS                                                         \
+	__global const store_t *X, int offX, __global const wstore_t *Wt,          \
+	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
+	    __global store_t *Y, int offY, int C, int P, int OC, int G, int act,   \
+	    float actA, float actB
+#define CONV_PW_ARGS                                                           \
+	X, offX, Wt, offW, Bias, offB, hasBias, Y, offY, C, P, OC, G, act, actA,  \
+	    actB
+#if CONV_RBMAX == 8
+__kernel void conv_pw_8(CONV_PW_PARAMS) { conv_pw(8, CONV_PW_ARGS); }
+#endif
+__kernel void conv_pw_4(CONV_PW_PARAMS) { conv_pw(4, CONV_PW_ARGS); }
+__kernel void conv_pw_1(CONV_PW_PARAMS) { conv_pw(1, CONV_PW_ARGS); }
+
 // cv_shift is lanes s .. s+CONV_PX-1 of the concatenation v, t (s from 0
 // to 4, a constant once conv_dw_reg's kw loop is unrolled): a row window
 // moved by s input columns, from registers, with swizzles only.

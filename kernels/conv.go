@@ -139,8 +139,13 @@ func (p ConvParams) OutSize() (oh, ow int) {
 // every load a vector) or "tile" (a 1x1 convolution with an activation
 // epilogue, and "flat" without scratch: conv_tile's implicit GEMM,
 // receptive fields read in its loads). "im2col" and "direct", the older
-// routes, run only when a test forces them (convForce).
-func (p ConvParams) route() string {
+// routes, run only when a test forces them (convForce). With pw (a CPU
+// device: strips of 8 or more lanes), every 1x1 convolution with stride 1
+// and no padding takes "pw", conv_pw: the same product as gemm1x1 with
+// the activation in its epilogue, and no index arithmetic in its loads.
+// Every route but "flat" and "im2col" needs no scratch, so ScratchElems
+// asks without pw.
+func (p ConvParams) route(pw bool) string {
 	if convForce != "" {
 		return convForce
 	}
@@ -149,15 +154,23 @@ func (p ConvParams) route() string {
 	if p.C/g == 1 {
 		return "depthwise"
 	}
-	plain1x1 := p.KH == 1 && p.KW == 1 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
-		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0
+	plain1x1 := p.plain1x1()
 	switch {
+	case plain1x1 && pw:
+		return "pw"
 	case plain1x1 && kc >= 16 && p.OutC/g >= 4 && p.Act == ConvActNone:
 		return "gemm1x1"
 	case plain1x1:
 		return "tile"
 	}
 	return "flat"
+}
+
+// plain1x1 reports whether p is a 1x1 convolution with stride 1 and no
+// padding: a product of the weight with each image's [C, H*W] planes.
+func (p ConvParams) plain1x1() bool {
+	return p.KH == 1 && p.KW == 1 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
+		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0
 }
 
 // flatSlack is how many elements past its last padded plane conv_flat may
@@ -193,7 +206,7 @@ func (p ConvParams) ScratchElems() int {
 	if err != nil {
 		return 0
 	}
-	switch p.route() {
+	switch p.route(false) {
 	case "flat":
 		return p.flatElems()
 	case "im2col":
@@ -241,7 +254,13 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 	if err := checkBufUses(ops); err != nil {
 		return err
 	}
-	route := p.route()
+	route := p.route(l.convPXDevice() >= 8)
+	if route == "pw" {
+		if p.C > 0 && p.plain1x1() {
+			return l.convPW(s, x, w, y, p, oh*ow)
+		}
+		route = "tile" // forced by a test onto another geometry
+	}
 	perImage := p.Groups * kc * np
 	imgs := 0
 	if route == "im2col" && scratch.Mem != nil {
@@ -442,6 +461,35 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
 		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
 		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+}
+
+// convPW runs conv_pw on a 1x1 convolution with stride 1 and no padding
+// over planes of np pixels: 8 output channels per work-item where a group
+// has that many (and the strips have 8 or more lanes), else 4, else 1, so
+// that a work-item's channels never run past its group's.
+func (l *Lib) convPW(s Storage, x, w, y Buf, p ConvParams, np int) error {
+	ocg := p.OutC / p.Groups
+	px := l.convPX()
+	rb := 1
+	switch {
+	case ocg >= 8 && px >= 8:
+		rb = 8
+	case ocg >= 4:
+		rb = 4
+	}
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), fmt.Sprintf("conv_pw_%d", rb))
+	if err != nil {
+		return err
+	}
+	bias, hasBias := p.Bias, int32(1)
+	if bias.Mem == nil {
+		bias, hasBias = w, 0 // placeholder, never read
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{(np + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
+	return l.dev.Launch(k, global, local,
+		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(p.C), i32(np), i32(p.OutC), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
 }
 
 // convFlat runs conv_pad into scratch, then conv_flat on the padded phase

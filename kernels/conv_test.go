@@ -91,7 +91,7 @@ func TestConvShapes(t *testing.T) {
 			p.Weight = st[1]
 			for _, withBias := range []bool{false, true} {
 				got, want := convRun(t, st[0], p, withBias, p.ScratchElems())
-				laClose(t, fmt.Sprintf("%s/%s/w%s/bias=%v (route %s)", name, st[0], st[1], withBias, p.route()), st[0], got, want)
+				laClose(t, fmt.Sprintf("%s/%s/w%s/bias=%v (route %s)", name, st[0], st[1], withBias, p.route(false)), st[0], got, want)
 			}
 		}
 	}
@@ -127,6 +127,9 @@ func TestConvRoutes(t *testing.T) {
 			{"dw16", "dw", 16, 0, false, ""},
 			{"dw8", "dw", 8, 0, false, ""},
 			{"dw4", "dw", 4, 0, false, ""},
+			{"pw16", "pw", 16, 0, false, ""},
+			{"pw8", "pw", 8, 0, false, ""},
+			{"pw4", "pw", 4, 0, false, ""},
 			{"dwgen16", "dwgen", 16, 0, false, ""},
 			{"dwgen4", "dwgen", 4, 0, false, ""},
 			{"direct", "direct", 0, 0, false, ""},
@@ -198,6 +201,38 @@ func TestConvDepthwise(t *testing.T) {
 	}
 }
 
+// TestConvPointwise runs 1x1 convolutions through conv_pw at every strip
+// width, both storages and with an epilogue: planes narrower than a strip
+// (squeeze-excite's 1x1), sizes off multiples of the strip, channel counts
+// off multiples of 8 and 4 (the shifted last block), groups, batch 2.
+func TestConvPointwise(t *testing.T) {
+	defer func() { convForce, convPXForce = "", 0 }()
+	for _, c := range []struct {
+		name string
+		p    ConvParams
+	}{
+		{"se 1x1 map", ConvParams{N: 2, C: 24, H: 1, W: 1, OutC: 6, KH: 1, KW: 1}},
+		{"odd map 13 out", ConvParams{N: 1, C: 19, H: 7, W: 9, OutC: 13, KH: 1, KW: 1}},
+		{"wide 5 out b2", ConvParams{N: 2, C: 8, H: 3, W: 37, OutC: 5, KH: 1, KW: 1}},
+		{"3 out", ConvParams{N: 1, C: 6, H: 5, W: 5, OutC: 3, KH: 1, KW: 1}},
+		{"groups 3 x 9", ConvParams{N: 1, C: 12, H: 6, W: 11, OutC: 27, KH: 1, KW: 1, Groups: 3}},
+		{"16 out 17 px", ConvParams{N: 1, C: 33, H: 1, W: 17, OutC: 16, KH: 1, KW: 1}},
+	} {
+		for _, px := range []int{4, 8, 16} {
+			convForce, convPXForce = "pw", px
+			for _, s := range storages {
+				p := c.p
+				p.Weight = s
+				if s == F32 {
+					p.Act = ConvActHardSwish
+				}
+				got, want := convRun(t, s, p, true, 0)
+				laClose(t, fmt.Sprintf("%s/px %d/%s", c.name, px, s), s, got, want)
+			}
+		}
+	}
+}
+
 // TestConvActivations checks each epilogue activation against the
 // reference on shapes that reach both the vector and the padding path, on
 // every route with an epilogue (conv_tile, conv_flat, conv_dw), at two
@@ -218,7 +253,7 @@ func TestConvActivations(t *testing.T) {
 				p := convCases[name]
 				p.Act, p.ActA, p.ActB, p.Weight = a.act, a.a, a.b, F32
 				got, want := convRun(t, F32, p, true, p.ScratchElems())
-				laClose(t, fmt.Sprintf("%s/act %d/px %d (route %s)", name, a.act, px, p.route()), F32, got, want)
+				laClose(t, fmt.Sprintf("%s/act %d/px %d (route %s)", name, a.act, px, p.route(false)), F32, got, want)
 			}
 		}
 	}
