@@ -132,10 +132,10 @@ typedef float4 cvec;
 #define CV_BUILD(F) ((cvec)(F(0), F(1), F(2), F(3)))
 #endif
 
-// CONV_RBMAX bounds the output channels per work-item: 8 with 16-lane
-// strips (CPUs), 4 with narrower ones (GPUs: arrays sized for 8 stayed in
-// scratch memory there).
-#if CONV_PX == 16
+// CONV_RBMAX bounds the output channels per work-item: 8 with 8- and
+// 16-lane strips (CPUs), 4 with 4-lane ones (GPUs: arrays sized for 8
+// stayed in scratch memory there).
+#if CONV_PX >= 8
 #define CONV_RBMAX 8
 #else
 #define CONV_RBMAX 4
@@ -292,7 +292,7 @@ __kernel void conv_tile_4(CONV_TILE_PARAMS) { conv_tile(4, CONV_TILE_ARGS); }
 __kernel void conv_tile_1(CONV_TILE_PARAMS) { conv_tile(1, CONV_TILE_ARGS); }
 
 // conv_dw: depthwise convolution (C == OC == G). A work-item computes
-// blocks of CONV_DW_ROWS (4 on CPUs, 2 on GPUs) output rows x CONV_PX pixels of one channel: per
+// blocks of CONV_DW_ROWS (4 with 8- and 16-lane strips, 2 on GPUs) output rows x CONV_PX pixels of one channel: per
 // block it walks the input rows the block's windows cover once, and each
 // vector it loads from a row feeds every output row whose window contains
 // that row (up to KH of them at stride 1), where one row per work-item
@@ -301,7 +301,7 @@ __kernel void conv_tile_1(CONV_TILE_PARAMS) { conv_tile(1, CONV_TILE_ARGS); }
 // group costs more than a block's arithmetic; on a GPU one, for
 // parallelism). global (ceil(OH / (CONV_DW_ROWS*nblk)) *
 // ceil(OW / CONV_PX), 1, N*C).
-#if CONV_PX == 16
+#if CONV_PX >= 8
 #define CONV_DW_ROWS 4
 #else
 #define CONV_DW_ROWS 2 // GPU: four rows took 70 VGPRs of the gate's 64
@@ -354,6 +354,194 @@ __kernel void conv_dw(CONV_TILE_PARAMS, int nblk) {
 				for (int r = 0; r < CONV_DW_ROWS; r++)
 					if (kb[r] >= 0) acc[r] = fma((cvec)(WLOAD(Wt, kb[r] + kw)), xv, acc[r]);
 			}
+		}
+		#pragma unroll
+		for (int r = 0; r < CONV_DW_ROWS; r++) {
+			if (r >= nrows) continue;
+			conv_put(Y + offY + (z * OH + oh0 + r) * OW, ow0, ow1, OW, conv_act(acc[r] + b, act, actA, actB));
+		}
+	}
+}
+
+// conv_pw: a 1x1 convolution with stride 1 and no padding (the pointwise
+// layers of MobileNet and EfficientNet), on a CPU: per image and group,
+// Y[oc, p] = sum over c of W[oc, c] * X[c, p], each plane one row of P =
+// H*W pixels. A work-item keeps RB output channels x CONV_PX pixels of
+// accumulators; per input channel one vector load of X and RB broadcast
+// weight loads from one pointer at fixed offsets (r * Cg), which compile
+// to plain base + index addresses: conv_tile's per-row offset array was
+// turned into vector index arithmetic, extracted lane by lane before
+// each load. The last strip of a plane and the last block of channels
+// are shifted back to end at P and OCg (lanes and rows already computed
+// by a neighbour are not stored again), so every row a work-item reads
+// exists and no lane needs a bounds test; a plane narrower than a strip
+// (the squeeze-excite layers' 1x1 maps) is read lane by lane. global
+// (ceil(P / CONV_PX), ceil(OCg / RB), N*G); the launcher takes RB <= OCg.
+__attribute__((always_inline)) static inline void
+conv_pw(const int RB, __global const store_t *X, int offX,
+        __global const wstore_t *Wt, int offW, __global const wstore_t *Bias,
+        int offB, int hasBias, __global store_t *Y, int offY, int C, int P,
+        int OC, int G, int act, float actA, float actB) {
+	const int p1 = get_global_id(0) * CONV_PX;
+	if (p1 >= P) return;
+	const int p0 = P >= CONV_PX ? min(p1, P - CONV_PX) : 0;
+	const int Cg = C / G, OCg = OC / G;
+	const int ocb1 = get_global_id(1) * RB;
+	if (ocb1 >= OCg) return;
+	const int ocb = min(ocb1, OCg - RB);
+	const int z = get_global_id(2), n = z / G, g = z - n * G;
+	__global const store_t *xp = X + offX + (n * C + g * Cg) * P + p0;
+	__global const wstore_t *wp = Wt + offW + (g * OCg + ocb) * Cg;
+	cvec acc[CONV_RBMAX];
+	#pragma unroll
+	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
+	if (P >= CONV_PX) {
+		for (int k = 0; k < Cg; k++) {
+			const cvec xv = CV_LOAD(xp + k * P);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) acc[r] = fma((cvec)(WLOAD(wp, r * Cg + k)), xv, acc[r]);
+		}
+	} else {
+		for (int k = 0; k < Cg; k++) {
+			const cvec xv = conv_row_gather(xp + k * P, 0, 1, P);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) acc[r] = fma((cvec)(WLOAD(wp, r * Cg + k)), xv, acc[r]);
+		}
+	}
+	#pragma unroll
+	for (int r = 0; r < RB; r++) {
+		if (ocb + r < ocb1) continue;
+		const int oc = g * OCg + ocb + r;
+		cvec v = acc[r];
+		if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
+		v = conv_act(v, act, actA, actB);
+		conv_put(Y + offY + (n * OC + oc) * P, p0, p1, P, v);
+	}
+}
+
+#define CONV_PW_PARAMS                                                         \
+	__global const store_t *X, int offX, __global const wstore_t *Wt,          \
+	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
+	    __global store_t *Y, int offY, int C, int P, int OC, int G, int act,   \
+	    float actA, float actB
+#define CONV_PW_ARGS                                                           \
+	X, offX, Wt, offW, Bias, offB, hasBias, Y, offY, C, P, OC, G, act, actA,  \
+	    actB
+#if CONV_RBMAX == 8
+__kernel void conv_pw_8(CONV_PW_PARAMS) { conv_pw(8, CONV_PW_ARGS); }
+#endif
+__kernel void conv_pw_4(CONV_PW_PARAMS) { conv_pw(4, CONV_PW_ARGS); }
+__kernel void conv_pw_1(CONV_PW_PARAMS) { conv_pw(1, CONV_PW_ARGS); }
+
+// cv_shift is lanes s .. s+CONV_PX-1 of the concatenation v, t (s from 0
+// to 4, a constant once conv_dw_reg's kw loop is unrolled): a row window
+// moved by s input columns, from registers, with swizzles only.
+static inline cvec cv_shift(cvec v, cvec t, const int s) {
+#if CONV_PX == 16
+	switch (s) {
+	case 1: return (cvec)(v.s12345678, v.s9abc, v.sdef, t.s0);
+	case 2: return (cvec)(v.s23456789, v.sabcd, v.sef, t.s01);
+	case 3: return (cvec)(v.s3456789a, v.sbcde, v.sf, t.s012);
+	case 4: return (cvec)(v.s456789ab, v.scdef, t.s0123);
+	}
+#elif CONV_PX == 8
+	switch (s) {
+	case 1: return (cvec)(v.s1234, v.s567, t.s0);
+	case 2: return (cvec)(v.s2345, v.s67, t.s01);
+	case 3: return (cvec)(v.s3456, v.s7, t.s012);
+	case 4: return (cvec)(v.s4567, t.s0123);
+	}
+#else
+	switch (s) {
+	case 1: return (cvec)(v.s123, t.s0);
+	case 2: return (cvec)(v.s23, t.s01);
+	case 3: return (cvec)(v.s3, t.s012);
+	case 4: return t;
+	}
+#endif
+	return v;
+}
+
+// cv_row is CONV_PX consecutive elements of a row of W from column i, zero
+// outside the row: one vector load inside it, lane by lane at its ends.
+static inline cvec cv_row(__global const store_t *row, int i, int W) {
+	if (i >= 0 && i + CONV_PX <= W) return CV_LOAD(row + i);
+	return conv_row_gather(row, i, 1, W);
+}
+
+// conv_dw_reg: depthwise convolution with kernel width KW <= 5, stride 1 or
+// 2 along the width and no dilation there (MobileNet's and EfficientNet's
+// 3x3 and 5x5). As conv_dw (CONV_DW_ROWS output rows x CONV_PX pixels of
+// one channel per block, each input row walked once per block), but each
+// input row is loaded once as two (stride 1) or three (stride 2) vectors
+// covering every kw's window, and the window of each kw is cut from those
+// registers (cv_shift; at stride 2 from their even and odd lanes). conv_dw
+// loads a row KW times, and at the row's ends (every strip of a 7x7 or
+// 14x14 map) lane by lane each time; here only the row's 2-3 loads take
+// the lane path, once.
+//
+// Work-items: chanFirst (CPUs) puts channels along dimension 0, global
+// (N*C = NC, strips * ceil(blocks / nblk)), so a work-group is
+// neighbouring channels at one strip and a small map still fills it;
+// otherwise (GPUs) strips along dimension 0 as conv_dw, global
+// (strips * ceil(blocks / nblk), NC).
+__kernel void conv_dw_reg(CONV_TILE_PARAMS, int nblk, int chanFirst, int NC) {
+	const int strips = (OW + CONV_PX - 1) / CONV_PX;
+	const int t = get_global_id(chanFirst ? 1 : 0);
+	const int z = get_global_id(chanFirst ? 0 : 1); // n*C + c
+	if (z >= NC) return;
+	const int blk0 = (t / strips) * nblk;
+	if (blk0 * CONV_DW_ROWS >= OH) return;
+	const int ow1 = (t % strips) * CONV_PX;
+	const int ow0 = OW >= CONV_PX ? min(ow1, OW - CONV_PX) : 0;
+	const int c = z % C;
+	__global const store_t *xp = X + offX + z * H * W;
+	const int wo = offW + c * KH * KW;
+	const int iw0 = ow0 * sw - pl;
+	const float b = hasBias ? WLOAD(Bias, offB + c) : 0.0f;
+	for (int oh0 = blk0 * CONV_DW_ROWS; oh0 < min(OH, (blk0 + nblk) * CONV_DW_ROWS); oh0 += CONV_DW_ROWS) {
+		cvec acc[CONV_DW_ROWS];
+		#pragma unroll
+		for (int r = 0; r < CONV_DW_ROWS; r++) acc[r] = (cvec)(0.0f);
+		const int nrows = min(CONV_DW_ROWS, OH - oh0);
+		const int ihA = max(oh0 * sh - pt, 0);
+		const int ihB = min((oh0 + nrows - 1) * sh - pt + (KH - 1) * dh, H - 1);
+		for (int ih = ihA; ih <= ihB; ih++) {
+			__global const store_t *row = xp + ih * W;
+			int kb[CONV_DW_ROWS];
+			#pragma unroll
+			for (int r = 0; r < CONV_DW_ROWS; r++) {
+				const int d = ih - ((oh0 + r) * sh - pt);
+				int kh = d;
+				if (dh != 1) kh = d % dh == 0 ? d / dh : -1;
+				kb[r] = (r < nrows && d >= 0 && kh >= 0 && kh < KH) ? wo + kh * KW : -1;
+			}
+			const cvec a0 = cv_row(row, iw0, W), a1 = cv_row(row, iw0 + CONV_PX, W);
+			cvec lo = a0, hi = a1, lo2 = a0, hi2 = a1;
+			if (sw == 2) {
+				const cvec a2 = cv_row(row, iw0 + 2 * CONV_PX, W);
+				lo = (cvec)(a0.even, a1.even), hi = (cvec)(a2.even, a2.even);
+				lo2 = (cvec)(a0.odd, a1.odd), hi2 = (cvec)(a2.odd, a2.odd);
+			}
+			// Stride 1: window kw is the pair moved by kw. Stride 2:
+			// lanes kw, kw+2, ...: the even lanes moved by kw/2 for an
+			// even kw, the odd ones for an odd kw. Written out per kw so
+			// every move is a constant swizzle (a loop with an early exit
+			// was left rolled, and its moves became runtime selects).
+#define CONV_DW_TAP(kw)                                                        \
+	if ((kw) < KW) {                                                           \
+		const cvec xv = sw == 1 ? cv_shift(lo, hi, (kw))                       \
+		                        : ((kw) % 2 == 0 ? cv_shift(lo, hi, (kw) / 2)  \
+		                                         : cv_shift(lo2, hi2, (kw) / 2)); \
+		_Pragma("unroll") for (int r = 0; r < CONV_DW_ROWS; r++) if (kb[r] >= 0) \
+			acc[r] = fma((cvec)(WLOAD(Wt, kb[r] + (kw))), xv, acc[r]);         \
+	}
+			CONV_DW_TAP(0)
+			CONV_DW_TAP(1)
+			CONV_DW_TAP(2)
+			CONV_DW_TAP(3)
+			CONV_DW_TAP(4)
+#undef CONV_DW_TAP
 		}
 		#pragma unroll
 		for (int r = 0; r < CONV_DW_ROWS; r++) {

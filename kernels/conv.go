@@ -139,8 +139,13 @@ func (p ConvParams) OutSize() (oh, ow int) {
 // every load a vector) or "tile" (a 1x1 convolution with an activation
 // epilogue, and "flat" without scratch: conv_tile's implicit GEMM,
 // receptive fields read in its loads). "im2col" and "direct", the older
-// routes, run only when a test forces them (convForce).
-func (p ConvParams) route() string {
+// routes, run only when a test forces them (convForce). With pw (a CPU
+// device: strips of 8 or more lanes), every 1x1 convolution with stride 1
+// and no padding takes "pw", conv_pw: the same product as gemm1x1 with
+// the activation in its epilogue, and no index arithmetic in its loads.
+// Every route but "flat" and "im2col" needs no scratch, so ScratchElems
+// asks without pw.
+func (p ConvParams) route(pw bool) string {
 	if convForce != "" {
 		return convForce
 	}
@@ -149,15 +154,23 @@ func (p ConvParams) route() string {
 	if p.C/g == 1 {
 		return "depthwise"
 	}
-	plain1x1 := p.KH == 1 && p.KW == 1 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
-		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0
+	plain1x1 := p.plain1x1()
 	switch {
+	case plain1x1 && pw:
+		return "pw"
 	case plain1x1 && kc >= 16 && p.OutC/g >= 4 && p.Act == ConvActNone:
 		return "gemm1x1"
 	case plain1x1:
 		return "tile"
 	}
 	return "flat"
+}
+
+// plain1x1 reports whether p is a 1x1 convolution with stride 1 and no
+// padding: a product of the weight with each image's [C, H*W] planes.
+func (p ConvParams) plain1x1() bool {
+	return p.KH == 1 && p.KW == 1 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
+		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0
 }
 
 // flatSlack is how many elements past its last padded plane conv_flat may
@@ -193,7 +206,7 @@ func (p ConvParams) ScratchElems() int {
 	if err != nil {
 		return 0
 	}
-	switch p.route() {
+	switch p.route(false) {
 	case "flat":
 		return p.flatElems()
 	case "im2col":
@@ -241,7 +254,13 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 	if err := checkBufUses(ops); err != nil {
 		return err
 	}
-	route := p.route()
+	route := p.route(l.convPXDevice() >= 8)
+	if route == "pw" {
+		if p.C > 0 && p.plain1x1() {
+			return l.convPW(s, x, w, y, p, oh*ow)
+		}
+		route = "tile" // forced by a test onto another geometry
+	}
 	perImage := p.Groups * kc * np
 	imgs := 0
 	if route == "im2col" && scratch.Mem != nil {
@@ -257,7 +276,7 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		route = "tile"
 	}
 	switch {
-	case route == "tile" || route == "depthwise" || route == "dw" || p.C == 0:
+	case route == "tile" || route == "depthwise" || route == "dw" || route == "dwgen" || p.C == 0:
 		return l.convTile(s, x, w, y, p, oh, ow)
 	case route == "direct" || route == "im2col" && imgs == 0:
 		if p.Act != ConvActNone {
@@ -346,9 +365,10 @@ func weightDefine(w Storage) string {
 	return ""
 }
 
-// convPX is the strip width of conv_tile on the device: 16 lanes on a CPU
-// (one 512-bit register per accumulator row), 4 on a GPU, where registers
-// per work-item are what limits occupancy.
+// convPX is the strip width of conv_tile on the device: one native vector
+// on a CPU (16 lanes, a 512-bit register, with AVX-512; 8 with AVX2, whose
+// 16 registers could not hold 8 rows of 16-lane accumulators, and spilled),
+// 4 on a GPU, where registers per work-item are what limits occupancy.
 func (l *Lib) convPX() int {
 	if convPXForce != 0 {
 		return convPXForce
@@ -358,15 +378,38 @@ func (l *Lib) convPX() int {
 
 // convPXDevice is the device's own strip width, whatever a test forces.
 func (l *Lib) convPXDevice() int {
-	if l.info().Type == "GPU" {
+	inf := l.info()
+	switch {
+	case inf.Type == "GPU":
 		return 4
+	case inf.NativeFloatWidth == 8:
+		return 8
 	}
 	return 16
 }
 
-// convOptions are the build options of the conv program.
+// convPXFlat is conv_flat's strip width: 16 lanes on every CPU. With
+// AVX2, 16-lane strips of 8 channels spill, and still cost 15-30% less
+// CPU time than 8-lane ones on ResNet-18's 3x3 layers (BenchmarkConvRoutes,
+// cpu-us/op): the long reductions (C*9 of 64 to 4608) amortise the spills
+// over twice the pixels per weight load. 4 on a GPU, as convPX.
+func (l *Lib) convPXFlat() int {
+	if convPXForce != 0 || l.info().Type == "GPU" {
+		return l.convPX()
+	}
+	return 16
+}
+
+// convOptions are the build options of the conv program with the strip
+// width convPX.
 func (l *Lib) convOptions(s Storage, w Storage) string {
-	return fmt.Sprintf("%s %s -DCONV_PX=%d", s.define(), weightDefine(w), l.convPX())
+	return convOptionsPX(s, w, l.convPX())
+}
+
+// convOptionsPX are the build options of the conv program with strips of
+// px lanes.
+func convOptionsPX(s Storage, w Storage, px int) string {
+	return fmt.Sprintf("%s %s -DCONV_PX=%d", s.define(), weightDefine(w), px)
 }
 
 // convTile runs conv_tile: rb output channels per work-item (8 with
@@ -389,7 +432,7 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	switch {
 	case p.C/p.Groups == 1 && ocg < 4:
 		rb = 1
-	case ocg >= 8 && l.convPX() == 16:
+	case ocg >= 8 && l.convPX() >= 8:
 		rb = 8
 	case l.convPXDevice() == 4:
 		// On the register gate's GPU, conv_tile with 2 or 4 channels kept
@@ -420,17 +463,47 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
 }
 
+// convPW runs conv_pw on a 1x1 convolution with stride 1 and no padding
+// over planes of np pixels: 8 output channels per work-item where a group
+// has that many (and the strips have 8 or more lanes), else 4, else 1, so
+// that a work-item's channels never run past its group's.
+func (l *Lib) convPW(s Storage, x, w, y Buf, p ConvParams, np int) error {
+	ocg := p.OutC / p.Groups
+	px := l.convPX()
+	rb := 1
+	switch {
+	case ocg >= 8 && px >= 8:
+		rb = 8
+	case ocg >= 4:
+		rb = 4
+	}
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), fmt.Sprintf("conv_pw_%d", rb))
+	if err != nil {
+		return err
+	}
+	bias, hasBias := p.Bias, int32(1)
+	if bias.Mem == nil {
+		bias, hasBias = w, 0 // placeholder, never read
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{(np + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
+	return l.dev.Launch(k, global, local,
+		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(p.C), i32(np), i32(p.OutC), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+}
+
 // convFlat runs conv_pad into scratch, then conv_flat on the padded phase
 // planes.
 func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int) error {
-	opts := l.convOptions(s, p.Weight)
+	px := l.convPXFlat()
+	opts := convOptionsPX(s, p.Weight, px)
 	pad, err := l.kernel("conv", convSrc, opts, "conv_pad")
 	if err != nil {
 		return err
 	}
 	ocg := p.OutC / p.Groups
 	rb := 4
-	if ocg >= 8 && l.convPX() == 16 {
+	if ocg >= 8 && px >= 8 {
 		rb = 8
 	}
 	k, err := l.kernel("conv", convSrc, opts, fmt.Sprintf("conv_flat_%d", rb))
@@ -448,7 +521,6 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 	if bias.Mem == nil {
 		bias, hasBias = w, 0 // placeholder, never read
 	}
-	px := l.convPX()
 	global, local = l.cpuGroups([]int{(oh*wq + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
 	return l.dev.Launch(k, global, local,
 		scratch.Mem, i32(scratch.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
@@ -464,16 +536,28 @@ var convDWOneBlock bool
 // convDWRows is how many output rows a conv_dw work-item computes per
 // block (conv.cl's CONV_DW_ROWS).
 func (l *Lib) convDWRows() int {
-	if l.convPX() == 16 {
+	if l.convPX() >= 8 {
 		return 4
 	}
 	return 2
 }
 
-// convDW runs conv_dw, the depthwise kernel (one input and one output
-// channel per group).
+// dwKernel picks the depthwise kernel for p (one input and one output
+// channel per group): conv_dw_reg, which cuts every kw's window from one
+// load of the row, where the window fits its registers (kernel width up to
+// 5, stride 1 or 2 and no dilation along the width), else conv_dw. Tests
+// force conv_dw with convForce "dwgen".
+func dwKernel(p ConvParams) string {
+	if convForce != "dwgen" && p.KW <= 5 && p.StrideW <= 2 && p.DilationW == 1 {
+		return "conv_dw_reg"
+	}
+	return "conv_dw"
+}
+
+// convDW runs the depthwise kernel dwKernel picks.
 func (l *Lib) convDW(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
-	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), "conv_dw")
+	name := dwKernel(p)
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), name)
 	if err != nil {
 		return err
 	}
@@ -484,16 +568,31 @@ func (l *Lib) convDW(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	px := l.convPX()
 	i32 := func(v int) int32 { return int32(v) }
 	blocks := (oh + l.convDWRows() - 1) / l.convDWRows()
+	cpu := l.info().Type != "GPU"
 	nblk := 1
-	if l.info().Type != "GPU" && !convDWOneBlock {
+	if cpu && !convDWOneBlock {
 		nblk = blocks
 	}
-	global, local := l.cpuGroups([]int{(blocks + nblk - 1) / nblk * ((ow + px - 1) / px), 1, p.N * p.C})
-	return l.dev.Launch(k, global, local,
-		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+	tiles := (blocks + nblk - 1) / nblk * ((ow + px - 1) / px)
+	args := []any{x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
 		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
-		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB, i32(nblk))
+		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB, i32(nblk)}
+	if name == "conv_dw" {
+		global, local := l.cpuGroups([]int{tiles, 1, p.N * p.C})
+		return l.dev.Launch(k, global, local, args...)
+	}
+	// On a CPU, channels along dimension 0: a work-group then holds
+	// cpuGroup channels of one strip, where strips along it left a 7x7
+	// map's groups three quarters empty. On a GPU, strips along it, so
+	// neighbouring work-items read neighbouring columns.
+	chanFirst := int32(0)
+	dims := []int{tiles, p.N * p.C}
+	if cpu {
+		chanFirst, dims = 1, []int{p.N * p.C, tiles}
+	}
+	global, local := l.cpuGroups(dims)
+	return l.dev.Launch(k, global, local, append(args, chanFirst, i32(p.N*p.C))...)
 }
 
 func (l *Lib) convDirect(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -56,19 +57,36 @@ var convBenchShapes = []struct {
 	{"mb-dw3x3-112", ConvParams{N: 1, C: 64, H: 112, W: 112, OutC: 64, KH: 3, KW: 3, StrideH: 2, StrideW: 2, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 64}},
 	{"mb-dw5x5-28", ConvParams{N: 1, C: 120, H: 28, W: 28, OutC: 120, KH: 5, KW: 5, PadTop: 2, PadLeft: 2, PadBottom: 2, PadRight: 2, Groups: 120}},
 	{"mb-pw1x1-28", ConvParams{N: 1, C: 40, H: 28, W: 28, OutC: 120, KH: 1, KW: 1}},
+	{"mb-pw1x1-112-hs", ConvParams{N: 1, C: 16, H: 112, W: 112, OutC: 64, KH: 1, KW: 1, Act: ConvActHardSwish}},
+	{"mb-pw1x1-56-hs", ConvParams{N: 1, C: 24, H: 56, W: 56, OutC: 72, KH: 1, KW: 1, Act: ConvActHardSwish}},
+	{"mb-pw1x1-14-hs", ConvParams{N: 1, C: 80, H: 14, W: 14, OutC: 480, KH: 1, KW: 1, Act: ConvActHardSwish}},
+	{"mb-pw1x1-14", ConvParams{N: 1, C: 480, H: 14, W: 14, OutC: 112, KH: 1, KW: 1}},
+	{"mb-pw1x1-7-hs", ConvParams{N: 1, C: 160, H: 7, W: 7, OutC: 960, KH: 1, KW: 1, Act: ConvActHardSwish}},
+	{"en-dw3x3-112", ConvParams{N: 1, C: 32, H: 112, W: 112, OutC: 32, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 32, Act: ConvActSiLU}},
+	{"en-dw5x5s2-28", ConvParams{N: 1, C: 240, H: 28, W: 28, OutC: 240, KH: 5, KW: 5, StrideH: 2, StrideW: 2, PadTop: 2, PadLeft: 2, PadBottom: 2, PadRight: 2, Groups: 240, Act: ConvActSiLU}},
+	{"en-dw3x3-14", ConvParams{N: 1, C: 480, H: 14, W: 14, OutC: 480, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 480, Act: ConvActSiLU}},
 }
 
 // BenchmarkConvRoutes times each shape on each route that can run it,
 // reporting GFLOP/s (2 per multiply-add) against the machine's fp32 peak,
 // ~442 GFLOP/s on 2 cores (../shared/machine-facts.md), and the share of
-// that peak. TLITE_CONV_ROUTES picks routes (default all of them; "dw1" is
-// conv_dw with one block of rows per work-item).
+// that peak, and the CPU time per convolution. TLITE_CONV_ROUTES picks routes (default all of them; "dw" is
+// the depthwise kernel dwKernel picks, "dwgen" conv_dw, "dw1" the picked
+// one with one block of rows per work-item); TLITE_CONV_PX sets the
+// strip width (4, 8 or 16; default the device's).
 func BenchmarkConvRoutes(b *testing.B) {
-	routes := []string{"flat", "tile", "dw", "dw1", "im2col", "direct", "gemm1x1"}
+	routes := []string{"flat", "tile", "dw", "dwgen", "dw1", "im2col", "direct", "gemm1x1"}
 	if r := os.Getenv("TLITE_CONV_ROUTES"); r != "" {
 		routes = strings.Split(r, ",")
 	}
-	defer func() { convForce = "" }()
+	if px := os.Getenv("TLITE_CONV_PX"); px != "" {
+		v, err := strconv.Atoi(px)
+		if err != nil || v != 4 && v != 8 && v != 16 {
+			b.Fatalf("TLITE_CONV_PX=%q: want 4, 8 or 16", px)
+		}
+		convPXForce = v
+	}
+	defer func() { convForce, convPXForce = "", 0 }()
 	const peak = 442.0
 	for _, sh := range convBenchShapes {
 		p := sh.p
@@ -78,8 +96,10 @@ func BenchmarkConvRoutes(b *testing.B) {
 		flops := 2 * float64(p.N*p.OutC*oh*ow*(p.C/pn.Groups)*p.KH*p.KW)
 		for _, route := range routes {
 			dw := p.C/pn.Groups == 1 && p.OutC == pn.Groups
-			if route == "gemm1x1" && (p.KH != 1 || pn.StrideH != 1) || route == "im2col" && p.C/pn.Groups == 1 ||
-				(route == "dw" || route == "dw1") && !dw {
+			noEpilogue := route == "gemm1x1" || route == "im2col" || route == "direct"
+			if noEpilogue && p.Act != ConvActNone ||
+				route == "gemm1x1" && (p.KH != 1 || pn.StrideH != 1) || route == "im2col" && p.C/pn.Groups == 1 ||
+				(route == "dw" || route == "dwgen" || route == "dw1") && !dw {
 				continue
 			}
 			b.Run(sh.name+"/"+route, func(b *testing.B) {
@@ -105,6 +125,7 @@ func BenchmarkConvRoutes(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ResetTimer()
+				cpu0 := cpuTime()
 				for i := 0; i < b.N; i++ {
 					run()
 				}
@@ -114,6 +135,9 @@ func BenchmarkConvRoutes(b *testing.B) {
 				gf := flops * float64(b.N) / b.Elapsed().Seconds() / 1e9
 				b.ReportMetric(gf, "GFLOP/s")
 				b.ReportMetric(100*gf/peak, "%peak")
+				// CPU time of all the process's threads: on the shared
+				// machine wall time counts other processes' slices too.
+				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
 			})
 		}
 	}

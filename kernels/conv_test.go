@@ -91,7 +91,7 @@ func TestConvShapes(t *testing.T) {
 			p.Weight = st[1]
 			for _, withBias := range []bool{false, true} {
 				got, want := convRun(t, st[0], p, withBias, p.ScratchElems())
-				laClose(t, fmt.Sprintf("%s/%s/w%s/bias=%v (route %s)", name, st[0], st[1], withBias, p.route()), st[0], got, want)
+				laClose(t, fmt.Sprintf("%s/%s/w%s/bias=%v (route %s)", name, st[0], st[1], withBias, p.route(false)), st[0], got, want)
 			}
 		}
 	}
@@ -125,7 +125,13 @@ func TestConvRoutes(t *testing.T) {
 			{"flat4", "flat", 4, flat, false, ""},
 			{"flat short scratch", "flat", 16, flat - 1, false, ""},
 			{"dw16", "dw", 16, 0, false, ""},
+			{"dw8", "dw", 8, 0, false, ""},
 			{"dw4", "dw", 4, 0, false, ""},
+			{"pw16", "pw", 16, 0, false, ""},
+			{"pw8", "pw", 8, 0, false, ""},
+			{"pw4", "pw", 4, 0, false, ""},
+			{"dwgen16", "dwgen", 16, 0, false, ""},
+			{"dwgen4", "dwgen", 4, 0, false, ""},
 			{"direct", "direct", 0, 0, false, ""},
 			{"one image", "im2col", 0, full / p.N, false, ""},
 			{"k-major", "im2col", 0, full, true, ""},
@@ -137,6 +143,91 @@ func TestConvRoutes(t *testing.T) {
 				p.Weight = s
 				got, want := convRun(t, s, p, true, r.scratch)
 				laClose(t, fmt.Sprintf("%s/%s/%s", name, r.name, s), s, got, want)
+			}
+		}
+	}
+}
+
+// dwCases are depthwise convolutions at MobileNet/EfficientNet's kernels
+// on odd shapes: odd sizes, channel counts off multiples of 4 and 8, maps
+// narrower than a strip and wider than two, asymmetric pads, batch 2.
+// reg says whether conv_dw_reg takes them (the rest are conv_dw's).
+var dwCases = []struct {
+	name string
+	reg  bool
+	p    ConvParams
+}{
+	{"3x3 s2 odd b2", true, ConvParams{N: 2, C: 13, H: 15, W: 29, OutC: 13, KH: 3, KW: 3, StrideH: 2, StrideW: 2, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 13}},
+	{"3x3 s1 wide", true, ConvParams{N: 1, C: 5, H: 6, W: 41, OutC: 5, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 5}},
+	{"5x5 s1 wide", true, ConvParams{N: 1, C: 11, H: 9, W: 37, OutC: 11, KH: 5, KW: 5, PadTop: 2, PadLeft: 2, PadBottom: 2, PadRight: 2, Groups: 11}},
+	{"5x5 s2 small b2", true, ConvParams{N: 2, C: 6, H: 7, W: 7, OutC: 6, KH: 5, KW: 5, StrideH: 2, StrideW: 2, PadTop: 2, PadLeft: 2, PadBottom: 2, PadRight: 2, Groups: 6}},
+	{"5x5 s2 wide", true, ConvParams{N: 1, C: 3, H: 11, W: 71, OutC: 3, KH: 5, KW: 5, StrideH: 2, StrideW: 2, PadTop: 2, PadLeft: 2, PadBottom: 2, PadRight: 2, Groups: 3}},
+	{"3x3 asym pads", true, ConvParams{N: 1, C: 9, H: 8, W: 21, OutC: 9, KH: 3, KW: 3, StrideH: 1, StrideW: 2, PadTop: 0, PadLeft: 2, PadBottom: 1, PadRight: 0, Groups: 9}},
+	{"1x5 valid", true, ConvParams{N: 1, C: 7, H: 3, W: 23, OutC: 7, KH: 1, KW: 5, Groups: 7}},
+	{"3x3 dil rows", true, ConvParams{N: 1, C: 4, H: 12, W: 18, OutC: 4, KH: 3, KW: 3, StrideH: 2, PadTop: 2, PadLeft: 1, PadBottom: 2, PadRight: 1, DilationH: 2, Groups: 4}},
+	{"7x7", false, ConvParams{N: 1, C: 3, H: 9, W: 20, OutC: 3, KH: 7, KW: 7, PadTop: 3, PadLeft: 3, PadBottom: 3, PadRight: 3, Groups: 3}},
+	{"3x3 dil cols", false, ConvParams{N: 1, C: 3, H: 7, W: 20, OutC: 3, KH: 3, KW: 3, PadTop: 1, PadLeft: 2, PadBottom: 1, PadRight: 2, DilationW: 2, Groups: 3}},
+	{"3x3 s3", false, ConvParams{N: 1, C: 2, H: 7, W: 25, OutC: 2, KH: 3, KW: 3, StrideW: 3, PadLeft: 1, PadRight: 1, Groups: 2}},
+}
+
+// TestConvDepthwise runs dwCases on the kernel dwKernel picks and on
+// conv_dw, at every strip width, both storages and with an epilogue,
+// against the reference.
+func TestConvDepthwise(t *testing.T) {
+	defer func() { convForce, convPXForce = "", 0 }()
+	for _, c := range dwCases {
+		pn, err := c.p.norm()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		convForce = ""
+		if got := dwKernel(pn) == "conv_dw_reg"; got != c.reg {
+			t.Errorf("%s: dwKernel picks conv_dw_reg %v, want %v", c.name, got, c.reg)
+		}
+		for _, force := range []string{"", "dwgen"} {
+			for _, px := range []int{4, 8, 16} {
+				convForce, convPXForce = force, px
+				for _, s := range storages {
+					p := c.p
+					p.Weight = s
+					if s == F32 {
+						p.Act = ConvActHardSwish
+					}
+					got, want := convRun(t, s, p, true, 0)
+					laClose(t, fmt.Sprintf("%s/%q/px %d/%s", c.name, force, px, s), s, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestConvPointwise runs 1x1 convolutions through conv_pw at every strip
+// width, both storages and with an epilogue: planes narrower than a strip
+// (squeeze-excite's 1x1), sizes off multiples of the strip, channel counts
+// off multiples of 8 and 4 (the shifted last block), groups, batch 2.
+func TestConvPointwise(t *testing.T) {
+	defer func() { convForce, convPXForce = "", 0 }()
+	for _, c := range []struct {
+		name string
+		p    ConvParams
+	}{
+		{"se 1x1 map", ConvParams{N: 2, C: 24, H: 1, W: 1, OutC: 6, KH: 1, KW: 1}},
+		{"odd map 13 out", ConvParams{N: 1, C: 19, H: 7, W: 9, OutC: 13, KH: 1, KW: 1}},
+		{"wide 5 out b2", ConvParams{N: 2, C: 8, H: 3, W: 37, OutC: 5, KH: 1, KW: 1}},
+		{"3 out", ConvParams{N: 1, C: 6, H: 5, W: 5, OutC: 3, KH: 1, KW: 1}},
+		{"groups 3 x 9", ConvParams{N: 1, C: 12, H: 6, W: 11, OutC: 27, KH: 1, KW: 1, Groups: 3}},
+		{"16 out 17 px", ConvParams{N: 1, C: 33, H: 1, W: 17, OutC: 16, KH: 1, KW: 1}},
+	} {
+		for _, px := range []int{4, 8, 16} {
+			convForce, convPXForce = "pw", px
+			for _, s := range storages {
+				p := c.p
+				p.Weight = s
+				if s == F32 {
+					p.Act = ConvActHardSwish
+				}
+				got, want := convRun(t, s, p, true, 0)
+				laClose(t, fmt.Sprintf("%s/px %d/%s", c.name, px, s), s, got, want)
 			}
 		}
 	}
@@ -162,7 +253,7 @@ func TestConvActivations(t *testing.T) {
 				p := convCases[name]
 				p.Act, p.ActA, p.ActB, p.Weight = a.act, a.a, a.b, F32
 				got, want := convRun(t, F32, p, true, p.ScratchElems())
-				laClose(t, fmt.Sprintf("%s/act %d/px %d (route %s)", name, a.act, px, p.route()), F32, got, want)
+				laClose(t, fmt.Sprintf("%s/act %d/px %d (route %s)", name, a.act, px, p.route(false)), F32, got, want)
 			}
 		}
 	}

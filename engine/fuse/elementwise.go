@@ -154,7 +154,44 @@ func groupIO(g *graph.Graph, set map[*graph.Node]bool) (ins, outs []*graph.Value
 			return nil, nil, false
 		}
 	}
+	for n := range set {
+		if costlyElementwise[n.OpType] && recomputed(n.Outputs[0].Shape, s) {
+			return nil, nil, false
+		}
+	}
 	return ins, outs, true
+}
+
+// costlyElementwise are the element-wise ops whose per-element cost is a
+// transcendental function, many times an add's.
+var costlyElementwise = map[string]bool{
+	"Sigmoid": true, "Tanh": true, "Exp": true, "Log": true, "Erf": true, "Pow": true,
+	"Softplus": true, "Gelu": true, "Mish": true, "Elu": true, "Selu": true, "Celu": true,
+	"Sin": true, "Cos": true,
+}
+
+// recomputed reports whether a value of shape v, broadcast to the group's
+// shape s, is smaller than s, so the fused kernel would compute it again
+// for every element of s. A costly op is then left out of the group: the
+// squeeze-excite gate sigmoid(fc(x)) of shape [N, C, 1, 1] times x of
+// [N, C, H, W] computed H*W sigmoids per channel in one kernel, where its
+// own launch computes one.
+func recomputed(v, s []symshape.Expr) bool {
+	off := len(s) - len(v)
+	if off < 0 {
+		return false
+	}
+	for i := 0; i < off; i++ {
+		if !isOne(s[i]) {
+			return true
+		}
+	}
+	for i, d := range v {
+		if isOne(d) && !isOne(s[off+i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // cyclic reports whether some path leaves set and re-enters it. Nodes

@@ -104,6 +104,39 @@ func TestElementwiseNearMisses(t *testing.T) {
 			t.Errorf("graph %v", ops(g))
 		}
 	})
+	t.Run("costly-broadcast-value", func(t *testing.T) {
+		// A squeeze-excite gate: x * sigmoid(s + b), s [N, C, 1, 1]. The
+		// sigmoid stays its own kernel (one per channel, not one per
+		// pixel); the Add before it (cheap, same shape) joins it, and
+		// the product with x is left as a single Mul.
+		b := newBuilder(t)
+		x := b.input("x", dtype.Float32, "batch", 5, 7, 9)
+		sq := b.input("s", dtype.Float32, "batch", 5, 1, 1)
+		bias := b.input("b", dtype.Float32, "batch", 5, 1, 1)
+		gate := b.op("Sigmoid", vs(b.op("Add", vs(sq, bias))))
+		b.output(b.op("Mul", vs(x, gate)))
+		g := b.run(elementwise)
+		n := only(t, g, tlite.Key(tlite.FusedElementwise))
+		if got := bodyOps(t, n); len(got) != 2 || got[0] != "Add" || got[1] != "Sigmoid" {
+			t.Errorf("fused body %v; want [Add Sigmoid]", got)
+		}
+		if c := countOps(g); c["Mul"] != 1 || len(g.Nodes) != 2 {
+			t.Errorf("graph %v; want the gate's group and one Mul", ops(g))
+		}
+	})
+	t.Run("cheap-broadcast-value", func(t *testing.T) {
+		// The same gate with a cheap op (Relu) is recomputed per element:
+		// one kernel.
+		b := newBuilder(t)
+		x := b.input("x", dtype.Float32, "batch", 5, 7, 9)
+		sq := b.input("s", dtype.Float32, "batch", 5, 1, 1)
+		b.output(b.op("Mul", vs(x, b.op("Relu", vs(sq)))))
+		g := b.run(elementwise)
+		only(t, g, tlite.Key(tlite.FusedElementwise))
+		if len(g.Nodes) != 1 {
+			t.Errorf("graph %v", ops(g))
+		}
+	})
 	t.Run("path-through-other-op", func(t *testing.T) {
 		// e feeds the Add directly and through a Softmax: fusing Exp and
 		// Add would make the fused node wait for itself.
