@@ -72,10 +72,27 @@ URL_HOST = re.compile(r"(https?://)[A-Za-z0-9.-]+")
 def scrub_hosts(text):
     return URL_HOST.sub(r"\1example.invalid", text)
 
-def load_model(work):
+# The weights and checkpoint each stage leaves in WORK: train's, or the
+# induction stage's that continues from it (train_default.py induct).
+STAGES = {"train": ("model_final.pt", "ckpt.pt"), "induct": ("model_induct.pt", "ckpt_induct.pt")}
+
+
+def load_model(work, stage="train"):
     model = td.build_model()
-    model.load_state_dict(torch.load(os.path.join(work, "model_final.pt")))
+    model.load_state_dict(torch.load(os.path.join(work, STAGES[stage][0])))
     return model.eval()
+
+
+def training_record(work, stage):
+    """config.json's training numbers: the whole run up to `stage`'s end."""
+    ck = torch.load(os.path.join(work, STAGES[stage][1]))
+    if stage == "train":
+        return {"steps": ck["step"], "tokens_seen": ck["tokens"], "train_seconds": round(ck["elapsed"]),
+                "args": ck["args"]}
+    base = ck["train"]
+    return {"steps": base["step"] + ck["step"], "tokens_seen": base["tokens"] + ck["tokens"],
+            "train_seconds": round(base["elapsed"] + ck["elapsed"]),
+            "args": base["args"], "induct_steps": ck["step"], "induct_args": ck["args"]}
 
 
 def step(model, ids, past, past_len):
@@ -148,14 +165,14 @@ def score_file(model, enc, bos, eos, path):
             "per_document": per_doc}
 
 
-def export(work, out):
+def export(work, out, stage="train"):
     os.makedirs(out, exist_ok=True)
     cfg = td.CONFIG
-    model = load_model(work)
+    model = load_model(work, stage)
     enc, vocab = td.load_encoder(work)
     inv = {i: s for s, i in vocab.items()}
     bos, eos = vocab[td.BOS], vocab[td.EOS]
-    ck = torch.load(os.path.join(work, "ckpt.pt"))
+    record = training_record(work, stage)
     max_ctx = td.MAX_CONTEXT
 
     # The graph: traced as llama.py does (batch 2, seq 5, past 3, all
@@ -292,10 +309,8 @@ def export(work, out):
                 "corpus": "models/train/corpus.py: Debian fortunes, python3.11-doc prose, debian-reference-en, "
                           "plus synthetic key-value recall and multiple-choice documents",
                 "recipe": "models/train/train_default.py",
-                "steps": ck["step"],
-                "tokens_seen": ck["tokens"],
-                "train_seconds": round(ck["elapsed"]),
-                "args": ck["args"],
+                "stage": stage,
+                **record,
             },
         }, f, indent=1)
         f.write("\n")

@@ -752,6 +752,8 @@ def main():
     p = sub.add_parser("export")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--stage", choices=("train", "induct"), default="train",
+                   help="whose weights: train's (model_final.pt) or the induction stage's (model_induct.pt)")
     p = sub.add_parser("compact", help="shrink a checkpoint to commit it (Adam moments in bfloat16)")
     p.add_argument("src")
     p.add_argument("dst")
@@ -770,7 +772,7 @@ def main():
         induct(args.work, a, args.time_budget)
     elif args.cmd == "export":
         import export_default
-        export_default.export(args.work, args.out)
+        export_default.export(args.work, args.out, args.stage)
     elif args.cmd == "compact":
         compact(args.src, args.dst)
 
