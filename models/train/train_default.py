@@ -530,9 +530,10 @@ class InductArgs:
     what followed it form; C2 returns to train's task mix at 512 with a copy
     row kept in every step; C3 repeats train's 2048 phase as the LR decays.
     """
-    copy_steps: int = 1500      # C1: copy_rows of copy_seq copy windows + text rows
+    copy_steps: int = 2400      # C1: copy_rows of copy_seq copy windows + text rows
     copy_seq: int = 256
     copy_rows: int = 7          # of tokens_per_step // copy_seq rows; the rest is text
+    dense_from: int = 900       # from this step on, C1's segments are shown 2 or 3 times
     task_steps: int = 400       # C2: MIX_TASKS at short_seq, one row of it a copy window
     long_steps: int = 100       # C3: MIX_LONG at 2048
     decay_steps: int = 300      # linear decay over the last steps (C2's end and C3)
@@ -561,14 +562,16 @@ def induct_lr(step, a):
     return a.lr + (a.min_lr - a.lr) * min(1.0, (step - start + 1) / max(1, a.decay_steps))
 
 
-def copy_window(rng, data, seq, bos):
+def copy_window(rng, data, seq, bos, showings=2):
     """A window of segments each shown twice, and the loss weight per target.
 
     Half the segments are random tokens (no prior helps), half are spans of
     training text (the copy must beat the language model's guess); half the
     pairs have up to 64 tokens of other text between the showings. Only the
     second showing after its first token is weighted: nothing else in the
-    window is predictable by copying.
+    window is predictable by copying. With showings 3, half the segments
+    come a third time (after another gap), weighted alike: more of each
+    window's tokens then teach copying.
     """
     ids, w = [bos], [0.0]
     while len(ids) < seq + 1:
@@ -586,6 +589,14 @@ def copy_window(rng, data, seq, bos):
             gap = st[g0:g0 + rng.randint(1, 64)].tolist()
         ids += seg + gap + seg
         w += [0.0] * (n + len(gap) + 1) + [1.0] * (n - 1)
+        if showings > 2 and rng.random() < 0.5:
+            gap = []
+            if rng.random() < 0.5:
+                st = data.streams["pydoc"]
+                g0 = rng.randrange(len(st) - 64)
+                gap = st[g0:g0 + rng.randint(1, 64)].tolist()
+            ids += gap + seg
+            w += [0.0] * (len(gap) + 1) + [1.0] * (n - 1)
     return torch.tensor(ids[:seq + 1]), torch.tensor(w[1:seq + 1])
 
 
@@ -671,7 +682,8 @@ def induct(work, a, time_budget):
         else:
             seq, n_copy, mix = a.long_seq, 0, MIX_LONG
         rows = a.tokens_per_step // seq
-        cw = [copy_window(rng, data, seq, VOCAB - 2) for _ in range(n_copy)]
+        showings = 3 if a.dense_from <= step < a.copy_steps else 2
+        cw = [copy_window(rng, data, seq, VOCAB - 2, showings) for _ in range(n_copy)]
         x, y = data.batch(gen, seq, rows - n_copy, mix)
         if n_copy:
             xc = torch.stack([c[0] for c in cw])
@@ -744,6 +756,7 @@ def main():
     p = sub.add_parser("induct", help="the induction stage after train (from WORK/model_final.pt)")
     p.add_argument("--work", required=True)
     p.add_argument("--copy-steps", type=int, default=InductArgs.copy_steps)
+    p.add_argument("--dense-from", type=int, default=InductArgs.dense_from)
     p.add_argument("--task-steps", type=int, default=InductArgs.task_steps)
     p.add_argument("--long-steps", type=int, default=InductArgs.long_steps)
     p.add_argument("--decay-steps", type=int, default=InductArgs.decay_steps)
@@ -767,7 +780,7 @@ def main():
         a = TrainArgs(task_from=args.task_from, stable_steps=args.stable_steps, decay_steps=args.decay_steps, long_steps=args.long_steps)
         train(args.work, a, args.time_budget)
     elif args.cmd == "induct":
-        a = InductArgs(copy_steps=args.copy_steps, task_steps=args.task_steps, long_steps=args.long_steps,
+        a = InductArgs(copy_steps=args.copy_steps, dense_from=args.dense_from, task_steps=args.task_steps, long_steps=args.long_steps,
                        decay_steps=args.decay_steps)
         induct(args.work, a, args.time_budget)
     elif args.cmd == "export":
