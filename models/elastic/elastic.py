@@ -32,6 +32,17 @@ models/export/llama.py's module (no training checkpoint needed), computes
 and writes OUT/model.onnx (the permuted model, weights renamed
 layers.{i}.{role}.weight), OUT/elastic.json, tokenizer.json and config.json.
 
+Unit importance from a file (`--importance-from FILE`): the scores written
+by `tl elastic importance` (engine/elastic/importance), a forward-only
+proxy computed by tlite itself for an ONNX file without its PyTorch source:
+per query head mean |attention output| x the norm of W_o's rows of that
+head, per neuron mean |act(gate)*up| x the norm of W_down's row, KV groups
+by their heads' summed score. Everything after the scores (layer removal,
+anchors, levels, permutation, export) is the same code; elastic.json's
+"importance" says which method ordered the units. `elastic.py calib` writes
+the calibration windows build draws, so that both methods can see the same
+tokens.
+
 Orders: importance (the method), random (seeded permutation: the ablation
 "without reordering" that keeps the same level sizes), none (the original
 order, prefixes of the unpermuted weights).
@@ -205,6 +216,48 @@ def llama_importance(model, calib, batch=4):
     return out, total
 
 
+IMPORTANCE_FORMAT = "tlite.importance/1"
+
+
+def load_importance(path, cfg):
+    """Reads a scores file of `tl elastic importance` and returns the
+    per-layer dicts llama_importance returns (the proxy has no separate K/V
+    term: a KV group's score is its heads' sum), plus the file's header."""
+    with open(path) as f:
+        d = json.load(f)
+    if d.get("format") != IMPORTANCE_FORMAT:
+        raise SystemExit(f"elastic: {path}: format {d.get('format')!r}; want {IMPORTANCE_FORMAT!r}")
+    want = {"n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "ffn": cfg.ffn,
+            "head_dim": cfg.dim // cfg.n_heads}
+    for k, v in want.items():
+        if d.get(k) != v:
+            raise SystemExit(f"elastic: {path}: {k} {d.get(k)} but the model has {v}")
+    layers = d.get("layers") or []
+    if len(layers) != cfg.n_layers:
+        raise SystemExit(f"elastic: {path}: {len(layers)} layers of scores for {cfg.n_layers}")
+    out = []
+    for l, ly in enumerate(layers):
+        q, n = ly.get("q_heads") or [], ly.get("neurons") or []
+        if len(q) != cfg.n_heads or len(n) != cfg.ffn:
+            raise SystemExit(f"elastic: {path}: layer {l} has {len(q)} head and {len(n)} neuron scores")
+        vals = q + n
+        if any(not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 for x in vals):
+            raise SystemExit(f"elastic: {path}: layer {l} has a negative or non-finite score")
+        out.append({"q_signed": torch.tensor(q, dtype=torch.float64),
+                    "kv_signed": torch.zeros(cfg.n_kv_heads, dtype=torch.float64),
+                    "neuron": torch.tensor(n, dtype=torch.float64)})
+    header = {k: d.get(k) for k in ("method", "tokens", "windows", "calibration_loss", "source", "backend")}
+    header["file"] = os.path.abspath(path)
+    return out, header
+
+
+def mean_loss(model, calib, batch=8):
+    """Mean next-token loss over the calibration windows."""
+    with torch.no_grad():
+        return sum(lm_loss(llama_logits(model, calib[i:i + batch]), calib[i:i + batch]).item() * calib[i:i + batch].shape[0]
+                   for i in range(0, calib.shape[0], batch)) / calib.shape[0]
+
+
 def gqa_order(q_signed, kv_signed, n_kv, rng=None, order="importance"):
     """Query-head and KV-head orders. KV groups sorted by the absolute value
     of their unit's summed Taylor term (members' Q/O plus the group's K/V),
@@ -359,7 +412,7 @@ def _atomic_json(path, obj):
 
 
 def build(model_dir, out_dir, calib_dir, order="importance", anchor_frac=0.2, group=32,
-          calib_tokens=6400, seq=256, seed=1234, log=print):
+          calib_tokens=6400, seq=256, seed=1234, importance_from=None, log=print):
     src = os.path.join(model_dir, "model.onnx")
     model, cfg = load_llama_onnx(src)
     calib = calibration_windows(calib_dir, calib_tokens, seq, seed)
@@ -370,7 +423,16 @@ def build(model_dir, out_dir, calib_dir, order="importance", anchor_frac=0.2, gr
         ref = llama_logits(model, ids)
         ref64 = llama_logits(model.double(), ids)
     model.float()
-    imps, base = llama_importance(model, calib)
+    if importance_from:
+        imps, imp_meta = load_importance(importance_from, cfg)
+        base = mean_loss(model, calib)
+        log(f"elastic: unit importance from {importance_from}: {imp_meta['method']} "
+            f"({imp_meta['tokens']} tokens, tlite loss {imp_meta['calibration_loss']})")
+    else:
+        imps, base = llama_importance(model, calib)
+        imp_meta = {"method": "taylor: first-order |sum dL/dW * W| (PyTorch)", "tokens": int(calib.numel())}
+    if order != "importance":
+        imp_meta = {"method": f"none: {order} order"}
     removal = layer_removal(model, calib, base)
     n_anchor = int(round(anchor_frac * cfg.n_layers))
     anchors = sorted(sorted(range(cfg.n_layers), key=lambda l: -removal[l])[:n_anchor])
@@ -416,6 +478,7 @@ def build(model_dir, out_dir, calib_dir, order="importance", anchor_frac=0.2, gr
         "calibration": {"tokens": int(calib.numel()), "windows": int(calib.shape[0]), "seq": seq,
                         "sources": [f"{s}_train.npy" for s in CALIB_SOURCES],
                         "loss": base},
+        "importance": imp_meta,
         "layer_removal_loss_increase": removal,
         "permuted_equivalence_max_abs": err, "permuted_equivalence_max_abs_fp64": err64,
         "weights": [{r: f"layers.{l}.{r}.weight" for r in ROLES} for l in range(cfg.n_layers)],
@@ -540,6 +603,16 @@ def reorder_like(src_dir, model_dir, out_dir, order, seed=1234, log=print):
     log(f"elastic: {order} order with the levels of {src_dir} -> {out_dir} (fp64 equivalence {err64:.3g})")
 
 
+def write_calib(calib_dir, out, calib_tokens=6400, seq=256, seed=1234):
+    """Writes the calibration windows build draws (same seed, same order)
+    as an int64 [windows, seq] .npy, for `tl elastic importance --tokens`."""
+    calib = calibration_windows(calib_dir, calib_tokens, seq, seed)
+    tmp = out + ".tmp.npy"
+    np.save(tmp, calib.numpy().astype(np.int64), allow_pickle=False)
+    os.replace(tmp, out)
+    print(f"elastic: {calib.shape[0]} windows x {calib.shape[1]} tokens -> {out}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -553,6 +626,14 @@ def main():
     b.add_argument("--calib-tokens", type=int, default=6400)
     b.add_argument("--seed", type=int, default=1234)
     b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--importance-from", help="unit scores of `tl elastic importance` (forward-only proxy) "
+                   "instead of the Taylor scores computed here")
+    c = sub.add_parser("calib", help="write the calibration windows build uses, as .npy")
+    c.add_argument("--calib", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--calib-tokens", type=int, default=6400)
+    c.add_argument("--seq", type=int, default=256)
+    c.add_argument("--seed", type=int, default=1234)
     d = sub.add_parser("droplayers", help="baseline: drop the least important whole layers")
     d.add_argument("--model", required=True)
     d.add_argument("--out", required=True)
@@ -572,6 +653,9 @@ def main():
     o.add_argument("--order", choices=("random", "none"), required=True)
     o.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
+    if a.cmd == "calib":
+        write_calib(a.calib, a.out, a.calib_tokens, a.seq, a.seed)
+        return
     if a.cmd == "reorder":
         reorder_like(a.src, a.model, a.out, a.order, a.seed)
         return
@@ -582,7 +666,10 @@ def main():
     if a.cmd == "droplayers":
         drop_layers(a.model, a.out, a.calib, a.drop, seed=a.seed, removal_from=a.removal_from)
         return
-    build(a.model, a.out, a.calib, a.order, a.anchors, a.group, a.calib_tokens, seed=a.seed)
+    if a.importance_from and a.order != "importance":
+        raise SystemExit("elastic: --importance-from gives the importance order; it cannot go with --order " + a.order)
+    build(a.model, a.out, a.calib, a.order, a.anchors, a.group, a.calib_tokens, seed=a.seed,
+          importance_from=a.importance_from)
 
 
 if __name__ == "__main__":
