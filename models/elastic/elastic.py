@@ -154,14 +154,20 @@ def llama_logits(model, ids, skip=()):
     b, s = ids.shape
     mask = torch.ones(b, s, dtype=torch.int64)
     pos = torch.arange(s).repeat(b, 1)
+    hd = cfg.dim // cfg.n_heads
+
+    def empty(layers):
+        # each layer's own KV head count (an extracted level's layers differ)
+        return [torch.zeros(b, ly.self_attn.n_kv, 0, hd, dtype=model.embed_tokens.weight.dtype)
+                for ly in layers for _ in (0, 1)]
+
     if not skip:
-        return model(ids, mask, pos, *llama.empty_past(cfg, b, 0))[0]
+        return model(ids, mask, pos, *empty(model.layers))[0]
     saved = model.layers
     try:
         kept = torch.nn.ModuleList(layer for i, layer in enumerate(saved) if i not in skip)
         model.layers = kept
-        cfg2 = dataclasses.replace(cfg, n_layers=len(kept))
-        return model(ids, mask, pos, *llama.empty_past(cfg2, b, 0))[0]
+        return model(ids, mask, pos, *empty(kept))[0]
     finally:
         model.layers = saved
 
@@ -372,15 +378,18 @@ def plan_levels(cfg, anchors, group, levels=LEVELS):
 
 # ----------------------------------------------------------------- export
 
-def export_llama(model, path):
+def export_llama(model, path, kv_heads=None):
     """Exports the module as llama.py does and renames each layer's MatMul
     weight to layers.{i}.{role}.weight (and lm_head.weight), names the
-    engine's elastic binding looks up."""
+    engine's elastic binding looks up. kv_heads gives each layer's KV head
+    count when they differ (an extracted sub-model)."""
     cfg = model.cfg
     in_names, out_names, axes = llama.io_names(cfg)
+    hd = cfg.dim // cfg.n_heads
+    heads = kv_heads or [cfg.n_kv_heads] * cfg.n_layers
+    past = [torch.randn(2, h, 3, hd) for h in heads for _ in (0, 1)]
     ex_args = (torch.randint(0, cfg.vocab, (2, 5)), torch.ones(2, 8, dtype=torch.int64),
-               torch.arange(3, 8).repeat(2, 1),
-               *[torch.randn(t.shape) for t in llama.empty_past(cfg, 2, 3)])
+               torch.arange(3, 8).repeat(2, 1), *past)
     tmp = path + ".tmp"
     m = exportlib.export_onnx(model, ex_args, tmp, in_names, out_names, axes)
     layers, head = llama_weight_nodes(m.graph, cfg.n_layers)
@@ -613,6 +622,57 @@ def write_calib(calib_dir, out, calib_tokens=6400, seq=256, seed=1234):
     print(f"elastic: {calib.shape[0]} windows x {calib.shape[1]} tokens -> {out}")
 
 
+def extract_level(src_dir, out_dir, pct, log=print):
+    """Writes one level of an elastic model as a model of its own: each
+    layer's weights cut to the level's prefix (gathered into smaller
+    matrices), for comparing one elastic copy against separate models kept
+    resident. The sub-model is checked against the elastic model with the
+    inactive units' O and down inputs zeroed (what the prefix computes)."""
+    with open(os.path.join(src_dir, "elastic.json")) as f:
+        meta = json.load(f)
+    lv = next((x for x in meta["levels"] if x["level"] == pct), None)
+    if lv is None:
+        raise SystemExit(f"elastic: {src_dir} has no level {pct}% (levels {[x['level'] for x in meta['levels']]})")
+    model, cfg = load_llama_onnx(os.path.join(src_dir, "model.onnx"))
+    hd = cfg.dim // cfg.n_heads
+    ids = torch.from_numpy(np.random.RandomState(5).randint(0, cfg.vocab, (2, 33)))
+    with torch.no_grad():
+        saved = [(p, p.clone()) for layer in model.layers for p in (layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight)]
+        for layer, w in zip(model.layers, lv["layers"]):
+            layer.self_attn.o_proj.weight[:, w["q_heads"] * hd:] = 0
+            layer.mlp.down_proj.weight[:, w["ffn"]:] = 0
+        ref = llama_logits(model, ids)
+        for p, v in saved:
+            p.copy_(v)
+
+        def cut(lin, n_out, n_in):
+            new = torch.nn.Linear(n_in, n_out, bias=False)
+            new.weight.copy_(lin.weight[:n_out, :n_in])
+            return new
+
+        for layer, w in zip(model.layers, lv["layers"]):
+            a, m = layer.self_attn, layer.mlp
+            q, kv, f = w["q_heads"] * hd, w["kv_heads"] * hd, w["ffn"]
+            a.q_proj, a.k_proj = cut(a.q_proj, q, cfg.dim), cut(a.k_proj, kv, cfg.dim)
+            a.v_proj, a.o_proj = cut(a.v_proj, kv, cfg.dim), cut(a.o_proj, cfg.dim, q)
+            a.n_heads, a.n_kv = w["q_heads"], w["kv_heads"]
+            m.gate_proj, m.up_proj, m.down_proj = cut(m.gate_proj, f, cfg.dim), cut(m.up_proj, f, cfg.dim), cut(m.down_proj, cfg.dim, f)
+        got = llama_logits(model, ids)
+    err = (got - ref).abs().max().item()
+    if err > 1e-4:
+        raise SystemExit(f"elastic: the extracted level {pct}% differs from the elastic prefix by {err}")
+    os.makedirs(out_dir, exist_ok=True)
+    export_llama(model, os.path.join(out_dir, "model.onnx"), kv_heads=[w["kv_heads"] for w in lv["layers"]])
+    for f in ("tokenizer.json", "config.json"):
+        if os.path.exists(os.path.join(src_dir, f)):
+            shutil.copyfile(os.path.join(src_dir, f), os.path.join(out_dir, f))
+    n_params = sum(p.numel() for n, p in model.named_parameters())
+    _atomic_json(os.path.join(out_dir, "level.json"),
+                 {"level": pct, "from": os.path.abspath(src_dir), "layers": lv["layers"], "parameters": n_params,
+                  "max_abs_vs_elastic_prefix": err})
+    log(f"elastic: level {pct}% -> {out_dir}: {n_params} parameters, max |logit diff| vs the elastic prefix {err:.3g}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -634,6 +694,10 @@ def main():
     c.add_argument("--calib-tokens", type=int, default=6400)
     c.add_argument("--seq", type=int, default=256)
     c.add_argument("--seed", type=int, default=1234)
+    x = sub.add_parser("extract", help="write one level as a separate model (its prefix gathered)")
+    x.add_argument("--from", dest="src", required=True, help="an elastic model folder")
+    x.add_argument("--out", required=True)
+    x.add_argument("--level", type=int, required=True)
     d = sub.add_parser("droplayers", help="baseline: drop the least important whole layers")
     d.add_argument("--model", required=True)
     d.add_argument("--out", required=True)
@@ -655,6 +719,9 @@ def main():
     a = ap.parse_args()
     if a.cmd == "calib":
         write_calib(a.calib, a.out, a.calib_tokens, a.seq, a.seed)
+        return
+    if a.cmd == "extract":
+        extract_level(a.src, a.out, a.level)
         return
     if a.cmd == "reorder":
         reorder_like(a.src, a.model, a.out, a.order, a.seed)

@@ -154,14 +154,14 @@ func setBenchLevel(em *elastic.Model, lv benchLevel) error {
 }
 
 func runElastic(args []string) error {
-	const usage = "usage: tl elastic build --model DIR --out DIR --calib WORKDIR [--order importance|random|none] [--anchors 0.2] [--group 32] [--calib-tokens 6400] [--seed N]\n       tl elastic show DIR [--json]\n       tl elastic importance --model M --text FILE | --tokens FILE.npy --out FILE [--seq 256] [--windows 25] [--device go]\n       tl elastic profile --model M [--tlm DIR] [--lengths 16,32,64,128,192] [--levels 20,40,60,80,100] [-r 3] [--out profile.json]\n       tl elastic trace --model M --grid grid_eval.jsonl [--tlm DIR] [--alpha -0.25,0,0.25] [--requests 30] [--strategies tlm,greedy,random,oracle] [--check N] [--out trace.json]"
+	const usage = "usage: tl elastic build --model DIR --out DIR --calib WORKDIR [--order importance|random|none] [--anchors 0.2] [--group 32] [--calib-tokens 6400] [--seed N]\n       tl elastic show DIR [--json]\n       tl elastic importance --model M --text FILE | --tokens FILE.npy --out FILE [--seq 256] [--windows 25] [--device go]\n       tl elastic memory --model ELASTIC [--lora DIR|auto] [--tlm DIR] | --models M1,M2,... [--prompt 64] [--ctx N] [--json]\n       tl elastic profile --model M [--tlm DIR] [--lengths 16,32,64,128,192] [--levels 20,40,60,80,100] [-r 3] [--out profile.json]\n       tl elastic trace --model M --grid grid_eval.jsonl [--tlm DIR] [--alpha -0.25,0,0.25] [--requests 30] [--strategies tlm,greedy,random,oracle] [--check N] [--out trace.json]"
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fmt.Fprintln(stderr, usage)
 		return flag.ErrHelp
 	}
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
-		return fmt.Errorf("tl elastic: give build, show, importance, profile or trace")
+		return fmt.Errorf("tl elastic: give build, show, importance, memory, profile or trace")
 	}
 	switch args[0] {
 	case "show":
@@ -170,13 +170,15 @@ func runElastic(args []string) error {
 		return elasticBuild(args[1:])
 	case "importance":
 		return elasticImportance(args[1:])
+	case "memory":
+		return elasticMemory(args[1:])
 	case "profile":
 		return elasticProfile(args[1:])
 	case "trace":
 		return elasticTrace(args[1:])
 	}
 	fmt.Fprintln(stderr, usage)
-	return fmt.Errorf("tl elastic: %q: give build, show, importance, profile or trace", args[0])
+	return fmt.Errorf("tl elastic: %q: give build, show, importance, memory, profile or trace", args[0])
 }
 
 // elasticScript finds models/elastic/elastic.py: $TLITE_REPO, else the
