@@ -246,12 +246,16 @@ def load_importance(path, cfg):
         q, n = ly.get("q_heads") or [], ly.get("neurons") or []
         if len(q) != cfg.n_heads or len(n) != cfg.ffn:
             raise SystemExit(f"elastic: {path}: layer {l} has {len(q)} head and {len(n)} neuron scores")
-        vals = q + n
-        if any(not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 for x in vals):
-            raise SystemExit(f"elastic: {path}: layer {l} has a negative or non-finite score")
-        out.append({"q_signed": torch.tensor(q, dtype=torch.float64),
-                    "kv_signed": torch.zeros(cfg.n_kv_heads, dtype=torch.float64),
-                    "neuron": torch.tensor(n, dtype=torch.float64)})
+        g = cfg.n_heads // cfg.n_kv_heads
+        kv = ly.get("kv_groups") or [sum(q[k * g:(k + 1) * g]) for k in range(cfg.n_kv_heads)]
+        vals = q + n + kv
+        if len(kv) != cfg.n_kv_heads or any(not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 for x in vals):
+            raise SystemExit(f"elastic: {path}: layer {l} has a negative or non-finite score, or {len(kv)} KV groups")
+        qt = torch.tensor(q, dtype=torch.float64)
+        # gqa_order ranks a group by |sum of its heads + kv_signed|: this
+        # kv_signed makes that the file's group score.
+        kvt = torch.tensor(kv, dtype=torch.float64) - qt.reshape(cfg.n_kv_heads, g).sum(1)
+        out.append({"q_signed": qt, "kv_signed": kvt, "neuron": torch.tensor(n, dtype=torch.float64)})
     header = {k: d.get(k) for k in ("method", "tokens", "windows", "calibration_loss", "source", "backend")}
     header["file"] = os.path.abspath(path)
     return out, header
@@ -612,6 +616,28 @@ def reorder_like(src_dir, model_dir, out_dir, order, seed=1234, log=print):
     log(f"elastic: {order} order with the levels of {src_dir} -> {out_dir} (fp64 equivalence {err64:.3g})")
 
 
+def taylor_scores(model_dir, calib_dir, out, calib_tokens=6400, seq=256, seed=1234, log=print):
+    """Writes the Taylor scores build computes in the scores-file format of
+    `tl elastic importance` (method "taylor"): per head |its Q/O term|, per
+    KV group |members + the group's K/V| (the value gqa_order ranks by), per
+    neuron its term; for comparing the two methods' orders."""
+    model, cfg = load_llama_onnx(os.path.join(model_dir, "model.onnx"))
+    calib = calibration_windows(calib_dir, calib_tokens, seq, seed)
+    imps, base = llama_importance(model, calib)
+    g = cfg.n_heads // cfg.n_kv_heads
+    layers = []
+    for imp in imps:
+        q = imp["q_signed"]
+        kv = [abs(float(q[k * g:(k + 1) * g].sum() + imp["kv_signed"][k])) for k in range(cfg.n_kv_heads)]
+        layers.append({"q_heads": q.abs().tolist(), "kv_groups": kv, "neurons": imp["neuron"].tolist()})
+    _atomic_json(out, {"format": IMPORTANCE_FORMAT, "method": "taylor: first-order |sum dL/dW * W| (PyTorch)",
+                       "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
+                       "head_dim": cfg.dim // cfg.n_heads, "ffn": cfg.ffn, "tokens": int(calib.numel()),
+                       "windows": int(calib.shape[0]), "calibration_loss": base,
+                       "source": os.path.join(model_dir, "model.onnx"), "layers": layers})
+    log(f"elastic: Taylor scores ({calib.numel()} tokens, loss {base:.4f}) -> {out}")
+
+
 def write_calib(calib_dir, out, calib_tokens=6400, seq=256, seed=1234):
     """Writes the calibration windows build draws (same seed, same order)
     as an int64 [windows, seq] .npy, for `tl elastic importance --tokens`."""
@@ -694,6 +720,13 @@ def main():
     c.add_argument("--calib-tokens", type=int, default=6400)
     c.add_argument("--seq", type=int, default=256)
     c.add_argument("--seed", type=int, default=1234)
+    t = sub.add_parser("taylor", help="write the Taylor unit scores in the format of tl elastic importance")
+    t.add_argument("--model", required=True)
+    t.add_argument("--calib", required=True)
+    t.add_argument("--out", required=True)
+    t.add_argument("--calib-tokens", type=int, default=6400)
+    t.add_argument("--seed", type=int, default=1234)
+    t.add_argument("--threads", type=int, default=1)
     x = sub.add_parser("extract", help="write one level as a separate model (its prefix gathered)")
     x.add_argument("--from", dest="src", required=True, help="an elastic model folder")
     x.add_argument("--out", required=True)
@@ -719,6 +752,10 @@ def main():
     a = ap.parse_args()
     if a.cmd == "calib":
         write_calib(a.calib, a.out, a.calib_tokens, a.seq, a.seed)
+        return
+    if a.cmd == "taylor":
+        torch.set_num_threads(a.threads)
+        taylor_scores(a.model, a.calib, a.out, a.calib_tokens, seed=a.seed)
         return
     if a.cmd == "extract":
         extract_level(a.src, a.out, a.level)

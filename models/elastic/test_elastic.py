@@ -105,6 +105,12 @@ class ImportanceFile(unittest.TestCase):
         self.assertEqual(kv, [0, 1])
         self.assertEqual(q, [1, 0, 2, 3])
         self.assertEqual(elastic.unit_order(imps[0]["neuron"]), [2, 3, 5, 0, 4, 1])
+        # A file's own group scores (Taylor's include the K/V term) decide
+        # the group order, heads still by their own scores within a group.
+        layer = {"q_heads": [0.1, 0.2, 0.25, 0.0], "kv_groups": [0.1, 0.9], "neurons": [1.0] * 6}
+        imps, _ = elastic.load_importance(self.write(layers=[layer]), self.cfg)
+        q, kv = elastic.gqa_order(imps[0]["q_signed"], imps[0]["kv_signed"], 2)
+        self.assertEqual((q, kv), ([2, 3, 1, 0], [1, 0]))
 
     def test_refused(self):
         bad_layer = [{"q_heads": [0.1, -0.2, 0.0, 0.0], "kv_groups": [0, 0], "neurons": [0] * 6}]
