@@ -258,6 +258,11 @@ def load_importance(path, cfg):
         out.append({"q_signed": qt, "kv_signed": kvt, "neuron": torch.tensor(n, dtype=torch.float64)})
     header = {k: d.get(k) for k in ("method", "tokens", "windows", "calibration_loss", "source", "backend")}
     header["file"] = os.path.abspath(path)
+    removal = d.get("layer_removal_loss_increase")
+    if removal is not None:
+        if len(removal) != cfg.n_layers or any(not isinstance(x, (int, float)) or not math.isfinite(x) for x in removal):
+            raise SystemExit(f"elastic: {path}: layer_removal_loss_increase must be {cfg.n_layers} finite numbers")
+        header["layer_removal_loss_increase"] = removal
     return out, header
 
 
@@ -444,9 +449,14 @@ def build(model_dir, out_dir, calib_dir, order="importance", anchor_frac=0.2, gr
     else:
         imps, base = llama_importance(model, calib)
         imp_meta = {"method": "taylor: first-order |sum dL/dW * W| (PyTorch)", "tokens": int(calib.numel())}
+    if importance_from and imp_meta.get("layer_removal_loss_increase") is not None:
+        removal = imp_meta["layer_removal_loss_increase"]
+        removal_by = "tlite (tl elastic importance --layers)"
+    else:
+        removal = layer_removal(model, calib, base)
+        removal_by = "pytorch"
     if order != "importance":
         imp_meta = {"method": f"none: {order} order"}
-    removal = layer_removal(model, calib, base)
     n_anchor = int(round(anchor_frac * cfg.n_layers))
     anchors = sorted(sorted(range(cfg.n_layers), key=lambda l: -removal[l])[:n_anchor])
     log(f"elastic: base calibration loss {base:.4f}; removal loss increase {[round(x, 4) for x in removal]}; "
@@ -492,7 +502,7 @@ def build(model_dir, out_dir, calib_dir, order="importance", anchor_frac=0.2, gr
                         "sources": [f"{s}_train.npy" for s in CALIB_SOURCES],
                         "loss": base},
         "importance": imp_meta,
-        "layer_removal_loss_increase": removal,
+        "layer_removal_loss_increase": removal, "layer_removal_by": removal_by,
         "permuted_equivalence_max_abs": err, "permuted_equivalence_max_abs_fp64": err64,
         "weights": [{r: f"layers.{l}.{r}.weight" for r in ROLES} for l in range(cfg.n_layers)],
         "orders": [{"q_heads": q, "kv_heads": kv, "ffn_head": f[:8]}

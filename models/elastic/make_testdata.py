@@ -191,14 +191,19 @@ def proxy_reference(model, windows):
 
 
 def make_proxy(out):
-    """llama/proxy_ref.json: calibration windows and the PyTorch proxy
-    scores of original.onnx on them."""
+    """llama/proxy_ref.json: calibration windows, the PyTorch proxy scores
+    of original.onnx on them, its mean loss and the layer-removal loss
+    increases (elastic.layer_removal)."""
     import json
     model, cfg = elastic.load_llama_onnx(os.path.join(out, "original.onnx"))
     windows = torch.from_numpy(np.random.RandomState(77).randint(0, cfg.vocab, (3, 24)))
-    layers = proxy_reference(model.double(), windows)
+    model = model.double()
+    layers = proxy_reference(model, windows)
+    base = elastic.mean_loss(model, windows)
+    removal = elastic.layer_removal(model, windows, base)
     elastic._atomic_json(os.path.join(out, "proxy_ref.json"),
-                         {"head_dim": cfg.dim // cfg.n_heads, "windows": windows.tolist(), "layers": layers})
+                         {"head_dim": cfg.dim // cfg.n_heads, "windows": windows.tolist(), "layers": layers,
+                          "loss": base, "layer_removal_loss_increase": removal})
     print(f"proxy: layer 0 head scores {[round(x, 4) for x in layers[0]['q_heads']]}")
 
 

@@ -100,6 +100,9 @@ class ImportanceFile(unittest.TestCase):
     def test_order(self):
         imps, meta = elastic.load_importance(self.write(), self.cfg)
         self.assertEqual(meta["method"], "proxy")
+        self.assertNotIn("layer_removal_loss_increase", meta)
+        _, meta = elastic.load_importance(self.write(layer_removal_loss_increase=[0.5]), self.cfg)
+        self.assertEqual(meta["layer_removal_loss_increase"], [0.5])
         q, kv = elastic.gqa_order(imps[0]["q_signed"], imps[0]["kv_signed"], 2)
         # group 0 sums 0.3 > group 1's 0.25; within group 1, head 2 before 3
         self.assertEqual(kv, [0, 1])
@@ -116,7 +119,8 @@ class ImportanceFile(unittest.TestCase):
         bad_layer = [{"q_heads": [0.1, -0.2, 0.0, 0.0], "kv_groups": [0, 0], "neurons": [0] * 6}]
         for over, want in [({"format": "x"}, "format"), ({"ffn": 8}, "ffn"), ({"layers": []}, "layers of scores"),
                            ({"layers": [{"q_heads": [1], "neurons": [1] * 6}]}, "head and"),
-                           ({"layers": bad_layer}, "negative")]:
+                           ({"layers": bad_layer}, "negative"),
+                           ({"layer_removal_loss_increase": [1.0, 2.0]}, "layer_removal")]:
             with self.assertRaises(SystemExit) as e:
                 elastic.load_importance(self.write(**over), self.cfg)
             self.assertIn(want, str(e.exception))

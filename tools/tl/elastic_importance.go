@@ -15,7 +15,7 @@ import (
 	"github.com/tlite/tlite/graph"
 )
 
-const importanceUsage = "usage: tl elastic importance --model M --text FILE | --tokens FILE.npy --out FILE [--seq 256] [--windows 25] [--batch 1] [--head-dim N] [--device go]"
+const importanceUsage = "usage: tl elastic importance --model M --text FILE | --tokens FILE.npy --out FILE [--layers] [--seq 256] [--windows 25] [--batch 1] [--head-dim N] [--device go]"
 
 // elasticImportance computes the forward-only importance proxy of a
 // llama-style ONNX decoder with tlite (package engine/elastic/importance)
@@ -37,6 +37,7 @@ func elasticImportance(args []string) error {
 	windows := fs.Int("windows", 25, "at most this many windows (0: all)")
 	batch := fs.Int("batch", 1, "windows per run")
 	headDim := fs.Int("head-dim", 0, "attention head size (default: config.json's head_dim, or elastic.json's)")
+	layers := fs.Bool("layers", false, "also measure layer importance by removal through tlite (one more pass over the windows per layer); elastic.py build then uses it")
 	device := fs.String("device", "", `backend: "" (OpenCL), "go" (pure-Go CPU) or an OpenCL device; env TLITE_DEVICE`)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -99,6 +100,17 @@ func elasticImportance(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *layers {
+		base, err := c.Loss()
+		if err != nil {
+			return err
+		}
+		opts := importance.Options{Engine: engine.Options{Device: dev}, HeadDim: hd, Batch: *batch, Seq: len(ws[0])}
+		s.LayerRemoval, err = importance.LayerRemoval(func() (*graph.Model, error) { return graph.Load(path) }, opts, s.NLayers, ws, base)
+		if err != nil {
+			return err
+		}
+	}
 	s.Source = path
 	s.Backend = "opencl"
 	if dev == "go" {
@@ -109,6 +121,9 @@ func elasticImportance(args []string) error {
 	}
 	fmt.Fprintf(stdout, "importance: %s, %d layers, %d windows x %d = %d tokens, calibration loss %.4f (tlite, %s), %.1f s -> %s\n",
 		importance.Method, s.NLayers, s.Windows, len(ws[0]), s.Tokens, s.Loss, s.Backend, time.Since(start).Seconds(), *out)
+	if s.LayerRemoval != nil {
+		fmt.Fprintf(stdout, "importance: loss increase with each layer removed %.4f\n", s.LayerRemoval)
+	}
 	return nil
 }
 

@@ -24,6 +24,7 @@ func TestElasticImportance(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ref struct {
+		Removal []float64 `json:"layer_removal_loss_increase"`
 		Windows [][]int64 `json:"windows"`
 		Layers  []struct {
 			QHeads  []float64 `json:"q_heads"`
@@ -45,7 +46,7 @@ func TestElasticImportance(t *testing.T) {
 	out := filepath.Join(dir, "imp.json")
 	model := filepath.Join(elasticLlama, "original.onnx")
 	msg, err := captureStdout(t, func() error {
-		return runElastic([]string{"importance", "--model", model, "--tokens", toks, "--out", out, "--head-dim", "16", "--batch", "2", "--device", "go"})
+		return runElastic([]string{"importance", "--model", model, "--tokens", toks, "--out", out, "--head-dim", "16", "--batch", "2", "--device", "go", "--layers"})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +60,7 @@ func TestElasticImportance(t *testing.T) {
 	}
 	var got struct {
 		Format, Method string
+		Removal        []float64 `json:"layer_removal_loss_increase"`
 		Layers         []struct {
 			QHeads  []float64 `json:"q_heads"`
 			Neurons []float64 `json:"neurons"`
@@ -67,10 +69,13 @@ func TestElasticImportance(t *testing.T) {
 	if err := json.Unmarshal(raw, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Format != "tlite.importance/1" || !strings.Contains(got.Method, "forward only") || len(got.Layers) != 3 {
+	if got.Format != "tlite.importance/1" || !strings.Contains(got.Method, "forward only") || len(got.Layers) != 3 || len(got.Removal) != 3 {
 		t.Fatalf("scores file: %s", raw)
 	}
 	for l := range ref.Layers {
+		if math.Abs(got.Removal[l]-ref.Removal[l]) > 2e-5 {
+			t.Errorf("layer %d removal: %g; PyTorch %g", l, got.Removal[l], ref.Removal[l])
+		}
 		for h, w := range ref.Layers[l].QHeads {
 			if g := got.Layers[l].QHeads[h]; math.Abs(g-w) > 1e-4*math.Max(1, w) {
 				t.Errorf("layer %d head %d: %g; PyTorch %g", l, h, g, w)

@@ -23,6 +23,8 @@ type ref struct {
 	HeadDim int           `json:"head_dim"`
 	Windows [][]int       `json:"windows"`
 	Layers  []LayerScores `json:"layers"`
+	Loss    float64       `json:"loss"`
+	Removal []float64     `json:"layer_removal_loss_increase"`
 }
 
 func loadRef(t *testing.T) ref {
@@ -108,6 +110,37 @@ func TestProxyMatchesPyTorch(t *testing.T) {
 				closeTo(t, "neurons", got.Neurons, want.Neurons, 1e-4)
 			}
 		})
+	}
+}
+
+// TestLayerRemovalMatchesPyTorch: the loss through tlite and each layer's
+// removal loss increase (its block zeroed to the residual passthrough)
+// equal elastic.layer_removal's in PyTorch (fp64).
+func TestLayerRemovalMatchesPyTorch(t *testing.T) {
+	r := loadRef(t)
+	open := func() (*graph.Model, error) { return graph.Load(filepath.Join(llamaDir, "original.onnx")) }
+	m, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s := score(t, m, engine.Options{Device: "go"}, r.Windows, r.HeadDim)
+	if math.Abs(s.Loss-r.Loss) > 1e-5 {
+		t.Errorf("loss %.7f; PyTorch %.7f", s.Loss, r.Loss)
+	}
+	opts := Options{Engine: engine.Options{Device: "go"}, HeadDim: r.HeadDim, Batch: 2, Seq: len(r.Windows[0])}
+	got, err := LayerRemoval(open, opts, s.NLayers, r.Windows, s.Loss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "removal", got, r.Removal, 2e-5)
+	fresh, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if _, err := New(fresh, Options{HeadDim: 16, Batch: 1, Seq: 4, Remove: []int{3}}); err == nil || !strings.Contains(err.Error(), "remove layer 3") {
+		t.Errorf("removing layer 3 of 3: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/symshape"
 )
 
@@ -26,6 +27,11 @@ type Options struct {
 	// Batch and Seq are the largest window shape Add is given: the memory
 	// plan is sized for them.
 	Batch, Seq int
+	// Remove lists layers whose blocks are replaced by their residual
+	// passthrough, for layer importance by removal: their O and down
+	// weights are zeroed, so attention and MLP add exactly 0 to the
+	// residual stream.
+	Remove []int
 }
 
 // Collector runs calibration windows through a tlite session of a
@@ -72,6 +78,16 @@ func New(m *graph.Model, opts Options) (*Collector, error) {
 		return nil, err
 	}
 	c := &Collector{layers: layers, headDim: opts.HeadDim, batch: opts.Batch, seq: opts.Seq}
+	for _, l := range opts.Remove {
+		if l < 0 || l >= len(layers) {
+			return nil, fmt.Errorf("importance: cannot remove layer %d of %d", l, len(layers))
+		}
+		for _, w := range []string{layers[l].O, layers[l].Down} {
+			if err := zeroWeight(g.Value(w)); err != nil {
+				return nil, fmt.Errorf("importance: removing layer %d: %w", l, err)
+			}
+		}
+	}
 	for l, ly := range layers {
 		q, k := g.Value(ly.Q).Const.Dims, g.Value(ly.K).Const.Dims
 		o, gate, down := g.Value(ly.O).Const.Dims, g.Value(ly.Gate).Const.Dims, g.Value(ly.Down).Const.Dims
@@ -132,6 +148,17 @@ func New(m *graph.Model, opts Options) (*Collector, error) {
 	}
 	c.s = s
 	return c, nil
+}
+
+// zeroWeight replaces an initializer's contents by zeros of the same
+// shape (the loaded tensor is a read-only view into the file).
+func zeroWeight(v *graph.Value) error {
+	t := v.Const
+	if t.Type != dtype.Float32 {
+		return fmt.Errorf("weight %s is %s; want float32", v.Name, t.Type)
+	}
+	v.Const = &graph.Tensor{Name: t.Name, Type: t.Type, Dims: t.Dims, Data: make([]byte, 4*t.NumElements())}
+	return nil
 }
 
 // rowNorms returns the L2 norm of each row of a float32 matrix.
@@ -342,6 +369,54 @@ func (c *Collector) addLoss(t *tensor.Dense, windows [][]int) error {
 	return nil
 }
 
+// Loss is the mean next-token loss over the windows added so far,
+// computed from the engine's logits.
+func (c *Collector) Loss() (float64, error) {
+	if c.logits == "" {
+		return 0, fmt.Errorf("importance: the model has no output named like logits")
+	}
+	if c.lossN == 0 {
+		return 0, fmt.Errorf("importance: no calibration tokens were run")
+	}
+	return c.lossSum / float64(c.lossN), nil
+}
+
+// LayerRemoval returns, per layer, the increase of the mean next-token loss
+// over windows when that layer's block is replaced by its residual
+// passthrough (Options.Remove), relative to base, the intact model's loss.
+// open loads a fresh copy of the model for each layer (New annotates and
+// changes the one it is given).
+func LayerRemoval(open func() (*graph.Model, error), opts Options, layers int, windows [][]int, base float64) ([]float64, error) {
+	out := make([]float64, layers)
+	for l := range out {
+		m, err := open()
+		if err != nil {
+			return nil, err
+		}
+		o := opts
+		o.Remove = []int{l}
+		loss, err := func() (float64, error) {
+			defer m.Close()
+			c, err := New(m, o)
+			if err != nil {
+				return 0, err
+			}
+			defer c.Close()
+			for i := 0; i < len(windows); i += o.Batch {
+				if err := c.Add(windows[i:min(i+o.Batch, len(windows))]); err != nil {
+					return 0, err
+				}
+			}
+			return c.Loss()
+		}()
+		if err != nil {
+			return nil, fmt.Errorf("importance: layer %d removed: %w", l, err)
+		}
+		out[l] = loss - base
+	}
+	return out, nil
+}
+
 // Scores are the proxy's unit scores of every layer, what Write stores.
 type Scores struct {
 	Format   string        `json:"format"`
@@ -357,6 +432,9 @@ type Scores struct {
 	Source   string        `json:"source,omitempty"`
 	Backend  string        `json:"backend,omitempty"`
 	Layers   []LayerScores `json:"layers"`
+	// LayerRemoval is each layer's loss increase when removed (LayerRemoval),
+	// when computed.
+	LayerRemoval []float64 `json:"layer_removal_loss_increase,omitempty"`
 }
 
 // LayerScores is one layer's unit scores in the model's original order.
