@@ -134,3 +134,52 @@ func TestElasticImportanceErrors(t *testing.T) {
 		t.Error("a failed run left a scores file")
 	}
 }
+
+// TestElasticImportanceText: --text is tokenized with the model's own
+// tokenizer.json and cut into --seq windows (the shipped model, two short
+// windows on the pure-Go backend).
+func TestElasticImportanceText(t *testing.T) {
+	dir := t.TempDir()
+	text := filepath.Join(dir, "calib.txt")
+	if err := os.WriteFile(text, []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "imp.json")
+	msg, err := captureStdout(t, func() error {
+		return runElastic([]string{"importance", "--model", "../../testdata/longctx", "--text", text, "--out", out,
+			"--seq", "12", "--windows", "2", "--batch", "2", "--device", "go"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg, "2 windows x 12 = 24 tokens") {
+		t.Errorf("summary: %s", msg)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		NHeads   int `json:"n_heads"`
+		NKVHeads int `json:"n_kv_heads"`
+		HeadDim  int `json:"head_dim"`
+		FFN      int `json:"ffn"`
+		Layers   []struct {
+			QHeads []float64 `json:"q_heads"`
+		} `json:"layers"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	// config.json: 6 layers, 8/4 heads of 32, FFN 768.
+	if got.NHeads != 8 || got.NKVHeads != 4 || got.HeadDim != 32 || got.FFN != 768 || len(got.Layers) != 6 {
+		t.Fatalf("scores header %s", raw[:200])
+	}
+	for l, ly := range got.Layers {
+		for h, v := range ly.QHeads {
+			if !(v > 0) {
+				t.Errorf("layer %d head %d scores %v; a trained head's output is not zero", l, h, v)
+			}
+		}
+	}
+}
