@@ -88,7 +88,7 @@ func elasticImportance(args []string) error {
 	start := time.Now()
 	c, err := importance.New(m, importance.Options{Engine: engine.Options{Device: dev}, HeadDim: hd, Batch: *batch, Seq: len(ws[0])})
 	if err != nil {
-		return fmt.Errorf("importance: %s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	defer c.Close()
 	for i := 0; i < len(ws); i += *batch {
