@@ -445,7 +445,7 @@ def build(model_dir, out_dir, calib_dir, order="importance", anchor_frac=0.2, gr
         imps, imp_meta = load_importance(importance_from, cfg)
         base = mean_loss(model, calib)
         log(f"elastic: unit importance from {importance_from}: {imp_meta['method']} "
-            f"({imp_meta['tokens']} tokens, tlite loss {imp_meta['calibration_loss']})")
+            f"({imp_meta['tokens']} tokens, calibration loss {imp_meta['calibration_loss']} from {imp_meta.get('backend') or 'pytorch'})")
     else:
         imps, base = llama_importance(model, calib)
         imp_meta = {"method": "taylor: first-order |sum dL/dW * W| (PyTorch)", "tokens": int(calib.numel())}
