@@ -32,6 +32,17 @@ models/export/llama.py's module (no training checkpoint needed), computes
 and writes OUT/model.onnx (the permuted model, weights renamed
 layers.{i}.{role}.weight), OUT/elastic.json, tokenizer.json and config.json.
 
+Unit importance from a file (`--importance-from FILE`): the scores written
+by `tl elastic importance` (engine/elastic/importance), a forward-only
+proxy computed by tlite itself for an ONNX file without its PyTorch source:
+per query head mean |attention output| x the norm of W_o's rows of that
+head, per neuron mean |act(gate)*up| x the norm of W_down's row, KV groups
+by their heads' summed score. Everything after the scores (layer removal,
+anchors, levels, permutation, export) is the same code; elastic.json's
+"importance" says which method ordered the units. `elastic.py calib` writes
+the calibration windows build draws, so that both methods can see the same
+tokens.
+
 Orders: importance (the method), random (seeded permutation: the ablation
 "without reordering" that keeps the same level sizes), none (the original
 order, prefixes of the unpermuted weights).
@@ -143,14 +154,20 @@ def llama_logits(model, ids, skip=()):
     b, s = ids.shape
     mask = torch.ones(b, s, dtype=torch.int64)
     pos = torch.arange(s).repeat(b, 1)
+    hd = cfg.dim // cfg.n_heads
+
+    def empty(layers):
+        # each layer's own KV head count (an extracted level's layers differ)
+        return [torch.zeros(b, ly.self_attn.n_kv, 0, hd, dtype=model.embed_tokens.weight.dtype)
+                for ly in layers for _ in (0, 1)]
+
     if not skip:
-        return model(ids, mask, pos, *llama.empty_past(cfg, b, 0))[0]
+        return model(ids, mask, pos, *empty(model.layers))[0]
     saved = model.layers
     try:
         kept = torch.nn.ModuleList(layer for i, layer in enumerate(saved) if i not in skip)
         model.layers = kept
-        cfg2 = dataclasses.replace(cfg, n_layers=len(kept))
-        return model(ids, mask, pos, *llama.empty_past(cfg2, b, 0))[0]
+        return model(ids, mask, pos, *empty(kept))[0]
     finally:
         model.layers = saved
 
@@ -203,6 +220,57 @@ def llama_importance(model, calib, batch=4):
         out.append({"q_signed": (qh + oh), "kv_signed": (kh + vh), "neuron": neur.abs()})
     model.zero_grad()
     return out, total
+
+
+IMPORTANCE_FORMAT = "tlite.importance/1"
+
+
+def load_importance(path, cfg):
+    """Reads a scores file of `tl elastic importance` and returns the
+    per-layer dicts llama_importance returns (the proxy has no separate K/V
+    term: a KV group's score is its heads' sum), plus the file's header."""
+    with open(path) as f:
+        d = json.load(f)
+    if d.get("format") != IMPORTANCE_FORMAT:
+        raise SystemExit(f"elastic: {path}: format {d.get('format')!r}; want {IMPORTANCE_FORMAT!r}")
+    want = {"n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "ffn": cfg.ffn,
+            "head_dim": cfg.dim // cfg.n_heads}
+    for k, v in want.items():
+        if d.get(k) != v:
+            raise SystemExit(f"elastic: {path}: {k} {d.get(k)} but the model has {v}")
+    layers = d.get("layers") or []
+    if len(layers) != cfg.n_layers:
+        raise SystemExit(f"elastic: {path}: {len(layers)} layers of scores for {cfg.n_layers}")
+    out = []
+    for l, ly in enumerate(layers):
+        q, n = ly.get("q_heads") or [], ly.get("neurons") or []
+        if len(q) != cfg.n_heads or len(n) != cfg.ffn:
+            raise SystemExit(f"elastic: {path}: layer {l} has {len(q)} head and {len(n)} neuron scores")
+        g = cfg.n_heads // cfg.n_kv_heads
+        kv = ly.get("kv_groups") or [sum(q[k * g:(k + 1) * g]) for k in range(cfg.n_kv_heads)]
+        vals = q + n + kv
+        if len(kv) != cfg.n_kv_heads or any(not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 for x in vals):
+            raise SystemExit(f"elastic: {path}: layer {l} has a negative or non-finite score, or {len(kv)} KV groups")
+        qt = torch.tensor(q, dtype=torch.float64)
+        # gqa_order ranks a group by |sum of its heads + kv_signed|: this
+        # kv_signed makes that the file's group score.
+        kvt = torch.tensor(kv, dtype=torch.float64) - qt.reshape(cfg.n_kv_heads, g).sum(1)
+        out.append({"q_signed": qt, "kv_signed": kvt, "neuron": torch.tensor(n, dtype=torch.float64)})
+    header = {k: d.get(k) for k in ("method", "tokens", "windows", "calibration_loss", "source", "backend")}
+    header["file"] = os.path.abspath(path)
+    removal = d.get("layer_removal_loss_increase")
+    if removal is not None:
+        if len(removal) != cfg.n_layers or any(not isinstance(x, (int, float)) or not math.isfinite(x) for x in removal):
+            raise SystemExit(f"elastic: {path}: layer_removal_loss_increase must be {cfg.n_layers} finite numbers")
+        header["layer_removal_loss_increase"] = removal
+    return out, header
+
+
+def mean_loss(model, calib, batch=8):
+    """Mean next-token loss over the calibration windows."""
+    with torch.no_grad():
+        return sum(lm_loss(llama_logits(model, calib[i:i + batch]), calib[i:i + batch]).item() * calib[i:i + batch].shape[0]
+                   for i in range(0, calib.shape[0], batch)) / calib.shape[0]
 
 
 def gqa_order(q_signed, kv_signed, n_kv, rng=None, order="importance"):
@@ -319,15 +387,18 @@ def plan_levels(cfg, anchors, group, levels=LEVELS):
 
 # ----------------------------------------------------------------- export
 
-def export_llama(model, path):
+def export_llama(model, path, kv_heads=None):
     """Exports the module as llama.py does and renames each layer's MatMul
     weight to layers.{i}.{role}.weight (and lm_head.weight), names the
-    engine's elastic binding looks up."""
+    engine's elastic binding looks up. kv_heads gives each layer's KV head
+    count when they differ (an extracted sub-model)."""
     cfg = model.cfg
     in_names, out_names, axes = llama.io_names(cfg)
+    hd = cfg.dim // cfg.n_heads
+    heads = kv_heads or [cfg.n_kv_heads] * cfg.n_layers
+    past = [torch.randn(2, h, 3, hd) for h in heads for _ in (0, 1)]
     ex_args = (torch.randint(0, cfg.vocab, (2, 5)), torch.ones(2, 8, dtype=torch.int64),
-               torch.arange(3, 8).repeat(2, 1),
-               *[torch.randn(t.shape) for t in llama.empty_past(cfg, 2, 3)])
+               torch.arange(3, 8).repeat(2, 1), *past)
     tmp = path + ".tmp"
     m = exportlib.export_onnx(model, ex_args, tmp, in_names, out_names, axes)
     layers, head = llama_weight_nodes(m.graph, cfg.n_layers)
@@ -359,7 +430,7 @@ def _atomic_json(path, obj):
 
 
 def build(model_dir, out_dir, calib_dir, order="importance", anchor_frac=0.2, group=32,
-          calib_tokens=6400, seq=256, seed=1234, log=print):
+          calib_tokens=6400, seq=256, seed=1234, importance_from=None, log=print):
     src = os.path.join(model_dir, "model.onnx")
     model, cfg = load_llama_onnx(src)
     calib = calibration_windows(calib_dir, calib_tokens, seq, seed)
@@ -370,8 +441,22 @@ def build(model_dir, out_dir, calib_dir, order="importance", anchor_frac=0.2, gr
         ref = llama_logits(model, ids)
         ref64 = llama_logits(model.double(), ids)
     model.float()
-    imps, base = llama_importance(model, calib)
-    removal = layer_removal(model, calib, base)
+    if importance_from:
+        imps, imp_meta = load_importance(importance_from, cfg)
+        base = mean_loss(model, calib)
+        log(f"elastic: unit importance from {importance_from}: {imp_meta['method']} "
+            f"({imp_meta['tokens']} tokens, calibration loss {imp_meta['calibration_loss']} from {imp_meta.get('backend') or 'pytorch'})")
+    else:
+        imps, base = llama_importance(model, calib)
+        imp_meta = {"method": "taylor: first-order |sum dL/dW * W| (PyTorch)", "tokens": int(calib.numel())}
+    if importance_from and imp_meta.get("layer_removal_loss_increase") is not None:
+        removal = imp_meta["layer_removal_loss_increase"]
+        removal_by = "tlite (tl elastic importance --layers)"
+    else:
+        removal = layer_removal(model, calib, base)
+        removal_by = "pytorch"
+    if order != "importance":
+        imp_meta = {"method": f"none: {order} order"}
     n_anchor = int(round(anchor_frac * cfg.n_layers))
     anchors = sorted(sorted(range(cfg.n_layers), key=lambda l: -removal[l])[:n_anchor])
     log(f"elastic: base calibration loss {base:.4f}; removal loss increase {[round(x, 4) for x in removal]}; "
@@ -416,7 +501,8 @@ def build(model_dir, out_dir, calib_dir, order="importance", anchor_frac=0.2, gr
         "calibration": {"tokens": int(calib.numel()), "windows": int(calib.shape[0]), "seq": seq,
                         "sources": [f"{s}_train.npy" for s in CALIB_SOURCES],
                         "loss": base},
-        "layer_removal_loss_increase": removal,
+        "importance": imp_meta,
+        "layer_removal_loss_increase": removal, "layer_removal_by": removal_by,
         "permuted_equivalence_max_abs": err, "permuted_equivalence_max_abs_fp64": err64,
         "weights": [{r: f"layers.{l}.{r}.weight" for r in ROLES} for l in range(cfg.n_layers)],
         "orders": [{"q_heads": q, "kv_heads": kv, "ffn_head": f[:8]}
@@ -540,6 +626,89 @@ def reorder_like(src_dir, model_dir, out_dir, order, seed=1234, log=print):
     log(f"elastic: {order} order with the levels of {src_dir} -> {out_dir} (fp64 equivalence {err64:.3g})")
 
 
+def taylor_scores(model_dir, calib_dir, out, calib_tokens=6400, seq=256, seed=1234, log=print):
+    """Writes the Taylor scores build computes in the scores-file format of
+    `tl elastic importance` (method "taylor"): per head |its Q/O term|, per
+    KV group |members + the group's K/V| (the value gqa_order ranks by), per
+    neuron its term; for comparing the two methods' orders."""
+    model, cfg = load_llama_onnx(os.path.join(model_dir, "model.onnx"))
+    calib = calibration_windows(calib_dir, calib_tokens, seq, seed)
+    imps, base = llama_importance(model, calib)
+    g = cfg.n_heads // cfg.n_kv_heads
+    layers = []
+    for imp in imps:
+        q = imp["q_signed"]
+        kv = [abs(float(q[k * g:(k + 1) * g].sum() + imp["kv_signed"][k])) for k in range(cfg.n_kv_heads)]
+        layers.append({"q_heads": q.abs().tolist(), "kv_groups": kv, "neurons": imp["neuron"].tolist()})
+    _atomic_json(out, {"format": IMPORTANCE_FORMAT, "method": "taylor: first-order |sum dL/dW * W| (PyTorch)",
+                       "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
+                       "head_dim": cfg.dim // cfg.n_heads, "ffn": cfg.ffn, "tokens": int(calib.numel()),
+                       "windows": int(calib.shape[0]), "calibration_loss": base,
+                       "source": os.path.join(model_dir, "model.onnx"), "layers": layers})
+    log(f"elastic: Taylor scores ({calib.numel()} tokens, loss {base:.4f}) -> {out}")
+
+
+def write_calib(calib_dir, out, calib_tokens=6400, seq=256, seed=1234):
+    """Writes the calibration windows build draws (same seed, same order)
+    as an int64 [windows, seq] .npy, for `tl elastic importance --tokens`."""
+    calib = calibration_windows(calib_dir, calib_tokens, seq, seed)
+    tmp = out + ".tmp.npy"
+    np.save(tmp, calib.numpy().astype(np.int64), allow_pickle=False)
+    os.replace(tmp, out)
+    print(f"elastic: {calib.shape[0]} windows x {calib.shape[1]} tokens -> {out}")
+
+
+def extract_level(src_dir, out_dir, pct, log=print):
+    """Writes one level of an elastic model as a model of its own: each
+    layer's weights cut to the level's prefix (gathered into smaller
+    matrices), for comparing one elastic copy against separate models kept
+    resident. The sub-model is checked against the elastic model with the
+    inactive units' O and down inputs zeroed (what the prefix computes)."""
+    with open(os.path.join(src_dir, "elastic.json")) as f:
+        meta = json.load(f)
+    lv = next((x for x in meta["levels"] if x["level"] == pct), None)
+    if lv is None:
+        raise SystemExit(f"elastic: {src_dir} has no level {pct}% (levels {[x['level'] for x in meta['levels']]})")
+    model, cfg = load_llama_onnx(os.path.join(src_dir, "model.onnx"))
+    hd = cfg.dim // cfg.n_heads
+    ids = torch.from_numpy(np.random.RandomState(5).randint(0, cfg.vocab, (2, 33)))
+    with torch.no_grad():
+        saved = [(p, p.clone()) for layer in model.layers for p in (layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight)]
+        for layer, w in zip(model.layers, lv["layers"]):
+            layer.self_attn.o_proj.weight[:, w["q_heads"] * hd:] = 0
+            layer.mlp.down_proj.weight[:, w["ffn"]:] = 0
+        ref = llama_logits(model, ids)
+        for p, v in saved:
+            p.copy_(v)
+
+        def cut(lin, n_out, n_in):
+            new = torch.nn.Linear(n_in, n_out, bias=False)
+            new.weight.copy_(lin.weight[:n_out, :n_in])
+            return new
+
+        for layer, w in zip(model.layers, lv["layers"]):
+            a, m = layer.self_attn, layer.mlp
+            q, kv, f = w["q_heads"] * hd, w["kv_heads"] * hd, w["ffn"]
+            a.q_proj, a.k_proj = cut(a.q_proj, q, cfg.dim), cut(a.k_proj, kv, cfg.dim)
+            a.v_proj, a.o_proj = cut(a.v_proj, kv, cfg.dim), cut(a.o_proj, cfg.dim, q)
+            a.n_heads, a.n_kv = w["q_heads"], w["kv_heads"]
+            m.gate_proj, m.up_proj, m.down_proj = cut(m.gate_proj, f, cfg.dim), cut(m.up_proj, f, cfg.dim), cut(m.down_proj, cfg.dim, f)
+        got = llama_logits(model, ids)
+    err = (got - ref).abs().max().item()
+    if err > 1e-4:
+        raise SystemExit(f"elastic: the extracted level {pct}% differs from the elastic prefix by {err}")
+    os.makedirs(out_dir, exist_ok=True)
+    export_llama(model, os.path.join(out_dir, "model.onnx"), kv_heads=[w["kv_heads"] for w in lv["layers"]])
+    for f in ("tokenizer.json", "config.json"):
+        if os.path.exists(os.path.join(src_dir, f)):
+            shutil.copyfile(os.path.join(src_dir, f), os.path.join(out_dir, f))
+    n_params = sum(p.numel() for n, p in model.named_parameters())
+    _atomic_json(os.path.join(out_dir, "level.json"),
+                 {"level": pct, "from": os.path.abspath(src_dir), "layers": lv["layers"], "parameters": n_params,
+                  "max_abs_vs_elastic_prefix": err})
+    log(f"elastic: level {pct}% -> {out_dir}: {n_params} parameters, max |logit diff| vs the elastic prefix {err:.3g}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -553,6 +722,25 @@ def main():
     b.add_argument("--calib-tokens", type=int, default=6400)
     b.add_argument("--seed", type=int, default=1234)
     b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--importance-from", help="unit scores of `tl elastic importance` (forward-only proxy) "
+                   "instead of the Taylor scores computed here")
+    c = sub.add_parser("calib", help="write the calibration windows build uses, as .npy")
+    c.add_argument("--calib", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--calib-tokens", type=int, default=6400)
+    c.add_argument("--seq", type=int, default=256)
+    c.add_argument("--seed", type=int, default=1234)
+    t = sub.add_parser("taylor", help="write the Taylor unit scores in the format of tl elastic importance")
+    t.add_argument("--model", required=True)
+    t.add_argument("--calib", required=True)
+    t.add_argument("--out", required=True)
+    t.add_argument("--calib-tokens", type=int, default=6400)
+    t.add_argument("--seed", type=int, default=1234)
+    t.add_argument("--threads", type=int, default=1)
+    x = sub.add_parser("extract", help="write one level as a separate model (its prefix gathered)")
+    x.add_argument("--from", dest="src", required=True, help="an elastic model folder")
+    x.add_argument("--out", required=True)
+    x.add_argument("--level", type=int, required=True)
     d = sub.add_parser("droplayers", help="baseline: drop the least important whole layers")
     d.add_argument("--model", required=True)
     d.add_argument("--out", required=True)
@@ -572,6 +760,16 @@ def main():
     o.add_argument("--order", choices=("random", "none"), required=True)
     o.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
+    if a.cmd == "calib":
+        write_calib(a.calib, a.out, a.calib_tokens, a.seq, a.seed)
+        return
+    if a.cmd == "taylor":
+        torch.set_num_threads(a.threads)
+        taylor_scores(a.model, a.calib, a.out, a.calib_tokens, seed=a.seed)
+        return
+    if a.cmd == "extract":
+        extract_level(a.src, a.out, a.level)
+        return
     if a.cmd == "reorder":
         reorder_like(a.src, a.model, a.out, a.order, a.seed)
         return
@@ -582,7 +780,10 @@ def main():
     if a.cmd == "droplayers":
         drop_layers(a.model, a.out, a.calib, a.drop, seed=a.seed, removal_from=a.removal_from)
         return
-    build(a.model, a.out, a.calib, a.order, a.anchors, a.group, a.calib_tokens, seed=a.seed)
+    if a.importance_from and a.order != "importance":
+        raise SystemExit("elastic: --importance-from gives the importance order; it cannot go with --order " + a.order)
+    build(a.model, a.out, a.calib, a.order, a.anchors, a.group, a.calib_tokens, seed=a.seed,
+          importance_from=a.importance_from)
 
 
 if __name__ == "__main__":

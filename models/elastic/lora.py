@@ -5,6 +5,7 @@ scored in PyTorch, and saved for the engine.
     /usr/bin/python3 models/elastic/lora.py --model OUT --calib /work/train7 --levels 20,40,60 \
         --steps 150 --batch 4 --seq 128 --text EVAL.txt [--save OUT/lora]
     /usr/bin/python3 models/elastic/lora.py convert --npz OUT/lora/level-20.npz --level 20 --layers 6
+    /usr/bin/python3 models/elastic/lora.py untrained --model OUT --save DIR [--levels 20,...,100]
 
 --save writes OUT/lora/level-XX.bin (the engine's format, below; tlite
 attaches them with --lora or finds them beside the model) and the older
@@ -179,9 +180,35 @@ def convert(argv):
     print(f"lora: wrote {out}")
 
 
+def untrained(argv):
+    """Writes each level's adapters as initialised and not trained (A random,
+    B zero: they add nothing): files of exactly the shapes and bytes of
+    trained ones, for memory and cost measurements without the training."""
+    ap = argparse.ArgumentParser(prog="lora.py untrained", description=untrained.__doc__)
+    ap.add_argument("--model", required=True, help="an elastic model folder")
+    ap.add_argument("--levels", default="20,30,40,50,60,70,80,90,100")
+    ap.add_argument("--save", required=True, help="folder for level-XX.bin")
+    a = ap.parse_args(argv)
+    with open(os.path.join(a.model, "elastic.json")) as f:
+        meta = json.load(f)
+    levels = {lv["level"]: lv for lv in meta["levels"]}
+    model, cfg = elastic.load_llama_onnx(os.path.join(a.model, "model.onnx"))
+    hd = cfg.dim // cfg.n_heads
+    os.makedirs(a.save, exist_ok=True)
+    for pct in [int(x) for x in a.levels.split(",")]:
+        if pct not in levels:
+            raise SystemExit(f"lora: {a.model} has no level {pct}%")
+        ad = LoRA(model, levels[pct], hd, seed=pct)
+        save_bin(os.path.join(a.save, f"level-{pct:02d}.bin"), pct, ad.params, cfg.n_layers)
+        ad.remove()
+        print(f"lora: level {pct}%: {ad.numel()} untrained adapter parameters -> {a.save}")
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "convert":
         return convert(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "untrained":
+        return untrained(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="an elastic model folder (tl elastic build)")
     ap.add_argument("--calib", required=True, help="training work dir with {fortunes,pydoc,debref}_train.npy")

@@ -14,6 +14,9 @@ llama/   a 3-layer llama.py model (RoPE, GQA 4 query / 2 KV heads, SwiGLU,
          .npy files: input ids, the original model's logits, and per level
          the logits of the truncated sub-model computed in PyTorch by
          zeroing the inactive heads' O columns and neurons' down columns.
+llama/proxy_ref.json: calibration windows and the forward-only importance
+         proxy of original.onnx on them, computed in PyTorch by hooks
+         (engine/elastic/importance checks tlite against it; `--only proxy`).
 llama/lora/level-{20,60}.bin and llama/logits_lora_level{020,060}.npy:
          random LoRA adapters (rank 8, alpha 16, nonzero A and B; the O and
          down A rows past the level's prefix zero, as lora.py trains them)
@@ -148,6 +151,62 @@ def make_lora(out):
         save(os.path.join(out, f"logits_lora_level{pct:03d}.npy"), with_lora.numpy())
 
 
+def proxy_reference(model, windows):
+    """The forward-only importance proxy computed independently in PyTorch
+    (hooks on the O and down projections' inputs), the reference of
+    engine/elastic/importance: per query head the sum over its channels of
+    mean |attention output| times the norm of o_proj's input column, per
+    neuron mean |act(gate)*up| times the norm of down_proj's input column,
+    per KV group the sum of its heads."""
+    cfg = model.cfg
+    hd = cfg.dim // cfg.n_heads
+    sums = {}
+
+    def hook(key):
+        def f(mod, inp):
+            x = inp[0].detach().double()
+            sums[key] = sums.get(key, 0) + x.abs().reshape(-1, x.shape[-1]).sum(0)
+        return f
+
+    hs = []
+    for l, layer in enumerate(model.layers):
+        hs.append(layer.self_attn.o_proj.register_forward_pre_hook(hook(("o", l))))
+        hs.append(layer.mlp.down_proj.register_forward_pre_hook(hook(("down", l))))
+    with torch.no_grad():
+        elastic.llama_logits(model, windows)
+    for h in hs:
+        h.remove()
+    n = windows.numel()
+    g = cfg.n_heads // cfg.n_kv_heads
+    out = []
+    for l, layer in enumerate(model.layers):
+        on = layer.self_attn.o_proj.weight.detach().double().norm(dim=0)
+        dn = layer.mlp.down_proj.weight.detach().double().norm(dim=0)
+        ch = sums[("o", l)] / n * on
+        q = ch.reshape(cfg.n_heads, hd).sum(1)
+        kv = q.reshape(cfg.n_kv_heads, g).sum(1)
+        neur = sums[("down", l)] / n * dn
+        out.append({"q_heads": q.tolist(), "kv_groups": kv.tolist(), "neurons": neur.tolist()})
+    return out
+
+
+def make_proxy(out):
+    """llama/proxy_ref.json: calibration windows, the PyTorch proxy scores
+    of original.onnx on them, its mean loss and the layer-removal loss
+    increases (elastic.layer_removal)."""
+    import json
+    model, cfg = elastic.load_llama_onnx(os.path.join(out, "original.onnx"))
+    windows = torch.from_numpy(np.random.RandomState(77).randint(0, cfg.vocab, (3, 24)))
+    model = model.double()
+    layers = proxy_reference(model, windows)
+    base = elastic.mean_loss(model, windows)
+    removal = elastic.layer_removal(model, windows, base)
+    elastic._atomic_json(os.path.join(out, "proxy_ref.json"),
+                         {"head_dim": cfg.dim // cfg.n_heads, "windows": windows.tolist(), "layers": layers,
+                          "loss": base, "layer_removal_loss_increase": removal})
+    print(f"proxy: layer 0 head scores {[round(x, 4) for x in layers[0]['q_heads']]}")
+
+
 def gpt2_permute(model, cfg, rng):
     """Permutes heads (inside each Q/K/V third of c_attn) and neurons."""
     d, h = cfg.dim, cfg.n_heads
@@ -198,13 +257,17 @@ def make_gpt2(out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(elastic.REPO, "testdata", "elastic"))
-    ap.add_argument("--only", choices=["lora"], help="add only the LoRA files to an existing llama/")
+    ap.add_argument("--only", choices=["lora", "proxy"],
+                    help="add only the LoRA files (or the importance-proxy reference) to an existing llama/")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    if a.only != "lora":
+    if a.only is None:
         make_llama(os.path.join(a.out, "llama"))
         make_gpt2(os.path.join(a.out, "gpt2"))
-    make_lora(os.path.join(a.out, "llama"))
+    if a.only in (None, "lora"):
+        make_lora(os.path.join(a.out, "llama"))
+    if a.only in (None, "proxy"):
+        make_proxy(os.path.join(a.out, "llama"))
 
 
 if __name__ == "__main__":

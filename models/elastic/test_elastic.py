@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Unit tests of the offline step: /usr/bin/python3 models/elastic/test_elastic.py"""
 
+import json
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -75,6 +77,53 @@ class Orders(unittest.TestCase):
         # A head order that splits a group is not equivalent: the check catches it.
         with self.assertRaises(AssertionError):
             elastic.check_gqa_consistent([0, 2, 1, 3], [0, 1], 2)
+
+
+class ImportanceFile(unittest.TestCase):
+    """--importance-from: the scores of `tl elastic importance` give the
+    order (KV groups by their heads' sum), and bad files are refused."""
+
+    cfg = llama.Config(vocab=64, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn=6)
+
+    def write(self, **over):
+        d = {"format": elastic.IMPORTANCE_FORMAT, "method": "proxy", "n_layers": 1, "n_heads": 4, "n_kv_heads": 2,
+             "head_dim": 8, "ffn": 6, "tokens": 10,
+             "layers": [{"q_heads": [0.1, 0.2, 0.25, 0.0], "kv_groups": [0.3, 0.25],
+                         "neurons": [0.5, 0.0, 3.0, 1.0, 0.2, 0.9]}]}
+        d.update(over)
+        f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        json.dump(d, f)
+        f.close()
+        self.addCleanup(os.remove, f.name)
+        return f.name
+
+    def test_order(self):
+        imps, meta = elastic.load_importance(self.write(), self.cfg)
+        self.assertEqual(meta["method"], "proxy")
+        self.assertNotIn("layer_removal_loss_increase", meta)
+        _, meta = elastic.load_importance(self.write(layer_removal_loss_increase=[0.5]), self.cfg)
+        self.assertEqual(meta["layer_removal_loss_increase"], [0.5])
+        q, kv = elastic.gqa_order(imps[0]["q_signed"], imps[0]["kv_signed"], 2)
+        # group 0 sums 0.3 > group 1's 0.25; within group 1, head 2 before 3
+        self.assertEqual(kv, [0, 1])
+        self.assertEqual(q, [1, 0, 2, 3])
+        self.assertEqual(elastic.unit_order(imps[0]["neuron"]), [2, 3, 5, 0, 4, 1])
+        # A file's own group scores (Taylor's include the K/V term) decide
+        # the group order, heads still by their own scores within a group.
+        layer = {"q_heads": [0.1, 0.2, 0.25, 0.0], "kv_groups": [0.1, 0.9], "neurons": [1.0] * 6}
+        imps, _ = elastic.load_importance(self.write(layers=[layer]), self.cfg)
+        q, kv = elastic.gqa_order(imps[0]["q_signed"], imps[0]["kv_signed"], 2)
+        self.assertEqual((q, kv), ([2, 3, 1, 0], [1, 0]))
+
+    def test_refused(self):
+        bad_layer = [{"q_heads": [0.1, -0.2, 0.0, 0.0], "kv_groups": [0, 0], "neurons": [0] * 6}]
+        for over, want in [({"format": "x"}, "format"), ({"ffn": 8}, "ffn"), ({"layers": []}, "layers of scores"),
+                           ({"layers": [{"q_heads": [1], "neurons": [1] * 6}]}, "head and"),
+                           ({"layers": bad_layer}, "negative"),
+                           ({"layer_removal_loss_increase": [1.0, 2.0]}, "layer_removal")]:
+            with self.assertRaises(SystemExit) as e:
+                elastic.load_importance(self.write(**over), self.cfg)
+            self.assertIn(want, str(e.exception))
 
 
 if __name__ == "__main__":

@@ -154,27 +154,31 @@ func setBenchLevel(em *elastic.Model, lv benchLevel) error {
 }
 
 func runElastic(args []string) error {
-	const usage = "usage: tl elastic build --model DIR --out DIR --calib WORKDIR [--order importance|random|none] [--anchors 0.2] [--group 32] [--calib-tokens 6400] [--seed N]\n       tl elastic show DIR [--json]\n       tl elastic profile --model M [--tlm DIR] [--lengths 16,32,64,128,192] [--levels 20,40,60,80,100] [-r 3] [--out profile.json]\n       tl elastic trace --model M --grid grid_eval.jsonl [--tlm DIR] [--alpha -0.25,0,0.25] [--requests 30] [--strategies tlm,greedy,random,oracle] [--check N] [--out trace.json]"
+	const usage = "usage: tl elastic build --model DIR --out DIR --calib WORKDIR [--importance taylor|proxy [--device go]] [--order importance|random|none] [--anchors 0.2] [--group 32] [--calib-tokens 6400] [--seed N]\n       tl elastic show DIR [--json]\n       tl elastic importance --model M --text FILE | --tokens FILE.npy --out FILE [--seq 256] [--windows 25] [--device go]\n       tl elastic memory --model ELASTIC [--lora DIR|auto] [--tlm DIR] | --models M1,M2,... [--prompt 64] [--ctx N] [--json]\n       tl elastic profile --model M [--tlm DIR] [--lengths 16,32,64,128,192] [--levels 20,40,60,80,100] [-r 3] [--out profile.json]\n       tl elastic trace --model M --grid grid_eval.jsonl [--tlm DIR] [--alpha -0.25,0,0.25] [--requests 30] [--strategies tlm,greedy,random,oracle] [--check N] [--out trace.json]"
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fmt.Fprintln(stderr, usage)
 		return flag.ErrHelp
 	}
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
-		return fmt.Errorf("tl elastic: give build, show, profile or trace")
+		return fmt.Errorf("tl elastic: give build, show, importance, memory, profile or trace")
 	}
 	switch args[0] {
 	case "show":
 		return elasticShow(args[1:])
 	case "build":
 		return elasticBuild(args[1:])
+	case "importance":
+		return elasticImportance(args[1:])
+	case "memory":
+		return elasticMemory(args[1:])
 	case "profile":
 		return elasticProfile(args[1:])
 	case "trace":
 		return elasticTrace(args[1:])
 	}
 	fmt.Fprintln(stderr, usage)
-	return fmt.Errorf("tl elastic: %q: give build, show, profile or trace", args[0])
+	return fmt.Errorf("tl elastic: %q: give build, show, importance, memory, profile or trace", args[0])
 }
 
 // elasticScript finds models/elastic/elastic.py: $TLITE_REPO, else the
@@ -209,8 +213,85 @@ func fileExists(p string) bool {
 	return err == nil && !st.IsDir()
 }
 
-// elasticBuild runs the offline step (PyTorch) with the given flags.
+// elasticBuild runs the offline step (PyTorch) with the given flags. With
+// --importance proxy the units (and layers, by removal) are scored first by
+// tlite itself, forward only (tl elastic importance), on the calibration
+// windows elastic.py build draws, and build takes the scores from that file
+// (OUT/importance.json; the windows are OUT/calib.npy).
 func elasticBuild(args []string) error {
+	imp, rest, err := takeFlag(args, "importance")
+	if err != nil {
+		return err
+	}
+	dev, rest, err := takeFlag(rest, "device")
+	if err != nil {
+		return err
+	}
+	switch imp {
+	case "", "taylor":
+		if dev != "" {
+			return fmt.Errorf("tl elastic build: --device goes with --importance proxy (the Taylor scores are computed in PyTorch)")
+		}
+		return runElasticPy(append([]string{"build"}, rest...))
+	case "proxy":
+	default:
+		return fmt.Errorf("tl elastic build: --importance %q: want taylor (PyTorch, the default) or proxy (tlite, forward only)", imp)
+	}
+	val := func(name string) string { v, _, _ := takeFlag(rest, name); return v }
+	model, out, calib := val("model"), val("out"), val("calib")
+	if model == "" || out == "" || calib == "" {
+		return fmt.Errorf("tl elastic build --importance proxy: give --model, --out and --calib")
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("tl elastic build: %w", err)
+	}
+	windows, scores := filepath.Join(out, "calib.npy"), filepath.Join(out, "importance.json")
+	cargs := []string{"calib", "--calib", calib, "--out", windows}
+	for _, f := range []string{"calib-tokens", "seed"} {
+		if v := val(f); v != "" {
+			cargs = append(cargs, "--"+f, v)
+		}
+	}
+	if err := runElasticPy(cargs); err != nil {
+		return err
+	}
+	iargs := []string{"--model", model, "--tokens", windows, "--out", scores, "--layers", "--windows", "0"}
+	if dev != "" {
+		iargs = append(iargs, "--device", dev)
+	}
+	if err := elasticImportance(iargs); err != nil {
+		return err
+	}
+	return runElasticPy(append([]string{"build"}, append(rest, "--importance-from", scores)...))
+}
+
+// takeFlag removes --name V (or --name=V, -name V) from args and returns
+// V ("" when absent) and the other arguments.
+func takeFlag(args []string, name string) (string, []string, error) {
+	var v string
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		key := strings.TrimLeft(a, "-")
+		if !strings.HasPrefix(a, "-") || (key != name && !strings.HasPrefix(key, name+"=")) {
+			rest = append(rest, a)
+			continue
+		}
+		if k, x, ok := strings.Cut(key, "="); ok && k == name {
+			v = x
+			continue
+		}
+		if i+1 >= len(args) {
+			return "", nil, fmt.Errorf("tl elastic build: --%s needs a value", name)
+		}
+		v = args[i+1]
+		i++
+	}
+	return v, rest, nil
+}
+
+// runElasticPy runs models/elastic/elastic.py with args.
+func runElasticPy(args []string) error {
 	script, err := elasticScript()
 	if err != nil {
 		return err
@@ -219,10 +300,10 @@ func elasticBuild(args []string) error {
 	if py == "" {
 		py = "/usr/bin/python3"
 	}
-	cmd := exec.Command(py, append([]string{script, "build"}, args...)...)
+	cmd := exec.Command(py, append([]string{script}, args...)...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("tl elastic build: %s %s: %w", py, script, err)
+		return fmt.Errorf("tl elastic %s: %s %s: %w", args[0], py, script, err)
 	}
 	return nil
 }

@@ -110,3 +110,42 @@ func TestBenchLoRALevels(t *testing.T) {
 		}
 	}
 }
+
+func TestTakeFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+		rest string
+	}{
+		{[]string{"--model", "m", "--importance", "proxy", "--out", "o"}, "proxy", "--model m --out o"},
+		{[]string{"--importance=taylor", "--model", "m"}, "taylor", "--model m"},
+		{[]string{"-importance", "proxy"}, "proxy", ""},
+		{[]string{"--importance-from", "f", "--model", "m"}, "", "--importance-from f --model m"},
+		{[]string{"--model", "m"}, "", "--model m"},
+	} {
+		v, rest, err := takeFlag(c.args, "importance")
+		if err != nil || v != c.want || strings.Join(rest, " ") != c.rest {
+			t.Errorf("takeFlag(%v) = %q, %v, %v; want %q, %s", c.args, v, rest, err, c.want, c.rest)
+		}
+	}
+	if _, _, err := takeFlag([]string{"--importance"}, "importance"); err == nil {
+		t.Error("--importance without a value accepted")
+	}
+}
+
+// TestElasticBuildErrors: bad --importance choices are refused before
+// any Python runs.
+func TestElasticBuildErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--importance", "magic", "--model", "m"}, "want taylor"},
+		{[]string{"--importance", "proxy", "--model", "m", "--out", t.TempDir()}, "--calib"},
+		{[]string{"--device", "go", "--model", "m"}, "--device goes with --importance proxy"},
+	} {
+		if err := runElastic(append([]string{"build"}, c.args...)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("build %v: %v; want an error with %q", c.args, err, c.want)
+		}
+	}
+}
