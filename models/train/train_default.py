@@ -529,18 +529,36 @@ class InductArgs:
     second showing, until heads that find an earlier occurrence and copy
     what followed it form; C2 returns to train's task mix at 512 with a copy
     row kept in every step; C3 repeats train's 2048 phase as the LR decays.
+
+    C1 alone did not do it: after 2400 steps no head attended to the token
+    after an earlier occurrence. Two phases were added between C1 and C2,
+    at late_lr. C1s draws the copied segments from a sub-vocabulary of
+    sub_vocab tokens, shown again at once (near_window): copying then beats
+    the best guess by ln(sub_vocab) nats, where the full vocabulary's random
+    segments cost 8+ nats either way while nothing copies. Induction formed
+    there within 400 steps, but only for repeats within about 20 tokens.
+    C1f (far_window) then shows segments of the sub-vocabulary, the whole
+    vocabulary and text again after up to 400 tokens, in rows of 512. Both
+    phases draw from generators of their own (sub_seed, far_seed), so C2
+    and C3 continue C1's.
     """
     copy_steps: int = 2400      # C1: copy_rows of copy_seq copy windows + text rows
     copy_seq: int = 256
     copy_rows: int = 7          # of tokens_per_step // copy_seq rows; the rest is text
     dense_from: int = 900       # from this step on, C1's segments are shown 2 or 3 times
-    task_steps: int = 400       # C2: MIX_TASKS at short_seq, one row of it a copy window
+    sub_steps: int = 500        # C1s: 7 rows of near_window (sub-vocabulary) + 1 text row, at 256
+    sub_vocab: int = 256
+    sub_seed: int = 11
+    far_steps: int = 250        # C1f: 3 rows of far_window + 1 text row, at 512
+    far_seed: int = 511
+    task_steps: int = 250       # C2: MIX_TASKS at short_seq, one row of it a copy window
     long_steps: int = 100       # C3: MIX_LONG at 2048
-    decay_steps: int = 300      # linear decay over the last steps (C2's end and C3)
+    decay_steps: int = 250      # linear decay over the last steps (C2's end and C3)
     short_seq: int = 512
     long_seq: int = MAX_CONTEXT
     tokens_per_step: int = 2048
-    lr: float = 2e-3
+    lr: float = 2e-3            # C1
+    late_lr: float = 1e-3       # C1s on, until the decay
     min_lr: float = 1e-4
     warmup: int = 20
     weight_decay: float = 0.1
@@ -550,16 +568,31 @@ class InductArgs:
 
     @property
     def max_steps(self):
-        return self.copy_steps + self.task_steps + self.long_steps
+        return self.copy_steps + self.sub_steps + self.far_steps + self.task_steps + self.long_steps
+
+    def phase(self, step):
+        """The phase a step belongs to: c1, c1s, c1f, c2 or c3."""
+        ends = [("c1", self.copy_steps), ("c1s", self.sub_steps), ("c1f", self.far_steps), ("c2", self.task_steps)]
+        for name, n in ends:
+            if step < n:
+                return name
+            step -= n
+        return "c3"
+
+    def phase_start(self, name):
+        order = ["c1", "c1s", "c1f", "c2", "c3"]
+        sizes = [self.copy_steps, self.sub_steps, self.far_steps, self.task_steps, self.long_steps]
+        return sum(sizes[:order.index(name)])
 
 
 def induct_lr(step, a):
     if step < a.warmup:
         return a.lr * (step + 1) / a.warmup
+    lr = a.lr if step < a.copy_steps else a.late_lr
     start = a.max_steps - a.decay_steps
     if step < start:
-        return a.lr
-    return a.lr + (a.min_lr - a.lr) * min(1.0, (step - start + 1) / max(1, a.decay_steps))
+        return lr
+    return lr + (a.min_lr - lr) * min(1.0, (step - start + 1) / max(1, a.decay_steps))
 
 
 def copy_window(rng, data, seq, bos, showings=2):
@@ -597,6 +630,48 @@ def copy_window(rng, data, seq, bos, showings=2):
                 gap = st[g0:g0 + rng.randint(1, 64)].tolist()
             ids += gap + seg
             w += [0.0] * (len(gap) + 1) + [1.0] * (n - 1)
+    return torch.tensor(ids[:seq + 1]), torch.tensor(w[1:seq + 1])
+
+
+def sub_vocabulary(a):
+    """C1s's tokens: sub_vocab ids drawn once, with a fixed seed."""
+    return random.Random(5).sample(range(256, VOCAB - 2), a.sub_vocab)
+
+
+def near_window(rng, seq, bos, pool):
+    """Segments of 6-30 tokens of pool, each shown twice in a row; weights as
+    copy_window's."""
+    ids, w = [bos], [0.0]
+    while len(ids) < seq + 1:
+        n = rng.randint(6, 30)
+        seg = [rng.choice(pool) for _ in range(n)]
+        ids += seg + seg
+        w += [0.0] * (n + 1) + [1.0] * (n - 1)
+    return torch.tensor(ids[:seq + 1]), torch.tensor(w[1:seq + 1])
+
+
+def far_window(rng, data, seq, bos, pool):
+    """Segments of 6-40 tokens, a third each from pool, from the whole
+    vocabulary and from fortunes, shown again after 0, 1-40 or 40-400
+    tokens of python docs (a third each); weights as copy_window's."""
+    ids, w = [bos], [0.0]
+    while len(ids) < seq + 1:
+        n = rng.randint(6, 40)
+        k = rng.randrange(3)
+        if k == 0:
+            seg = [rng.choice(pool) for _ in range(n)]
+        elif k == 1:
+            seg = [rng.randrange(256, VOCAB - 2) for _ in range(n)]
+        else:
+            st = data.streams["fortunes"]
+            s0 = rng.randrange(len(st) - n)
+            seg = st[s0:s0 + n].tolist()
+        st = data.streams["pydoc"]
+        g = rng.choice([0, rng.randint(1, 40), rng.randint(40, 400)])
+        g0 = rng.randrange(len(st) - g - 1)
+        gap = st[g0:g0 + g].tolist()
+        ids += seg + gap + seg
+        w += [0.0] * (n + g + 1) + [1.0] * (n - 1)
     return torch.tensor(ids[:seq + 1]), torch.tensor(w[1:seq + 1])
 
 
@@ -641,6 +716,8 @@ def induct(work, a, time_budget):
     rng = random.Random(SEED + 8)
     base = torch.load(os.path.join(work, "ckpt.pt"))
     step, tokens, elapsed_before = 0, 0, 0.0
+    prng, pgen, pname = None, None, None  # C1s's or C1f's own generators
+    pool = sub_vocabulary(a)
     ckpt_path = os.path.join(work, "ckpt_induct.pt")
     if os.path.exists(ckpt_path):
         ck = torch.load(ckpt_path)
@@ -649,6 +726,10 @@ def induct(work, a, time_budget):
         gen.set_state(ck["gen"])
         rng.setstate(ck["rng"])
         step, tokens, elapsed_before = ck["step"], ck["tokens"], ck["elapsed"]
+        if "phase_rng" in ck:
+            prng, pgen, pname = random.Random(), torch.Generator(), ck["phase"]
+            prng.setstate(ck["phase_rng"])
+            pgen.set_state(ck["phase_gen"])
         log(f"induct: resumed at step {step}")
     else:
         p = repeat_probe(model, val)
@@ -662,6 +743,8 @@ def induct(work, a, time_budget):
               "config": dataclasses.asdict(CONFIG), "args": dataclasses.asdict(a),
               "train": {"step": base["step"], "tokens": base["tokens"], "elapsed": base["elapsed"],
                         "args": base["args"]}}
+        if prng is not None:
+            ck.update(phase=pname, phase_rng=prng.getstate(), phase_gen=pgen.get_state())
         torch.save(ck, path + ".tmp")
         os.replace(path + ".tmp", path)
         log(f"induct: checkpoint ({tag}) at step {step}")
@@ -675,16 +758,29 @@ def induct(work, a, time_budget):
             break
         for g in opt.param_groups:
             g["lr"] = induct_lr(step, a)
-        if step < a.copy_steps:
-            seq, n_copy, mix = a.copy_seq, a.copy_rows, {"fortunes": 0.5, "pydoc": 0.35, "debref": 0.15}
-        elif step < a.copy_steps + a.task_steps:
-            seq, n_copy, mix = a.short_seq, 1, MIX_TASKS
+        ph = a.phase(step)
+        c1_mix = {"fortunes": 0.5, "pydoc": 0.35, "debref": 0.15}
+        if ph in ("c1s", "c1f") and pname != ph:
+            seed = a.sub_seed if ph == "c1s" else a.far_seed
+            prng, pgen, pname = random.Random(seed), torch.Generator().manual_seed(seed + 88), ph
+        if ph == "c1":
+            seq, mix = a.copy_seq, c1_mix
+            showings = 3 if step >= a.dense_from else 2
+            cw = [copy_window(rng, data, seq, VOCAB - 2, showings) for _ in range(a.copy_rows)]
+        elif ph == "c1s":
+            seq, mix = a.copy_seq, c1_mix
+            cw = [near_window(prng, seq, VOCAB - 2, pool) for _ in range(a.tokens_per_step // seq - 1)]
+        elif ph == "c1f":
+            seq, mix = a.short_seq, c1_mix
+            cw = [far_window(prng, data, seq, VOCAB - 2, pool) for _ in range(a.tokens_per_step // seq - 1)]
+        elif ph == "c2":
+            seq, mix = a.short_seq, MIX_TASKS
+            cw = [copy_window(rng, data, seq, VOCAB - 2)]
         else:
-            seq, n_copy, mix = a.long_seq, 0, MIX_LONG
+            seq, mix, cw = a.long_seq, MIX_LONG, []
+        n_copy = len(cw)
         rows = a.tokens_per_step // seq
-        showings = 3 if a.dense_from <= step < a.copy_steps else 2
-        cw = [copy_window(rng, data, seq, VOCAB - 2, showings) for _ in range(n_copy)]
-        x, y = data.batch(gen, seq, rows - n_copy, mix)
+        x, y = data.batch(pgen if ph in ("c1s", "c1f") else gen, seq, rows - n_copy, mix)
         if n_copy:
             xc = torch.stack([c[0] for c in cw])
             x, y = torch.cat([xc[:, :-1], x]), torch.cat([xc[:, 1:], y])
@@ -705,7 +801,7 @@ def induct(work, a, time_budget):
         tokens += x.numel()
         if step % 5 == 0 or step == 1:
             now = time.time()
-            log(f"induct step {step}/{a.max_steps} seq {seq} copy {copy.item() if copy is not None else float('nan'):.4f} "
+            log(f"induct step {step}/{a.max_steps} {ph} seq {seq} copy {copy.item() if copy is not None else float('nan'):.4f} "
                 f"text {text.item():.4f} lr {induct_lr(step - 1, a):.2e} tokens {tokens} "
                 f"elapsed {elapsed_before + now - t0:.0f}s {(tokens - tok_last) / max(now - t_last, 1e-9):.0f} tok/s")
             t_last, tok_last = now, tokens
@@ -757,6 +853,8 @@ def main():
     p.add_argument("--work", required=True)
     p.add_argument("--copy-steps", type=int, default=InductArgs.copy_steps)
     p.add_argument("--dense-from", type=int, default=InductArgs.dense_from)
+    p.add_argument("--sub-steps", type=int, default=InductArgs.sub_steps)
+    p.add_argument("--far-steps", type=int, default=InductArgs.far_steps)
     p.add_argument("--task-steps", type=int, default=InductArgs.task_steps)
     p.add_argument("--long-steps", type=int, default=InductArgs.long_steps)
     p.add_argument("--decay-steps", type=int, default=InductArgs.decay_steps)
@@ -780,7 +878,8 @@ def main():
         a = TrainArgs(task_from=args.task_from, stable_steps=args.stable_steps, decay_steps=args.decay_steps, long_steps=args.long_steps)
         train(args.work, a, args.time_budget)
     elif args.cmd == "induct":
-        a = InductArgs(copy_steps=args.copy_steps, dense_from=args.dense_from, task_steps=args.task_steps, long_steps=args.long_steps,
+        a = InductArgs(copy_steps=args.copy_steps, dense_from=args.dense_from, sub_steps=args.sub_steps,
+                       far_steps=args.far_steps, task_steps=args.task_steps, long_steps=args.long_steps,
                        decay_steps=args.decay_steps)
         induct(args.work, a, args.time_budget)
     elif args.cmd == "export":
