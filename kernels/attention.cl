@@ -122,6 +122,10 @@ static inline float vsum(vt v) { return v; }
 // small term, and a run of 16 keeps each sum's rounding error within
 // gamma_16 of half of the run's magnitude (kernels' attnHalfBound).
 //
+// The grouped kernels' runs are not unrolled (#pragma unroll 1): unrolled,
+// the compiler hoisted a run's 16 loads and kept 66-97 VGPRs live on the
+// register gate's target (the fp32 loops 43-61); rolled, 39-64.
+//
 // AEXP is exp; under HALF_EMU it is att_exp_emu, built from float fma
 // alone, so that a Go emulation reproduces it bit for bit (a library exp
 // is only specified to within ulps).
@@ -621,6 +625,7 @@ attn_split(ATT_PARAMS, int splitLen, __global float *Part) {
 				hreal hs[ATT_G];
 				#pragma unroll
 				for (int r = 0; r < ATT_G; r++) hs[r] = HZERO;
+				#pragma unroll 1
 				for (int d = d0; d < min(d0 + AH_RUN, HD); d++) {
 					const hreal kd = AHL(kp, d);
 					#pragma unroll
@@ -676,6 +681,7 @@ attn_split(ATT_PARAMS, int splitLen, __global float *Part) {
 					hreal hv[ATT_G];
 					#pragma unroll
 					for (int r = 0; r < ATT_G; r++) hv[r] = HZERO;
+					#pragma unroll 1
 					for (int u = u0; u < min(u0 + AH_RUN, cnt); u++) {
 						const hreal vd = AHL(V, (j0 + u) * vs + d);
 						#pragma unroll
@@ -791,6 +797,7 @@ attn_qtile(ATT_PARAMS) {
 				hreal hs[ATT_R];
 				#pragma unroll
 				for (int r = 0; r < ATT_R; r++) hs[r] = HZERO;
+				#pragma unroll 1
 				for (int d = d0; d < min(d0 + AH_RUN, HD); d++) {
 					const hreal kd = AHL(kp, d);
 					#pragma unroll
@@ -847,6 +854,7 @@ attn_qtile(ATT_PARAMS) {
 					hreal hv[ATT_R];
 					#pragma unroll
 					for (int r = 0; r < ATT_R; r++) hv[r] = HZERO;
+					#pragma unroll 1
 					for (int u = u0; u < min(u0 + AH_RUN, cnt); u++) {
 						const hreal vd = AHL(V, (j0 + u) * vs + d);
 						#pragma unroll
