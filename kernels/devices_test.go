@@ -175,6 +175,10 @@ func TestPublishedDevices(t *testing.T) {
 			if name, _, _ := l.qpick(qmm{m: 64}); name != "qmm_4x2" {
 				t.Errorf("prefill GEMM variant %s, want qmm_4x2", name)
 			}
+			i4 := qmm{w: QBuf{Format: quant.Int4, Group: 128, Layout: QLayoutTile4}, s: F16}
+			if got := strings.Contains(i4.options(l.info().FP16, false), "-DHALF_MATH"); got != tc.halfInQGEM {
+				t.Errorf("INT4 tiled fp16-storage build has half arithmetic = %v, want %v (%s)", got, tc.halfInQGEM, i4.options(l.info().FP16, false))
+			}
 			g := qmm{w: QBuf{Format: quant.E0M4, Group: 128}, s: F16}
 			if got := strings.Contains(g.options(l.info().FP16, false), "-DQ_HALF"); got != tc.halfInQGEM {
 				t.Errorf("E0M4 fp16-storage build has -DQ_HALF = %v, want %v (%s)", got, tc.halfInQGEM, g.options(l.info().FP16, false))
