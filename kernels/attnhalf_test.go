@@ -134,12 +134,13 @@ func TestAttnHalfArith(t *testing.T) {
 		fa, fb := float32(r.NormFloat64()), float32(r.NormFloat64())
 		fc := float32(r.NormFloat64() * math.Pow(2, float64(r.Intn(60)-30)))
 		if i%4 == 0 {
-			// The float64 sum inexact and on a float midpoint: c large,
-			// the product a float half-ulp of c plus a tiny tail.
-			fc = float32(1 << 20)
-			fa, fb = float32(0x1p-4), float32(1+0x1p-23)
+			// The float64 sum inexact and on a float midpoint: (1 + x)(1 -
+			// x) = 1 - 2^-30 added to 2^24 + 2 is 2^24 + 3 - 2^-30, which
+			// rounds down to 2^24 + 2; in float64 it is 2^24 + 3, a tie
+			// that plain conversion sends up to the even 2^24 + 4.
+			fa, fb, fc = 1+0x1p-15, 1-0x1p-15, 0x1p24+2
 			if i%8 == 0 {
-				fb = float32(-(1 + 0x1p-23))
+				fb, fc = -fb, -fc
 			}
 		}
 		if got, want := fma32(fa, fb, fc), ffma(fa, fb, fc); got != want {
@@ -358,7 +359,8 @@ func (c attnHalfCase) data(seed int64, qScale float32) (p AttentionParams, q, k,
 // register-checks the real half build. Shapes: head sizes 40, 64 and 80
 // (runs of 16 leave a partial run at 40 and 80), GQA groups 1 and 2 in
 // attn_wg (which serves groups above 4) and 2 and 4 in the grouped kernels
-// (three programs: each (head size, group) is one, 6-10 s of PoCL compile),
+// (three programs: each (head size, group) is one, about 8 s of CPU to
+// build cold on PoCL, 20-45 s of wall time on a loaded machine; 0.4 s warm),
 // key counts that are not multiples of a 64-key block or a 16-key run,
 // split-K ranges of 256 with a causal limit that cuts one short and
 // leaves the last one empty,
@@ -499,7 +501,12 @@ func attnHalfBound(q []float32, scale float32, kr, vr func(j int) []float32, n, 
 // error is amplified by exp). It logs the largest error as a fraction of
 // the outputs' scale and of the bound, and beside it the error of fp16
 // storage alone (the exact output rounded to half): the accuracy to expect
-// of the path.
+// of the path. Measured: the largest error is 0.08-0.14% of the output
+// scale with ordinary scores and 0.25-0.42% with sharp ones, where fp16
+// storage alone costs 0.02-0.04% (the half scores' rounding, amplified by
+// exp, dominates); the worst-case bound sits 260-900 times above the
+// errors seen, so it guards the design, and TestAttentionHalfBitExact the
+// kernels' roundings.
 func TestAttentionHalfAccuracy(t *testing.T) {
 	cases := []struct {
 		c      attnHalfCase
