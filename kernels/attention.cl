@@ -106,6 +106,82 @@ static inline float vsum(vt v) { return v; }
 #endif
 #define NV (HD / VW)
 
+// The half path of the GPU kernels (attn_wg, attn_split, attn_qtile),
+// -DATT_HALF in fp16 storage with one of halfmath.cl's builds (HALF_MATH
+// where the device has cl_khr_fp16, HALF_EMU in tests). The products are
+// half: q (times scale) is rounded to half once, each score is runs of
+// AH_RUN head dimensions summed by half fma from zero, each run added to a
+// float score, and each output dimension is runs of AH_RUN keys of
+// p * v summed by half fma, each run added to a float accumulator, with p
+// the key's probability rounded to half. The softmax statistics stay
+// float: scores, the running maximum m and sum l (the sum of the rounded
+// probabilities, so the weights the accumulator used are the ones it is
+// divided by), the rescaling factors and the split-K parts. A half run
+// never holds more than AH_RUN terms: a score or a sum of p * v over a
+// whole context would overflow half's 65504 or lose every bit of a late
+// small term, and a run of 16 keeps each sum's rounding error within
+// gamma_16 of half of the run's magnitude (kernels' attnHalfBound).
+//
+// The grouped kernels' runs are not unrolled (#pragma unroll 1): unrolled,
+// the compiler hoisted a run's 16 loads and kept 66-97 VGPRs live on the
+// register gate's target (the fp32 loops 43-61); rolled, 39-64.
+//
+// AEXP is exp; under HALF_EMU it is att_exp_emu, built from float fma
+// alone, so that a Go emulation reproduces it bit for bit (a library exp
+// is only specified to within ulps).
+#if defined(ATT_HALF) && defined(HM_ON) && defined(STORAGE_F16)
+#define AH 1
+#define AH_RUN 16
+typedef hreal ptype; // a key's probability as the accumulation reads it
+typedef hreal AQT;   // q times scale as the scores read it
+#define AQCVT(x) HCVT(x)
+#define PCVT(x) HCVT(x)
+#define PTOF(p) HTOF(p)
+#ifdef HM_HALF
+#define AHL(p, i) ((p)[(i)]) // a half from fp16 storage, as stored
+#define AHFMA(a, b, c) fma((a), (b), (c))
+#else
+#define AHL(p, i) vload_half((i), (p))
+// One out-of-line copy of the emulated fma: inlined at every unrolled
+// site, it made each emulation build take 20-45 s to compile on PoCL.
+__attribute__((noinline)) static float att_hfma(float a, float b, float c) { return hm_fma(a, b, c); }
+#define AHFMA(a, b, c) att_hfma((a), (b), (c))
+#endif
+#else
+typedef float ptype;
+typedef float AQT;
+#define AQCVT(x) (x)
+#define PCVT(x) (x)
+#define PTOF(p) (p)
+#endif
+
+#ifdef HM_EMU
+// att_exp_emu returns e^x for x <= 0: n = rint(x log2 e), r = x - n ln 2
+// in two fma steps (ln 2's high part has 16 bits, so n times it is
+// exact), e^r by its degree-7 Taylor polynomial (|r| <= 0.35: truncation
+// below 6e-9), times 2^n. Below -86 it returns 0 (e^-86 < 4e-38; the
+// result then stays a normal float). Within 4e-7 relative of e^x (checked
+// in Go by TestAttnExpEmu).
+static inline float att_exp_emu(float x) {
+	if (!(x >= -86.0f)) return 0.0f;
+	const float n = rint(x * 0x1.715476p+0f);
+	float r = fma(n, -0x1.62e4p-1f, x);
+	r = fma(n, -0x1.7f7d1cp-20f, r);
+	float p = 0x1.a01a02p-13f;
+	p = fma(p, r, 0x1.6c16c2p-10f);
+	p = fma(p, r, 0x1.111112p-7f);
+	p = fma(p, r, 0x1.555556p-5f);
+	p = fma(p, r, 0x1.555556p-3f);
+	p = fma(p, r, 0.5f);
+	p = fma(p, r, 1.0f);
+	p = fma(p, r, 1.0f);
+	return p * as_float(((int)n + 127) << 23);
+}
+#define AEXP(x) att_exp_emu(x)
+#else
+#define AEXP(x) exp(x)
+#endif
+
 #define ATT_PARAMS                                                             \
 	__global const store_t *Q, int offQ, int qb, int qh, int qs,               \
 	    __global const store_t *K, int offK, int kb, int kh, int ks,           \
@@ -422,10 +498,15 @@ attn_wg(ATT_PARAMS) {
 	const int i = get_group_id(0), h = get_global_id(1), b = get_global_id(2);
 	const int t = get_local_id(0);
 	ATT_SETUP(i, h, b)
+#ifdef AH
+	__local hreal qv[HD];
+	for (int d = t; d < HD; d += ATT_WG) qv[d] = HCVT(LOAD(Q, d) * scale);
+#else
 	__local float qv[HD];
-	__local float sc[ATT_WG]; // this block's scores
-	__local float pr[ATT_WG]; // and their probabilities
 	for (int d = t; d < HD; d += ATT_WG) qv[d] = LOAD(Q, d) * scale;
+#endif
+	__local float sc[ATT_WG]; // this block's scores
+	__local ptype pr[ATT_WG]; // and their probabilities
 	barrier(CLK_LOCAL_MEM_FENCE);
 	float acc[DPT];
 	for (int c = 0; c < DPT; c++) acc[c] = 0.0f;
@@ -436,7 +517,15 @@ attn_wg(ATT_PARAMS) {
 		if (t < cnt) {
 			__global const store_t *kp = K + (j0 + t) * ks;
 			s = 0.0f;
+#ifdef AH
+			for (int d0 = 0; d0 < HD; d0 += AH_RUN) {
+				hreal hs = HZERO;
+				for (int d = d0; d < min(d0 + AH_RUN, HD); d++) hs = AHFMA(qv[d], AHL(kp, d), hs);
+				s += HTOF(hs);
+			}
+#else
 			for (int d = 0; d < HD; d++) s = fma(qv[d], LOAD(kp, d), s);
+#endif
 			if (hasMask) {
 				const float mv = LOAD(Mask, (j0 + t) * mk);
 				s = mv <= MASKED_AT ? mv : s + mv;
@@ -453,16 +542,24 @@ attn_wg(ATT_PARAMS) {
 			barrier(CLK_LOCAL_MEM_FENCE); // sc is rewritten next
 			continue;
 		}
-		pr[t] = s == -INFINITY ? 0.0f : exp(s - mn);
+		pr[t] = PCVT(s == -INFINITY ? 0.0f : AEXP(s - mn));
 		barrier(CLK_LOCAL_MEM_FENCE);
-		const float corr = exp(m - mn);
+		const float corr = AEXP(m - mn);
 		l *= corr;
-		for (int u = 0; u < cnt; u++) l += pr[u];
+		for (int u = 0; u < cnt; u++) l += PTOF(pr[u]);
 		for (int c = 0; c < DPT; c++) {
 			const int d = t + c * ATT_WG;
 			if (d >= HD) break;
 			float a = acc[c] * corr;
+#ifdef AH
+			for (int u0 = 0; u0 < cnt; u0 += AH_RUN) {
+				hreal hv = HZERO;
+				for (int u = u0; u < min(u0 + AH_RUN, cnt); u++) hv = AHFMA(pr[u], AHL(V, (j0 + u) * vs + d), hv);
+				a += HTOF(hv);
+			}
+#else
 			for (int u = 0; u < cnt; u++) a = fma(pr[u], LOAD(V, (j0 + u) * vs + d), a);
+#endif
 			acc[c] = a;
 		}
 		m = mn;
@@ -498,13 +595,13 @@ attn_split(ATT_PARAMS, int splitLen, __global float *Part) {
 	const int js = s * splitLen, je = min(js + splitLen, jn);
 	K += offK + b * kb + g * kh;
 	V += offV + b * vb + g * vh;
-	__local float qv[ATT_G][HD];
+	__local AQT qv[ATT_G][HD];
 	__local float sc[ATT_G][ATT_WG]; // this block's scores per query head
-	__local float pr[ATT_G][ATT_WG]; // and their probabilities
+	__local ptype pr[ATT_G][ATT_WG]; // and their probabilities
 	#pragma unroll
 	for (int r = 0; r < ATT_G; r++)
 		for (int d = t; d < HD; d += ATT_WG)
-			qv[r][d] = LOAD(Q, offQ + b * qb + (h0 + r) * qh + d) * scale;
+			qv[r][d] = AQCVT(LOAD(Q, offQ + b * qb + (h0 + r) * qh + d) * scale);
 	barrier(CLK_LOCAL_MEM_FENCE);
 	float acc[ATT_G][DPT], m[ATT_G], l[ATT_G];
 	#pragma unroll
@@ -523,11 +620,27 @@ attn_split(ATT_PARAMS, int splitLen, __global float *Part) {
 			__global const store_t *kp = K + (j0 + t) * ks;
 			#pragma unroll
 			for (int r = 0; r < ATT_G; r++) sr[r] = 0.0f;
+#ifdef AH
+			for (int d0 = 0; d0 < HD; d0 += AH_RUN) {
+				hreal hs[ATT_G];
+				#pragma unroll
+				for (int r = 0; r < ATT_G; r++) hs[r] = HZERO;
+				#pragma unroll 1
+				for (int d = d0; d < min(d0 + AH_RUN, HD); d++) {
+					const hreal kd = AHL(kp, d);
+					#pragma unroll
+					for (int r = 0; r < ATT_G; r++) hs[r] = AHFMA(qv[r][d], kd, hs[r]);
+				}
+				#pragma unroll
+				for (int r = 0; r < ATT_G; r++) sr[r] += HTOF(hs[r]);
+			}
+#else
 			for (int d = 0; d < HD; d++) {
 				const float kd = LOAD(kp, d);
 				#pragma unroll
 				for (int r = 0; r < ATT_G; r++) sr[r] = fma(qv[r][d], kd, sr[r]);
 			}
+#endif
 			if (hasMask) {
 				#pragma unroll
 				for (int r = 0; r < ATT_G; r++) {
@@ -546,15 +659,15 @@ attn_split(ATT_PARAMS, int splitLen, __global float *Part) {
 			float bm = -INFINITY;
 			for (int u = 0; u < cnt; u++) bm = fmax(bm, sc[r][u]);
 			const float mn = fmax(m[r], bm);
-			corr[r] = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
-			pr[r][t] = t < cnt && sc[r][t] != -INFINITY ? exp(sc[r][t] - mn) : 0.0f;
+			corr[r] = mn == -INFINITY ? 1.0f : AEXP(m[r] - mn);
+			pr[r][t] = PCVT(t < cnt && sc[r][t] != -INFINITY ? AEXP(sc[r][t] - mn) : 0.0f);
 			m[r] = mn;
 		}
 		barrier(CLK_LOCAL_MEM_FENCE);
 		#pragma unroll
 		for (int r = 0; r < ATT_G; r++) {
 			float lr = l[r] * corr[r];
-			for (int u = 0; u < cnt; u++) lr += pr[r][u];
+			for (int u = 0; u < cnt; u++) lr += PTOF(pr[r][u]);
 			l[r] = lr;
 			#pragma unroll
 			for (int c = 0; c < DPT; c++) acc[r][c] *= corr[r];
@@ -563,11 +676,27 @@ attn_split(ATT_PARAMS, int splitLen, __global float *Part) {
 		for (int c = 0; c < DPT; c++) {
 			const int d = t + c * ATT_WG;
 			if (d < HD) {
+#ifdef AH
+				for (int u0 = 0; u0 < cnt; u0 += AH_RUN) {
+					hreal hv[ATT_G];
+					#pragma unroll
+					for (int r = 0; r < ATT_G; r++) hv[r] = HZERO;
+					#pragma unroll 1
+					for (int u = u0; u < min(u0 + AH_RUN, cnt); u++) {
+						const hreal vd = AHL(V, (j0 + u) * vs + d);
+						#pragma unroll
+						for (int r = 0; r < ATT_G; r++) hv[r] = AHFMA(pr[r][u], vd, hv[r]);
+					}
+					#pragma unroll
+					for (int r = 0; r < ATT_G; r++) acc[r][c] += HTOF(hv[r]);
+				}
+#else
 				for (int u = 0; u < cnt; u++) {
 					const float vd = LOAD(V, (j0 + u) * vs + d);
 					#pragma unroll
 					for (int r = 0; r < ATT_G; r++) acc[r][c] = fma(pr[r][u], vd, acc[r][c]);
 				}
+#endif
 			}
 		}
 		barrier(CLK_LOCAL_MEM_FENCE); // sc and pr are rewritten next
@@ -600,7 +729,8 @@ attn_combine(__global const float *Part, int ns, __global store_t *O, int offO,
 	if (mx != -INFINITY)
 		for (int s = 0; s < ns; s++) {
 			const float ms = part[s * (HD + 2)];
-			if (ms != -INFINITY) sum += part[s * (HD + 2) + 1] * exp(ms - mx);
+			// fma: one rounding whether or not the compiler contracts.
+			if (ms != -INFINITY) sum = fma(part[s * (HD + 2) + 1], AEXP(ms - mx), sum);
 		}
 	const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
 	O += offO + b * ob + h * oh;
@@ -609,7 +739,7 @@ attn_combine(__global const float *Part, int ns, __global store_t *O, int offO,
 		if (mx != -INFINITY)
 			for (int s = 0; s < ns; s++) {
 				const float ms = part[s * (HD + 2)];
-				if (ms != -INFINITY) a = fma(part[s * (HD + 2) + 2 + d], exp(ms - mx), a);
+				if (ms != -INFINITY) a = fma(part[s * (HD + 2) + 2 + d], AEXP(ms - mx), a);
 			}
 		STORE(O, d, a * inv);
 	}
@@ -635,14 +765,14 @@ attn_qtile(ATT_PARAMS) {
 	const int jlast = causal ? clamp(past + min(i0 + ATT_TQ, Sq), 0, Skv) : Skv;
 	K += offK + b * kb + g * kh;
 	V += offV + b * vb + g * vh;
-	__local float qv[ATT_R][HD];
+	__local AQT qv[ATT_R][HD];
 	__local float sc[ATT_R][ATT_WG];
-	__local float pr[ATT_R][ATT_WG];
+	__local ptype pr[ATT_R][ATT_WG];
 	#pragma unroll
 	for (int r = 0; r < ATT_R; r++) {
 		const int h = h0 + r / ATT_TQ, i = min(i0 + r % ATT_TQ, Sq - 1);
 		for (int d = t; d < HD; d += ATT_WG)
-			qv[r][d] = LOAD(Q, offQ + b * qb + h * qh + i * qs + d) * scale;
+			qv[r][d] = AQCVT(LOAD(Q, offQ + b * qb + h * qh + i * qs + d) * scale);
 	}
 	barrier(CLK_LOCAL_MEM_FENCE);
 	float acc[ATT_R][DPT], m[ATT_R], l[ATT_R];
@@ -662,11 +792,27 @@ attn_qtile(ATT_PARAMS) {
 			__global const store_t *kp = K + j * ks;
 			#pragma unroll
 			for (int r = 0; r < ATT_R; r++) sr[r] = 0.0f;
+#ifdef AH
+			for (int d0 = 0; d0 < HD; d0 += AH_RUN) {
+				hreal hs[ATT_R];
+				#pragma unroll
+				for (int r = 0; r < ATT_R; r++) hs[r] = HZERO;
+				#pragma unroll 1
+				for (int d = d0; d < min(d0 + AH_RUN, HD); d++) {
+					const hreal kd = AHL(kp, d);
+					#pragma unroll
+					for (int r = 0; r < ATT_R; r++) hs[r] = AHFMA(qv[r][d], kd, hs[r]);
+				}
+				#pragma unroll
+				for (int r = 0; r < ATT_R; r++) sr[r] += HTOF(hs[r]);
+			}
+#else
 			for (int d = 0; d < HD; d++) {
 				const float kd = LOAD(kp, d);
 				#pragma unroll
 				for (int r = 0; r < ATT_R; r++) sr[r] = fma(qv[r][d], kd, sr[r]);
 			}
+#endif
 			#pragma unroll
 			for (int r = 0; r < ATT_R; r++) {
 				const int h = h0 + r / ATT_TQ, i = min(i0 + r % ATT_TQ, Sq - 1);
@@ -686,15 +832,15 @@ attn_qtile(ATT_PARAMS) {
 			float bm = -INFINITY;
 			for (int u = 0; u < cnt; u++) bm = fmax(bm, sc[r][u]);
 			const float mn = fmax(m[r], bm);
-			corr[r] = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
-			pr[r][t] = t < cnt && sc[r][t] != -INFINITY ? exp(sc[r][t] - mn) : 0.0f;
+			corr[r] = mn == -INFINITY ? 1.0f : AEXP(m[r] - mn);
+			pr[r][t] = PCVT(t < cnt && sc[r][t] != -INFINITY ? AEXP(sc[r][t] - mn) : 0.0f);
 			m[r] = mn;
 		}
 		barrier(CLK_LOCAL_MEM_FENCE);
 		#pragma unroll
 		for (int r = 0; r < ATT_R; r++) {
 			float lr = l[r] * corr[r];
-			for (int u = 0; u < cnt; u++) lr += pr[r][u];
+			for (int u = 0; u < cnt; u++) lr += PTOF(pr[r][u]);
 			l[r] = lr;
 			#pragma unroll
 			for (int c = 0; c < DPT; c++) acc[r][c] *= corr[r];
@@ -703,11 +849,27 @@ attn_qtile(ATT_PARAMS) {
 		for (int c = 0; c < DPT; c++) {
 			const int d = t + c * ATT_WG;
 			if (d < HD) {
+#ifdef AH
+				for (int u0 = 0; u0 < cnt; u0 += AH_RUN) {
+					hreal hv[ATT_R];
+					#pragma unroll
+					for (int r = 0; r < ATT_R; r++) hv[r] = HZERO;
+					#pragma unroll 1
+					for (int u = u0; u < min(u0 + AH_RUN, cnt); u++) {
+						const hreal vd = AHL(V, (j0 + u) * vs + d);
+						#pragma unroll
+						for (int r = 0; r < ATT_R; r++) hv[r] = AHFMA(pr[r][u], vd, hv[r]);
+					}
+					#pragma unroll
+					for (int r = 0; r < ATT_R; r++) acc[r][c] += HTOF(hv[r]);
+				}
+#else
 				for (int u = 0; u < cnt; u++) {
 					const float vd = LOAD(V, (j0 + u) * vs + d);
 					#pragma unroll
 					for (int r = 0; r < ATT_R; r++) acc[r][c] = fma(pr[r][u], vd, acc[r][c]);
 				}
+#endif
 			}
 		}
 		barrier(CLK_LOCAL_MEM_FENCE);

@@ -11,6 +11,11 @@ import (
 //go:embed attention.cl
 var attentionSrc string
 
+// attentionProgSrc is the attention family's program text: halfmath.cl's
+// half arithmetic layer (for the GPU kernels' half path), then
+// attention.cl. Joined once (see matmulProgSrc).
+var attentionProgSrc = halfMathSrc + "\n" + attentionSrc
+
 // AttnLayout gives a [B, heads, S, D] tensor's element strides for batch,
 // head and sequence; D is contiguous. The zero value means packed
 // [B, heads, S, D].
@@ -218,9 +223,9 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	}
 	opts := attnOpts(s, p, "")
 	if name == "attn_wg" {
-		opts += " -DATT_GPU"
+		opts += " -DATT_GPU" + l.attnHalfOptions(s)
 	}
-	kern, err := l.kernel("attention", attentionSrc, opts, name)
+	kern, err := l.kernel("attention", attentionProgSrc, opts, name)
 	if err != nil {
 		return err
 	}
@@ -247,6 +252,41 @@ func attnOpts(s Storage, p AttentionParams, extra string) string {
 		masked = MaskedF16
 	}
 	return fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef%s", s.define(), p.HeadDim, float32(masked), extra)
+}
+
+// attnHalfOptions are the GPU attention kernels' (attn_wg, attn_split
+// with attn_combine, attn_qtile) extra build options in storage s: their
+// half path (attention.cl's ATT_HALF, with -cl-mad-enable) where the
+// device has cl_khr_fp16, the storage is fp16 and the Lib has not been
+// told otherwise (SetAttentionHalf), or the path's exact emulation when a
+// test asks (halfEmu).
+func (l *Lib) attnHalfOptions(s Storage) string {
+	return attnHalfOpts(s, l.info().FP16 && !l.attnHalfOff)
+}
+
+// attnHalfOpts is attnHalfOptions for a device with (half) or without
+// usable half arithmetic. fp32 storage keeps fp32 arithmetic: its inputs
+// carry more than half's 11 bits.
+func attnHalfOpts(s Storage, half bool) string {
+	switch {
+	case s != F16:
+		return ""
+	case halfEmu:
+		return " -DATT_HALF -DHALF_EMU"
+	case half:
+		return " -DATT_HALF -DHALF_MATH -cl-mad-enable"
+	}
+	return ""
+}
+
+// SetAttentionHalf turns the GPU attention kernels' half arithmetic on
+// (the default) or off. It applies where the device has cl_khr_fp16 and
+// activations are stored in fp16; off, those kernels compute in fp32 from
+// the fp16 storage, as on a device without cl_khr_fp16. The half path's
+// accuracy is stated and tested in attnhalf_test.go. Programs already
+// built stay; launches after the call pick by the new setting.
+func (l *Lib) SetAttentionHalf(on bool) {
+	l.attnHalfOff = !on
 }
 
 // attnArgs are the arguments every attention kernel starts with: Q, K, V
@@ -302,7 +342,7 @@ func attnTileRows(group int) int {
 // attentionQTile launches attn_qtile for a checked prefill.
 func (l *Lib) attentionQTile(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	group := p.Heads / p.KVHeads
-	kern, err := l.kernel("attention", attentionSrc, attnOpts(s, p, fmt.Sprintf(" -DATT_GPU -DATT_G=%d", group)), "attn_qtile")
+	kern, err := l.kernel("attention", attentionProgSrc, attnOpts(s, p, fmt.Sprintf(" -DATT_GPU -DATT_G=%d", group)+l.attnHalfOptions(s)), "attn_qtile")
 	if err != nil {
 		return err
 	}
@@ -315,12 +355,12 @@ func (l *Lib) attentionQTile(s Storage, q, k, v, o Buf, p AttentionParams) error
 // live in a scratch buffer the Lib keeps (B*H*ns*(HD+2) floats, grown on
 // demand: under 1 MiB for 32 heads of 128 at 8k keys).
 func (l *Lib) attentionSplit(s Storage, q, k, v, o Buf, p AttentionParams, ns int) error {
-	opts := attnOpts(s, p, fmt.Sprintf(" -DATT_GPU -DATT_G=%d", p.Heads/p.KVHeads))
-	ks, err := l.kernel("attention", attentionSrc, opts, "attn_split")
+	opts := attnOpts(s, p, fmt.Sprintf(" -DATT_GPU -DATT_G=%d", p.Heads/p.KVHeads)+l.attnHalfOptions(s))
+	ks, err := l.kernel("attention", attentionProgSrc, opts, "attn_split")
 	if err != nil {
 		return err
 	}
-	kc, err := l.kernel("attention", attentionSrc, opts, "attn_combine")
+	kc, err := l.kernel("attention", attentionProgSrc, opts, "attn_combine")
 	if err != nil {
 		return err
 	}

@@ -256,7 +256,7 @@ func TestAttentionHalfRounding(t *testing.T) {
 		xs = append(xs, 0)
 	}
 	opts := fmt.Sprintf("%s -DHD=16 -DMASKED_AT=%ef", F16.define(), float32(MaskedF16))
-	kern, err := testLib.kernel("attention", attentionSrc, opts, "attn_half_bits")
+	kern, err := testLib.kernel("attention", attentionProgSrc, opts, "attn_half_bits")
 	if err != nil {
 		t.Fatal(err)
 	}

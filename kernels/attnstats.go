@@ -77,7 +77,7 @@ func (l *Lib) attentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionPa
 	if l.info().Type == "GPU" {
 		opts += " -DATT_GPU"
 	}
-	kern, err := l.kernel("attention", attentionSrc, opts, "attn_colstats")
+	kern, err := l.kernel("attention", attentionProgSrc, opts, "attn_colstats")
 	if err != nil {
 		return err
 	}

@@ -208,7 +208,7 @@ func (l *Lib) forced(family, name string) bool {
 	case "quant":
 		return halfEmu || qForce != "" && !(gpu && (name == "qmv_wg" || name == "qmm_4x2" || name == "qmt_r1" || name == "qmt_mm"))
 	case "attention":
-		return attnForce != "" && !(gpu && (name == "attn_wg" || name == "attn_split" || name == "attn_combine" || name == "attn_qtile"))
+		return halfEmu || attnForce != "" && !(gpu && (name == "attn_wg" || name == "attn_split" || name == "attn_combine" || name == "attn_qtile"))
 	case "conv", "volume":
 		// A strip width other than the device's (16 on CPUs, 4 on GPUs)
 		// is only ever a test's.

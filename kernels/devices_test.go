@@ -108,7 +108,8 @@ func capsFromExtensions(version, exts string) (list []string, fp16, subgroups, i
 // 7xx, a Mali-G7x and an NVIDIA GPU and checks the kernel variants the
 // launchers would select on each: the GPU kernel set everywhere, the fp16
 // arithmetic path of the E0M4 GEMV only where cl_khr_fp16 is listed (not on
-// NVIDIA's OpenCL, which lacks it), and every fused chain within the
+// NVIDIA's OpenCL, which lacks it; likewise the GPU attention kernels'
+// half path, for fp16 activations), and every fused chain within the
 // device's parameter limit.
 func TestPublishedDevices(t *testing.T) {
 	for _, tc := range []struct {
@@ -174,6 +175,10 @@ func TestPublishedDevices(t *testing.T) {
 			if name, _, _ := l.qpick(qmm{m: 64}); name != "qmm_4x2" {
 				t.Errorf("prefill GEMM variant %s, want qmm_4x2", name)
 			}
+			i4 := qmm{w: QBuf{Format: quant.Int4, Group: 128, Layout: QLayoutTile4}, s: F16}
+			if got := strings.Contains(i4.options(l.info().FP16, false), "-DHALF_MATH"); got != tc.halfInQGEM {
+				t.Errorf("INT4 tiled fp16-storage build has half arithmetic = %v, want %v (%s)", got, tc.halfInQGEM, i4.options(l.info().FP16, false))
+			}
 			g := qmm{w: QBuf{Format: quant.E0M4, Group: 128}, s: F16}
 			if got := strings.Contains(g.options(l.info().FP16, false), "-DQ_HALF"); got != tc.halfInQGEM {
 				t.Errorf("E0M4 fp16-storage build has -DQ_HALF = %v, want %v (%s)", got, tc.halfInQGEM, g.options(l.info().FP16, false))
@@ -193,6 +198,19 @@ func TestPublishedDevices(t *testing.T) {
 			if o, _ := (gemm{at: F16, bt: F16}).regOptions(l.info().FP16); strings.Contains(o, "-DHALF_MATH") != tc.halfInQGEM {
 				t.Errorf("mm_reg fp16 build %q: want half arithmetic %v", o, tc.halfInQGEM)
 			}
+			// The GPU attention kernels' half path: on with cl_khr_fp16 for
+			// fp16 activations only, and off when the Lib is told so.
+			for _, st := range storages {
+				want := tc.halfInQGEM && st == F16
+				if o := l.attnHalfOptions(st); strings.Contains(o, "-DATT_HALF -DHALF_MATH -cl-mad-enable") != want || !want && o != "" {
+					t.Errorf("attention %s build %q: want half arithmetic %v", st, o, want)
+				}
+			}
+			l.SetAttentionHalf(false)
+			if o := l.attnHalfOptions(F16); o != "" {
+				t.Errorf("attention half path switched off, yet build options %q", o)
+			}
+			l.SetAttentionHalf(true)
 			if !preferGroups(l) || groupSize(l) != tc.group {
 				t.Errorf("row kernels: groups %v of %d, want groups of %d", preferGroups(l), groupSize(l), tc.group)
 			}

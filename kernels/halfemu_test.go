@@ -124,11 +124,15 @@ func qmtHalfSim(a []float32, p *quant.Packed, n int, bias *float32) float32 {
 	return acc
 }
 
-// qHalfTerm is one step of every E0M4 half path: weight k of column n
-// decoded by half fma from its group's parameters rounded to half, then
-// a[k] times it added to the half sum h by half fma.
+// qHalfTerm is one step of every 4-bit half path: weight k of column n
+// decoded by half fma from its group's parameters rounded to half (E0M4:
+// hfma(1 + q/16, d, m); INT4: hfma(q - z, s, 0), q - z exact), then a[k]
+// times it added to the half sum h by half fma.
 func qHalfTerm(h float64, a []float32, p *quant.Packed, k, n int) float64 {
 	q, d, m := qCode(p, k, n)
+	if p.Format == quant.Int4 {
+		return hfma(float64(a[k]), hfma(float64(q)-hcvt(m), hcvt(d), 0), h)
+	}
 	return hfma(float64(a[k]), hfma(1+float64(q)/16, hcvt(d), hcvt(m)), h)
 }
 

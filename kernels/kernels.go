@@ -94,6 +94,9 @@ type Lib struct {
 	label    string
 	// attnPart is split-K attention's scratch (attention.go).
 	attnPart *opencl.Buffer
+	// attnHalfOff turns the GPU attention kernels' half path off
+	// (SetAttentionHalf).
+	attnHalfOff bool
 }
 
 // kernKey names a built kernel: family, build options as the launcher

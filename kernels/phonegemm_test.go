@@ -119,28 +119,33 @@ func TestHalfPathsBitExact(t *testing.T) {
 				}
 			}
 		}
-		// qmt_mm: E0M4 in fp16 storage (the formats and storage that have a
-		// half path), 13 rows, 7 columns, 3 groups of 32 (3 chunks), with
-		// an fp16 bias and then with none.
-		_, wp := qWeight(t, 43, quant.E0M4, 96, 7, 32)
-		wq := uploadQTile4(t, wp)
-		for _, withBias := range []bool{true, false} {
-			p := QMatMulParams{M: 13, N: 7, K: 96, LDA: 101, BiasStorage: F16}
-			got, want := qRun(t, F16, wq, wp, p, withBias)
-			a := laRand(11, 13*101, F16)
-			bias := laRand(13, 7, F16)
-			for i := 0; i < 13; i++ {
-				for j := 0; j < 7; j++ {
-					var bp *float32
-					if withBias {
-						bp = &bias[j]
+		// qmt_mm: E0M4 and INT4 in fp16 storage (the formats and storage
+		// that have a half path), 13 rows, 7 columns, 3 groups of 32 (3
+		// chunks), with an fp16 bias and then with none (INT4: with one).
+		for _, fc := range []struct {
+			f      quant.Format
+			biases []bool
+		}{{quant.E0M4, []bool{true, false}}, {quant.Int4, []bool{true}}} {
+			_, wp := qWeight(t, 43, fc.f, 96, 7, 32)
+			wq := uploadQTile4(t, wp)
+			for _, withBias := range fc.biases {
+				p := QMatMulParams{M: 13, N: 7, K: 96, LDA: 101, BiasStorage: F16}
+				got, want := qRun(t, F16, wq, wp, p, withBias)
+				a := laRand(11, 13*101, F16)
+				bias := laRand(13, 7, F16)
+				for i := 0; i < 13; i++ {
+					for j := 0; j < 7; j++ {
+						var bp *float32
+						if withBias {
+							bp = &bias[j]
+						}
+						want[i*7+j] = roundTrip(F16, qmtHalfSim(a[i*101:i*101+96], wp, j, bp))
 					}
-					want[i*7+j] = roundTrip(F16, qmtHalfSim(a[i*101:i*101+96], wp, j, bp))
 				}
-			}
-			for i := range got {
-				if got[i] != want[i] {
-					t.Fatalf("qmt_mm (bias %v): output %d: kernel %g, Go emulation %g", withBias, i, got[i], want[i])
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("qmt_mm %s (bias %v): output %d: kernel %g, Go emulation %g", fc.f, withBias, i, got[i], want[i])
+					}
 				}
 			}
 		}
@@ -203,6 +208,8 @@ func TestHalfPathsAccuracy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// INT4 group 128 of the same Gaussian weight's spread.
+	_, pi := qWeight(t, 53, quant.Int4, k, 3, 128)
 	for _, tc := range []struct {
 		name string
 		a    []float32
@@ -210,6 +217,7 @@ func TestHalfPathsAccuracy(t *testing.T) {
 	}{
 		{"qmt_mm random", laRand(54, k, F16), pr},
 		{"qmt_mm constant weight, ones", ones(k), pc},
+		{"qmt_mm INT4 random", laRand(55, k, F16), pi},
 	} {
 		// qmt_r1 shares qmt_mm's chunk order and adds the chunks' sums in
 		// another order (over lanes, then a reduction), within the same
@@ -221,21 +229,33 @@ func TestHalfPathsAccuracy(t *testing.T) {
 			s, wErr, e := 0.0, 0.0, 0.0
 			for kk := range tc.a {
 				q, d, m := qCode(tc.p, kk, n)
-				// The exact decoded weight, and the bound on its half
-				// decode: d and m rounded to half (u each), then one fma
-				// rounding: (2u + u^2)(|base*d| + |m|) + eta.
-				base := 1 + float64(q)/16
-				wv := exactFMA(base, float64(d), float64(m))
 				av := math.Abs(float64(tc.a[kk]))
+				var wv float64
+				if tc.p.Format == quant.Int4 {
+					// (q - z) * s: q - z exact, s rounded to half
+					// (u|s| + eta), the product rounded once.
+					qz := float64(q) - float64(m)
+					wv = qz * float64(d)
+					e1 := math.Abs(qz) * (halfU*math.Abs(float64(d)) + halfEta)
+					wErr += av * (e1 + halfU*(math.Abs(wv)+e1) + halfEta)
+				} else {
+					// The exact decoded weight, and the bound on its half
+					// decode: d and m rounded to half (u each), then one
+					// fma rounding: (2u + u^2)(|base*d| + |m|) + eta.
+					base := 1 + float64(q)/16
+					wv = exactFMA(base, float64(d), float64(m))
+					wErr += av * ((2*halfU+halfU*halfU)*(base*math.Abs(float64(d))+math.Abs(float64(m))) + 3*halfEta)
+				}
 				s += av * math.Abs(wv)
-				wErr += av * ((2*halfU+halfU*halfU)*(base*math.Abs(float64(d))+math.Abs(float64(m))) + 3*halfEta)
 				e += float64(tc.a[kk]) * wv
 			}
 			got, ex = append(got, y), append(ex, e)
 			bound = append(bound, halfBound(s, wErr, k, 32, k/32, e))
 		}
 		checkHalfBound(t, tc.name, got, ex, bound)
-		checkHalfBound(t, strings.Replace(tc.name, "qmt_mm", "qmt_r1", 1), gotR1, ex, bound)
+		if tc.p.Format == quant.E0M4 { // qmt_r1 has no INT4 half path
+			checkHalfBound(t, strings.Replace(tc.name, "qmt_mm", "qmt_r1", 1), gotR1, ex, bound)
+		}
 	}
 }
 

@@ -613,9 +613,11 @@ QMT_KERNEL(qmt_r1, 1)
 // decode among four rows. The launcher sets 2 x 2 for the half path at
 // groups of 32, which keeps 66 live at 4 x 2.
 //
-// Half path (halfmath.cl's HM_ON, E0M4 weights, fp16 storage): the
-// group's parameters are rounded to half, each weight decodes as
-// HFMA(1 + q/16, d, m), and a chunk's 32 products per output are summed by
+// Half path (halfmath.cl's HM_ON, E0M4 or INT4 weights, fp16 storage):
+// the group's parameters are rounded to half, each E0M4 weight decodes as
+// HFMA(1 + q/16, d, m) and each INT4 weight as HFMA(q - z, s, 0) (q - z
+// is an exact small integer in half, so its one rounding is the product's),
+// and a chunk's 32 products per output are summed by
 // HFMA in half, in the order k = kb + t*QW + 0..3 for t = 0..7; the
 // chunk's half sum is then added to the output's float sum. The fp32 path
 // is DEQ and dot. halfemu_test.go emulates the half path in Go.
@@ -625,8 +627,38 @@ QMT_KERNEL(qmt_r1, 1)
 #ifndef QMC
 #define QMC 2
 #endif
-#if defined(HM_ON) && defined(Q_E0M4) && defined(STORAGE_F16)
+#if defined(HM_ON) && (defined(Q_E0M4) || defined(Q_INT4)) &&               \
+    defined(STORAGE_F16)
 #define QM_HALF 1
+
+// QM_DEC(n, d, m): the four weights of the nibbles n (a uint4) as hreal4,
+// from the group's parameters in half: (d, m) for E0M4, (s, 1024 + z) for
+// INT4 (QM_M). INT4 forms q - z as (1024 + q) - (1024 + z), both exact
+// in half (its spacing at 1024 is 1), 1024 + q by setting the bits of
+// 0x6400 (1024.0): convert_half4 of the integers took 138-174 VGPRs and
+// 16 KiB of scratch per lane through libclc on the register gate's target.
+#ifdef Q_E0M4
+#define QM_DEC(n, d, m) qm_dec(HE0M4(n), (d), (m))
+#else
+#ifdef HM_HALF
+#define QM_DEC(n, d, m)                                                        \
+	qm_dec(as_half4(convert_ushort4(n) | (ushort4)(0x6400)) - (m), (d), HZERO)
+#else
+#define QM_DEC(n, d, m) qm_dec((convert_float4(n) + 1024.0f) - (m), (d), HZERO)
+#endif
+#endif
+
+// QM_M(y) is the group's second parameter as QM_DEC takes it.
+#ifdef Q_E0M4
+#define QM_M(y) HCVT(y)
+#else
+#define QM_M(y) HCVT((y) + 1024.0f)
+#endif
+
+// qm_dec is HFMA(b, d, m) lane by lane.
+static inline hreal4 qm_dec(hreal4 b, hreal d, hreal m) {
+	return (hreal4)(HFMA(b.x, d, m), HFMA(b.y, d, m), HFMA(b.z, d, m), HFMA(b.w, d, m));
+}
 
 // qm_dot4 adds a.x*w.x, then a.y*w.y, a.z*w.z and a.w*w.w to h, each
 // multiply-add rounded once to half.
@@ -640,9 +672,7 @@ static inline hreal qm_dot4(hreal4 a, hreal4 w, hreal h) {
 		_Pragma("unroll") for (int r = 0; r < QMR; r++)                        \
 		    a[r] = HLOAD4(A, oa[r] + kb + (t) * QW);                           \
 		_Pragma("unroll") for (int c = 0; c < QMC; c++) {                      \
-			const hreal4 b = HE0M4(QNIB##t(u[c]));                             \
-			const hreal4 w = (hreal4)(HFMA(b.x, d[c], m[c]), HFMA(b.y, d[c], m[c]), \
-			                          HFMA(b.z, d[c], m[c]), HFMA(b.w, d[c], m[c])); \
+			const hreal4 w = QM_DEC(QNIB##t(u[c]), d[c], m[c]);                \
 			_Pragma("unroll") for (int r = 0; r < QMR; r++)                    \
 			    h[r][c] = qm_dot4(a[r], w, h[r][c]);                           \
 		}                                                                      \
@@ -653,7 +683,7 @@ static inline hreal qm_dot4(hreal4 a, hreal4 w, hreal h) {
 		_Pragma("unroll") for (int c = 0; c < QMC; c++) {                      \
 			const float2 pr = vload2(4 * g + c0 + c, pb);                      \
 			d[c] = HCVT(pr.x);                                                 \
-			m[c] = HCVT(pr.y);                                                 \
+			m[c] = QM_M(pr.y);                                                 \
 			_Pragma("unroll") for (int r = 0; r < QMR; r++) h[r][c] = HZERO;   \
 		}                                                                      \
 		QM_STEP(0) QM_STEP(1) QM_STEP(2) QM_STEP(3)                            \

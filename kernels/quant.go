@@ -30,7 +30,7 @@ const (
 // (group parameters every chunk) kept 66 VGPRs live at 4 x 2 on the
 // register gate's target, so it takes 2 x 2.
 func (g qmm) qmtBlock(fp16 bool) (rows, cols int) {
-	if g.w.Format == quant.E0M4 && g.s == F16 && (fp16 || halfEmu) && g.w.Group == 32 {
+	if g.w.Format.FourBit() && g.s == F16 && (fp16 || halfEmu) && g.w.Group == 32 {
 		return 2, 2
 	}
 	return qmtRows, qmtCols
@@ -250,8 +250,8 @@ func checkQBufs(ops []qOperand) error {
 // each weight vector once per 4 rows, in registers. On a GPU the weight is
 // in QLayoutTile4: up to 3 rows run a 64-lane work-group per row and block
 // of four columns (qmt_r1), more rows 4 rows x 2 columns per work-item in
-// registers (qmt_mm), with half arithmetic for E0M4 in fp16 storage where
-// the device has cl_khr_fp16. K must be a multiple of the weight's group
+// registers (qmt_mm), with half arithmetic in fp16 storage where the
+// device has cl_khr_fp16 (E0M4 in both, INT4 in qmt_mm). K must be a multiple of the weight's group
 // size. Work is enqueued, not finished.
 func (l *Lib) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) error {
 	fail := func(err error) error {
@@ -333,6 +333,17 @@ func (g qmm) options(fp16, subgroups bool) string {
 		}
 	} else {
 		o += " -DQ_INT4"
+		// INT4 has a half path in qmt_mm only (the tiled layout's
+		// prefill GEMM); its emulation build holds the tiled kernels.
+		switch {
+		case g.s == F16 && halfEmu && g.w.Layout == QLayoutTile4:
+			o += " -DHALF_EMU"
+		case fp16 && g.s == F16:
+			o += " -DHALF_MATH -cl-mad-enable"
+		}
+		if rb, cb := g.qmtBlock(fp16); rb != qmtRows || cb != qmtCols {
+			o += fmt.Sprintf(" -DQMR=%d -DQMC=%d", rb, cb)
+		}
 	}
 	if g.s == F16 {
 		o += " -DSTORAGE_F16"
