@@ -212,7 +212,9 @@ func (l *Lib) forced(family, name string) bool {
 	case "conv", "volume":
 		// A strip width other than the device's (16 on CPUs, 4 on GPUs)
 		// is only ever a test's.
-		return convKMajor && !gpu || convPXForce != 0 && convPXForce != l.convPXDevice()
+		// conv_pw is a CPU route: only a test builds it on a GPU.
+		return convKMajor && !gpu || convPXForce != 0 && convPXForce != l.convPXDevice() ||
+			gpu && strings.HasPrefix(name, "conv_pw")
 	case "resize":
 		return resizeSeparable
 	case "norm":

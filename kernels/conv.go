@@ -546,9 +546,11 @@ func (l *Lib) convDWRows() int {
 // channel per group): conv_dw_reg, which cuts every kw's window from one
 // load of the row, where the window fits its registers (kernel width up to
 // 5, stride 1 or 2 and no dilation along the width), else conv_dw. Tests
-// force conv_dw with convForce "dwgen".
-func dwKernel(p ConvParams) string {
-	if convForce != "dwgen" && p.KW <= 5 && p.StrideW <= 2 && p.DilationW == 1 {
+// force conv_dw with convForce "dwgen". GPUs always take conv_dw: the
+// register windows of conv_dw_reg held 86-89 VGPRs on the register gate's
+// 64-register target.
+func dwKernel(p ConvParams, gpu bool) string {
+	if !gpu && convForce != "dwgen" && p.KW <= 5 && p.StrideW <= 2 && p.DilationW == 1 {
 		return "conv_dw_reg"
 	}
 	return "conv_dw"
@@ -556,7 +558,7 @@ func dwKernel(p ConvParams) string {
 
 // convDW runs the depthwise kernel dwKernel picks.
 func (l *Lib) convDW(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
-	name := dwKernel(p)
+	name := dwKernel(p, l.info().Type == "GPU")
 	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), name)
 	if err != nil {
 		return err
@@ -584,8 +586,9 @@ func (l *Lib) convDW(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	}
 	// On a CPU, channels along dimension 0: a work-group then holds
 	// cpuGroup channels of one strip, where strips along it left a 7x7
-	// map's groups three quarters empty. On a GPU, strips along it, so
-	// neighbouring work-items read neighbouring columns.
+	// map's groups three quarters empty. Strips along it would suit a GPU
+	// (neighbouring work-items reading neighbouring columns), which
+	// dwKernel does not give this kernel today.
 	chanFirst := int32(0)
 	dims := []int{tiles, p.N * p.C}
 	if cpu {

@@ -181,8 +181,11 @@ func TestConvDepthwise(t *testing.T) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		convForce = ""
-		if got := dwKernel(pn) == "conv_dw_reg"; got != c.reg {
-			t.Errorf("%s: dwKernel picks conv_dw_reg %v, want %v", c.name, got, c.reg)
+		if got := dwKernel(pn, false) == "conv_dw_reg"; got != c.reg {
+			t.Errorf("%s: dwKernel picks conv_dw_reg %v on a CPU, want %v", c.name, got, c.reg)
+		}
+		if got := dwKernel(pn, true); got != "conv_dw" {
+			t.Errorf("%s: dwKernel picks %s on a GPU, want conv_dw", c.name, got)
 		}
 		for _, force := range []string{"", "dwgen"} {
 			for _, px := range []int{4, 8, 16} {
