@@ -166,6 +166,15 @@ func (p ConvParams) route(pw bool) string {
 	return "flat"
 }
 
+// biasArg is the bias buffer and has-bias flag the conv kernels take:
+// without a bias, w stands in as a buffer the kernel never reads.
+func (p ConvParams) biasArg(w Buf) (Buf, int32) {
+	if p.Bias.Mem == nil {
+		return w, 0
+	}
+	return p.Bias, 1
+}
+
 // plain1x1 reports whether p is a 1x1 convolution with stride 1 and no
 // padding: a product of the weight with each image's [C, H*W] planes.
 func (p ConvParams) plain1x1() bool {
@@ -446,10 +455,7 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	if err != nil {
 		return err
 	}
-	bias, hasBias := p.Bias, int32(1)
-	if bias.Mem == nil {
-		bias, hasBias = w, 0 // placeholder, never read
-	}
+	bias, hasBias := p.biasArg(w)
 	if p.C == 0 {
 		x = y // nothing is read; any buffer will do
 	}
@@ -481,10 +487,7 @@ func (l *Lib) convPW(s Storage, x, w, y Buf, p ConvParams, np int) error {
 	if err != nil {
 		return err
 	}
-	bias, hasBias := p.Bias, int32(1)
-	if bias.Mem == nil {
-		bias, hasBias = w, 0 // placeholder, never read
-	}
+	bias, hasBias := p.biasArg(w)
 	i32 := func(v int) int32 { return int32(v) }
 	global, local := l.cpuGroups([]int{(np + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
 	return l.dev.Launch(k, global, local,
@@ -517,10 +520,7 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 		i32(p.H), i32(p.W), i32(hq), i32(wq), i32(p.PadTop), i32(p.PadLeft), i32(p.StrideH), i32(p.StrideW)); err != nil {
 		return err
 	}
-	bias, hasBias := p.Bias, int32(1)
-	if bias.Mem == nil {
-		bias, hasBias = w, 0 // placeholder, never read
-	}
+	bias, hasBias := p.biasArg(w)
 	global, local = l.cpuGroups([]int{(oh*wq + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
 	return l.dev.Launch(k, global, local,
 		scratch.Mem, i32(scratch.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
@@ -563,10 +563,7 @@ func (l *Lib) convDW(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	if err != nil {
 		return err
 	}
-	bias, hasBias := p.Bias, int32(1)
-	if bias.Mem == nil {
-		bias, hasBias = w, 0 // placeholder, never read
-	}
+	bias, hasBias := p.biasArg(w)
 	px := l.convPX()
 	i32 := func(v int) int32 { return int32(v) }
 	blocks := (oh + l.convDWRows() - 1) / l.convDWRows()
@@ -603,10 +600,7 @@ func (l *Lib) convDirect(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error
 	if err != nil {
 		return err
 	}
-	bias, hasBias := p.Bias, int32(1)
-	if bias.Mem == nil {
-		bias, hasBias = w, 0 // placeholder, never read
-	}
+	bias, hasBias := p.biasArg(w)
 	i32 := func(v int) int32 { return int32(v) }
 	global, local := l.cpuGroups([]int{ow, oh, p.N * p.OutC})
 	return l.dev.Launch(k, global, local,
