@@ -595,6 +595,16 @@ def induct_lr(step, a):
     return lr + (a.min_lr - lr) * min(1.0, (step - start + 1) / max(1, a.decay_steps))
 
 
+def maybe_gap(rng, data):
+    """Half the time 1-64 tokens of python docs to put between two showings,
+    else none."""
+    if rng.random() >= 0.5:
+        return []
+    st = data.streams["pydoc"]
+    g0 = rng.randrange(len(st) - 64)
+    return st[g0:g0 + rng.randint(1, 64)].tolist()
+
+
 def copy_window(rng, data, seq, bos, showings=2):
     """A window of segments each shown twice, and the loss weight per target.
 
@@ -615,19 +625,11 @@ def copy_window(rng, data, seq, bos, showings=2):
             st = data.streams["fortunes" if rng.random() < 0.6 else "pydoc"]
             s0 = rng.randrange(len(st) - n)
             seg = st[s0:s0 + n].tolist()
-        gap = []
-        if rng.random() < 0.5:
-            st = data.streams["pydoc"]
-            g0 = rng.randrange(len(st) - 64)
-            gap = st[g0:g0 + rng.randint(1, 64)].tolist()
+        gap = maybe_gap(rng, data)
         ids += seg + gap + seg
         w += [0.0] * (n + len(gap) + 1) + [1.0] * (n - 1)
         if showings > 2 and rng.random() < 0.5:
-            gap = []
-            if rng.random() < 0.5:
-                st = data.streams["pydoc"]
-                g0 = rng.randrange(len(st) - 64)
-                gap = st[g0:g0 + rng.randint(1, 64)].tolist()
+            gap = maybe_gap(rng, data)
             ids += gap + seg
             w += [0.0] * (len(gap) + 1) + [1.0] * (n - 1)
     return torch.tensor(ids[:seq + 1]), torch.tensor(w[1:seq + 1])
