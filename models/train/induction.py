@@ -50,16 +50,9 @@ def main():
     model.eval()
     enc, vocab = td.load_encoder(a.work)
     bos = vocab[td.BOS]
-    rng = random.Random(3)
     val = np.load(os.path.join(a.work, "fortunes_val.npy")).astype(np.int64)
-    sums = {"text": [0.0, 0.0], "random": [0.0, 0.0]}
-    for _ in range(a.n):
-        s0 = rng.randrange(len(val) - 100)
-        for kind, toks in (("text", val[s0:s0 + 100].tolist()), ("random", [rng.randrange(100, 4000) for _ in range(60)])):
-            l, n = nll(model, [bos] + toks + toks), len(toks)
-            sums[kind][0] += l[1:n].mean().item() / a.n
-            sums[kind][1] += l[n + 1:].mean().item() / a.n
-    for kind, (first, second) in sums.items():
+    rng = random.Random(3)  # the repeat passages, then the recall items
+    for kind, (first, second) in td.repeat_probe(model, val, a.n, rng).items():
         print(f"repeat {kind}: first showing {first:.2f}, second {second:.2f} nats/token")
     train_names, _ = corpus.split_names(random.Random(td.SEED))
     pieces, n = np.zeros(4), 0

@@ -87,6 +87,8 @@ MIX_TASKS = {"fortunes": 0.42, "pydoc": 0.20, "debref": 0.08, "recall_dense": 0.
              "mc": 0.08}
 MIX_LONG = {"fortunes": 0.25, "pydoc": 0.25, "debref": 0.08, "recall_long": 0.12, "recall_far": 0.22,
             "mc": 0.08}
+# The text rows next to induct's copy windows (C1, C1s, C1f).
+MIX_COPY_TEXT = {"fortunes": 0.5, "pydoc": 0.35, "debref": 0.15}
 TASK_SOURCES = ("recall_short", "recall_long", "mc", "recall_dense", "recall_far")
 
 
@@ -438,18 +440,35 @@ def evaluate(model, data, seq, n_windows=8):
     return out
 
 
-def train(work, a, time_budget):
-    data = Data(work)
-    for mix in (MIX_SHORT, MIX_TASKS, MIX_LONG):
+def require_sources(cmd, work, data, *mixes):
+    """Stops with the command to run when a mix names a source WORK lacks."""
+    for mix in mixes:
         missing = [k for k in mix if k not in data.streams]
         if missing:
-            raise SystemExit(f"train: {work} lacks the sources {missing}; run prepare-tasks --work {work}")
-    model = build_model()
-    n_params = sum(p.numel() for p in model.parameters())
+            raise SystemExit(f"{cmd}: {work} lacks the sources {missing}; run prepare-tasks --work {work}")
+
+
+def make_optimizer(model, a):
+    """AdamW with weight decay on the matrices only (not norms' gains)."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
+    return torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
+
+
+def save_atomic(obj, path):
+    """torch.save through a temporary file, so a kill leaves the old file or
+    the new one, never half of one."""
+    torch.save(obj, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def train(work, a, time_budget):
+    data = Data(work)
+    require_sources("train", work, data, MIX_SHORT, MIX_TASKS, MIX_LONG)
+    model = build_model()
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = make_optimizer(model, a)
     gen = torch.Generator().manual_seed(SEED)
     step, tokens, elapsed_before = 0, 0, 0.0
     ckpt_path = os.path.join(work, "ckpt.pt")
@@ -468,8 +487,7 @@ def train(work, a, time_budget):
         ck = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step,
               "tokens": tokens, "elapsed": elapsed_before + time.time() - t0,
               "config": dataclasses.asdict(CONFIG), "args": dataclasses.asdict(a)}
-        torch.save(ck, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        save_atomic(ck, path)
         log(f"train: checkpoint ({tag}) at step {step}")
 
     model.train()
@@ -512,7 +530,7 @@ def train(work, a, time_budget):
     if step == a.max_steps:
         v = evaluate(model, data, a.long_seq, n_windows=4)
         log(f"eval final val loss (seq {a.long_seq}) " + " ".join(f"{k} {l:.4f}" for k, l in v.items()))
-        torch.save(model.state_dict(), os.path.join(work, "model_final.pt"))
+        save_atomic(model.state_dict(), os.path.join(work, "model_final.pt"))
         log(f"train: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
 
 
@@ -579,11 +597,6 @@ class InductArgs:
             step -= n
         return "c3"
 
-    def phase_start(self, name):
-        order = ["c1", "c1s", "c1f", "c2", "c3"]
-        sizes = [self.copy_steps, self.sub_steps, self.far_steps, self.task_steps, self.long_steps]
-        return sum(sizes[:order.index(name)])
-
 
 def induct_lr(step, a):
     if step < a.warmup:
@@ -593,6 +606,14 @@ def induct_lr(step, a):
     if step < start:
         return lr
     return lr + (a.min_lr - lr) * min(1.0, (step - start + 1) / max(1, a.decay_steps))
+
+
+def show_again(ids, w, seg, gap):
+    """Appends gap and a repeat of seg (its first showing already in ids),
+    weighting the repeat after its first token: from there on only copying
+    predicts it."""
+    ids += gap + seg
+    w += [0.0] * (len(gap) + 1) + [1.0] * (len(seg) - 1)
 
 
 def maybe_gap(rng, data):
@@ -625,13 +646,11 @@ def copy_window(rng, data, seq, bos, showings=2):
             st = data.streams["fortunes" if rng.random() < 0.6 else "pydoc"]
             s0 = rng.randrange(len(st) - n)
             seg = st[s0:s0 + n].tolist()
-        gap = maybe_gap(rng, data)
-        ids += seg + gap + seg
-        w += [0.0] * (n + len(gap) + 1) + [1.0] * (n - 1)
+        ids += seg
+        w += [0.0] * n
+        show_again(ids, w, seg, maybe_gap(rng, data))
         if showings > 2 and rng.random() < 0.5:
-            gap = maybe_gap(rng, data)
-            ids += gap + seg
-            w += [0.0] * (len(gap) + 1) + [1.0] * (n - 1)
+            show_again(ids, w, seg, maybe_gap(rng, data))
     return torch.tensor(ids[:seq + 1]), torch.tensor(w[1:seq + 1])
 
 
@@ -647,8 +666,9 @@ def near_window(rng, seq, bos, pool):
     while len(ids) < seq + 1:
         n = rng.randint(6, 30)
         seg = [rng.choice(pool) for _ in range(n)]
-        ids += seg + seg
-        w += [0.0] * (n + 1) + [1.0] * (n - 1)
+        ids += seg
+        w += [0.0] * n
+        show_again(ids, w, seg, [])
     return torch.tensor(ids[:seq + 1]), torch.tensor(w[1:seq + 1])
 
 
@@ -671,24 +691,25 @@ def far_window(rng, data, seq, bos, pool):
         st = data.streams["pydoc"]
         g = rng.choice([0, rng.randint(1, 40), rng.randint(40, 400)])
         g0 = rng.randrange(len(st) - g - 1)
-        gap = st[g0:g0 + g].tolist()
-        ids += seg + gap + seg
-        w += [0.0] * (n + g + 1) + [1.0] * (n - 1)
+        ids += seg
+        w += [0.0] * n
+        show_again(ids, w, seg, st[g0:g0 + g].tolist())
     return torch.tensor(ids[:seq + 1]), torch.tensor(w[1:seq + 1])
 
 
 @torch.no_grad()
-def repeat_probe(model, val, n=8):
+def repeat_probe(model, val, n=8, rng=None):
     """Mean loss on the first and second showing of repeated passages.
 
     Returns {"text": (first, second), "random": (first, second)} in nats per
     token: 100-token spans of `val` and 60 random tokens, each shown twice.
     Without induction both showings cost alike; with it the second is far
-    cheaper.
+    cheaper. The passages come from rng (default: a fresh Random(3), the
+    same passages every call).
     """
     was = model.training
     model.eval()
-    rng = random.Random(3)
+    rng = rng or random.Random(3)
     sums = {"text": [0.0, 0.0], "random": [0.0, 0.0]}
     for _ in range(n):
         s0 = rng.randrange(len(val) - 100)
@@ -708,12 +729,10 @@ def repeat_probe(model, val, n=8):
 def induct(work, a, time_budget):
     data = Data(work)
     val = data.val["fortunes"]
+    require_sources("induct", work, data, MIX_TASKS, MIX_LONG)
     model = build_model()
     model.load_state_dict(torch.load(os.path.join(work, "model_final.pt")))
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
+    opt = make_optimizer(model, a)
     gen = torch.Generator().manual_seed(SEED + 7)
     rng = random.Random(SEED + 8)
     base = torch.load(os.path.join(work, "ckpt.pt"))
@@ -747,8 +766,7 @@ def induct(work, a, time_budget):
                         "args": base["args"]}}
         if prng is not None:
             ck.update(phase=pname, phase_rng=prng.getstate(), phase_gen=pgen.get_state())
-        torch.save(ck, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        save_atomic(ck, path)
         log(f"induct: checkpoint ({tag}) at step {step}")
 
     model.train()
@@ -761,19 +779,18 @@ def induct(work, a, time_budget):
         for g in opt.param_groups:
             g["lr"] = induct_lr(step, a)
         ph = a.phase(step)
-        c1_mix = {"fortunes": 0.5, "pydoc": 0.35, "debref": 0.15}
         if ph in ("c1s", "c1f") and pname != ph:
             seed = a.sub_seed if ph == "c1s" else a.far_seed
             prng, pgen, pname = random.Random(seed), torch.Generator().manual_seed(seed + 88), ph
         if ph == "c1":
-            seq, mix = a.copy_seq, c1_mix
+            seq, mix = a.copy_seq, MIX_COPY_TEXT
             showings = 3 if step >= a.dense_from else 2
             cw = [copy_window(rng, data, seq, VOCAB - 2, showings) for _ in range(a.copy_rows)]
         elif ph == "c1s":
-            seq, mix = a.copy_seq, c1_mix
+            seq, mix = a.copy_seq, MIX_COPY_TEXT
             cw = [near_window(prng, seq, VOCAB - 2, pool) for _ in range(a.tokens_per_step // seq - 1)]
         elif ph == "c1f":
-            seq, mix = a.short_seq, c1_mix
+            seq, mix = a.short_seq, MIX_COPY_TEXT
             cw = [far_window(prng, data, seq, VOCAB - 2, pool) for _ in range(a.tokens_per_step // seq - 1)]
         elif ph == "c2":
             seq, mix = a.short_seq, MIX_TASKS
@@ -816,7 +833,7 @@ def induct(work, a, time_budget):
             save(ckpt_path, "periodic")
     save(ckpt_path, "final")
     if step == a.max_steps:
-        torch.save(model.state_dict(), os.path.join(work, "model_induct.pt"))
+        save_atomic(model.state_dict(), os.path.join(work, "model_induct.pt"))
         log(f"induct: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
 
 
@@ -829,8 +846,7 @@ def compact(src, dst):
         for k in ("exp_avg", "exp_avg_sq"):
             st[k] = st[k].to(torch.bfloat16)
     ck["compact"] = "Adam moments stored as bfloat16"
-    torch.save(ck, dst + ".tmp")
-    os.replace(dst + ".tmp", dst)
+    save_atomic(ck, dst)
     log(f"compact: {src} step {ck['step']} -> {dst} ({os.path.getsize(dst)} bytes)")
 
 
