@@ -554,7 +554,7 @@ class InductArgs:
     sub_vocab tokens, shown again at once (near_window): copying then beats
     the best guess by ln(sub_vocab) nats, where the full vocabulary's random
     segments cost 8+ nats either way while nothing copies. Induction formed
-    there within 400 steps, but only for repeats within about 20 tokens.
+    there within 500 steps, but only for repeats within about 20 tokens.
     C1f (far_window) then shows segments of the sub-vocabulary, the whole
     vocabulary and text again after up to 400 tokens, in rows of 512. Both
     phases draw from generators of their own (sub_seed, far_seed), so C2
