@@ -51,10 +51,7 @@ func elasticImportance(args []string) error {
 	if *batch < 1 || *windows < 0 {
 		return fmt.Errorf("importance: --batch %d, --windows %d: want --batch ≥ 1 and --windows ≥ 0", *batch, *windows)
 	}
-	path := *model
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, "model.onnx")
-	}
+	path := modelFile(*model)
 	if !fileExists(path) {
 		return fmt.Errorf("importance: no model file %s", path)
 	}

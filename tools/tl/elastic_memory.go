@@ -30,6 +30,7 @@ type memoryRow struct {
 }
 
 type memoryResult struct {
+	// Device is the backend the sessions ran on ("opencl" or "go").
 	Device       string      `json:"device"`
 	Context      int         `json:"context"`
 	Prompt       int         `json:"prompt"`
@@ -101,16 +102,13 @@ func elasticMemory(args []string) error {
 		}
 	}()
 	if *lf.model != "" {
-		model, err := lf.modelPath(nil)
-		if err != nil {
-			return err
-		}
+		model := modelFile(*lf.model)
 		st, err := lf.openStepper(model, *prompt, generate.Config{LastOnly: true})
 		if err != nil {
 			return err
 		}
 		closers = append(closers, st.Close)
-		res.Context = st.MaxContext()
+		res.Context, res.Device = st.MaxContext(), deviceOf(st.Session()).Backend
 		lora := ""
 		if *lf.lora != "" {
 			lora = loraDir(model, *lf.lora)
@@ -171,15 +169,13 @@ func elasticMemory(args []string) error {
 			if m == "" {
 				return fmt.Errorf("--models %q: an empty name", *models)
 			}
-			if fi, err := os.Stat(m); err == nil && fi.IsDir() {
-				m += string(os.PathSeparator) + "model.onnx"
-			}
+			m = modelFile(m)
 			st, err := lf.openStepper(m, *prompt, generate.Config{LastOnly: true})
 			if err != nil {
 				return err
 			}
 			closers = append(closers, st.Close)
-			res.Context = st.MaxContext()
+			res.Context, res.Device = st.MaxContext(), deviceOf(st.Session()).Backend
 			if err := run(st); err != nil {
 				return fmt.Errorf("%s: %w", m, err)
 			}
@@ -191,10 +187,6 @@ func elasticMemory(args []string) error {
 	}
 	res.PeakRSSMiB = peakRSSMiB()
 	res.FinalRSSMiB = rssMiB()
-	res.Device = "go"
-	if opts, err := lf.sf.options(); err == nil && opts.Device != "go" {
-		res.Device = "opencl"
-	}
 	if *asJSON {
 		return writeJSON(stdout, res)
 	}

@@ -24,6 +24,9 @@ func TestElasticMemory(t *testing.T) {
 	if len(r.Sessions) != 2 || len(r.ModelLevels) != 9 || r.AdapterFiles != 2 || r.Context != 64 {
 		t.Fatalf("result %+v", r)
 	}
+	if r.Device != "go" {
+		t.Errorf("device %q; the sessions ran on the pure-Go backend", r.Device)
+	}
 	// 3 layers × (q 64→64, k 64→32, v 64→32, o 64→64, up 64→172, down
 	// 172→64) adapters of rank 8: A in×8 plus B 8×out values each.
 	per := 0
@@ -42,6 +45,13 @@ func TestElasticMemory(t *testing.T) {
 	}
 	if sum != r.TotalDevice || r.PeakRSSMiB <= 0 {
 		t.Errorf("total %d, sessions sum %d, peak RSS %v", r.TotalDevice, sum, r.PeakRSSMiB)
+	}
+	// The elastic model given as its folder.
+	out, err = captureStdout(t, func() error {
+		return runElastic([]string{"memory", "--model", elasticLlama, "--device", "go", "--prompt", "4", "--ctx", "32"})
+	})
+	if err != nil || !strings.Contains(out, "1 sessions") {
+		t.Errorf("--model FOLDER: %v\n%s", err, out)
 	}
 	// Two plain models side by side.
 	out, err = captureStdout(t, func() error {
