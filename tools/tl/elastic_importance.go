@@ -83,7 +83,8 @@ func elasticImportance(args []string) error {
 		dev = os.Getenv("TLITE_DEVICE")
 	}
 	start := time.Now()
-	c, err := importance.New(m, importance.Options{Engine: engine.Options{Device: dev}, HeadDim: hd, Batch: *batch, Seq: len(ws[0])})
+	opts := importance.Options{Engine: engine.Options{Device: dev}, HeadDim: hd, Batch: *batch, Seq: len(ws[0])}
+	c, err := importance.New(m, opts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -102,17 +103,12 @@ func elasticImportance(args []string) error {
 		if err != nil {
 			return err
 		}
-		opts := importance.Options{Engine: engine.Options{Device: dev}, HeadDim: hd, Batch: *batch, Seq: len(ws[0])}
 		s.LayerRemoval, err = importance.LayerRemoval(func() (*graph.Model, error) { return graph.Load(path) }, opts, s.NLayers, ws, base)
 		if err != nil {
 			return err
 		}
 	}
 	s.Source = path
-	s.Backend = "opencl"
-	if dev == "go" {
-		s.Backend = "go"
-	}
 	if err := importance.Write(*out, s); err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func TestProxyMatchesPyTorch(t *testing.T) {
 			}
 			defer m.Close()
 			s := score(t, m, opts, r.Windows, r.HeadDim)
-			if s.Tokens != 3*24 || s.Windows != 3 || s.NLayers != 3 || s.NHeads != 4 || s.NKVHeads != 2 || s.FFN != 172 || s.Method != Method {
+			if s.Tokens != 3*24 || s.Windows != 3 || s.NLayers != 3 || s.NHeads != 4 || s.NKVHeads != 2 || s.FFN != 172 || s.Method != Method || s.Backend != name {
 				t.Fatalf("header %+v", s)
 			}
 			if s.Loss < 4 || s.Loss > 7 {

@@ -58,7 +58,8 @@ type Collector struct {
 	oSum, dSum [][]float64
 	tokens     int
 	windows    int
-	lossOnly   bool // no statistics: see Options.lossOnly
+	lossOnly   bool   // no statistics: see Options.lossOnly
+	backend    string // the session's backend, "opencl" or "go"
 	lossSum    float64
 	lossN      int
 }
@@ -157,7 +158,7 @@ func New(m *graph.Model, opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("importance: %w", err)
 	}
-	c.s = s
+	c.s, c.backend = s, s.Device().Backend
 	return c, nil
 }
 
@@ -476,7 +477,7 @@ func (c *Collector) Scores() (*Scores, error) {
 		return nil, fmt.Errorf("importance: a loss-only collector has no unit scores")
 	}
 	out := &Scores{Format: FormatName, Method: Method, NLayers: len(c.layers), NHeads: c.nHeads, NKVHeads: c.nKV,
-		HeadDim: c.headDim, FFN: c.ffn, Tokens: c.tokens, Windows: c.windows}
+		HeadDim: c.headDim, FFN: c.ffn, Tokens: c.tokens, Windows: c.windows, Backend: c.backend}
 	if c.lossN > 0 {
 		out.Loss = c.lossSum / float64(c.lossN)
 	}
