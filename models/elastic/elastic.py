@@ -266,10 +266,11 @@ def load_importance(path, cfg):
     return out, header
 
 
-def mean_loss(model, calib, batch=8):
-    """Mean next-token loss over the calibration windows."""
+def mean_loss(model, calib, batch=8, skip=()):
+    """Mean next-token loss over the calibration windows (with the layers in
+    skip removed)."""
     with torch.no_grad():
-        return sum(lm_loss(llama_logits(model, calib[i:i + batch]), calib[i:i + batch]).item() * calib[i:i + batch].shape[0]
+        return sum(lm_loss(llama_logits(model, calib[i:i + batch], skip), calib[i:i + batch]).item() * calib[i:i + batch].shape[0]
                    for i in range(0, calib.shape[0], batch)) / calib.shape[0]
 
 
@@ -304,15 +305,7 @@ def unit_order(imp, rng=None, order="importance"):
 
 def layer_removal(model, calib, base, batch=8):
     """Loss increase on the calibration set when each layer is removed."""
-    out = []
-    with torch.no_grad():
-        for l in range(model.cfg.n_layers):
-            tot = 0.0
-            for i in range(0, calib.shape[0], batch):
-                x = calib[i:i + batch]
-                tot += lm_loss(llama_logits(model, x, skip={l}), x).item() * x.shape[0]
-            out.append(tot / calib.shape[0] - base)
-    return out
+    return [mean_loss(model, calib, batch, skip={l}) - base for l in range(model.cfg.n_layers)]
 
 
 # ------------------------------------------------------------ permutation
