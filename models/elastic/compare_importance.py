@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Compares the unit orders of two scores files (tl elastic importance's
 proxy, elastic.py taylor): per layer the Spearman rank correlation of the
-query-head, KV-group and neuron scores, and the overlap of the top halves
-(the units a 50% prefix keeps).
+query-head, KV-group and neuron scores, the overlap of the top halves
+(the units a 50% prefix keeps), whether the descending orders are the same,
+and the largest relative difference of the scores themselves (for two runs
+of one method: backends, repeats).
 
     /usr/bin/python3 models/elastic/compare_importance.py A.json B.json [--json]
 """
@@ -40,6 +42,19 @@ def top_half_overlap(a, b):
     return len(ta & tb) / k
 
 
+def max_rel_diff(a, b):
+    """max |a - b| / |b| over the units (0 where both are 0)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    d = np.abs(a - b)
+    den = np.abs(b)
+    rel = np.where(den > 0, d / np.where(den > 0, den, 1), np.where(d > 0, np.inf, 0))
+    return float(rel.max()) if len(rel) else 0.0
+
+
+def same_order(a, b):
+    return bool((np.argsort(-np.asarray(a), kind="stable") == np.argsort(-np.asarray(b), kind="stable")).all())
+
+
 def compare(a, b):
     if (a["n_layers"], a["n_heads"], a["n_kv_heads"], a["ffn"]) != (b["n_layers"], b["n_heads"], b["n_kv_heads"], b["ffn"]):
         raise SystemExit("compare: the files describe different models")
@@ -47,7 +62,8 @@ def compare(a, b):
     for l, (x, y) in enumerate(zip(a["layers"], b["layers"])):
         row = {"layer": l}
         for key in ("q_heads", "kv_groups", "neurons"):
-            row[key] = {"spearman": spearman(x[key], y[key]), "top_half_overlap": top_half_overlap(x[key], y[key])}
+            row[key] = {"spearman": spearman(x[key], y[key]), "top_half_overlap": top_half_overlap(x[key], y[key]),
+                        "same_order": same_order(x[key], y[key]), "max_rel_diff": max_rel_diff(x[key], y[key])}
         rows.append(row)
     return rows
 
@@ -71,6 +87,14 @@ def main():
     for r in rows:
         cells = [f"{r[k]['spearman']:+.3f} ({r[k]['top_half_overlap']:.2f})" for k in ("q_heads", "kv_groups", "neurons")]
         print(f"{r['layer']} | " + " | ".join(cells))
+    keys = ("q_heads", "kv_groups", "neurons")
+    same = sum(all(r[k]["same_order"] for k in keys) for r in rows)
+    rel = max(r[k]["max_rel_diff"] for r in rows for k in keys)
+    print(f"same order (heads, groups, neurons) in {same} of {len(rows)} layers; largest relative score difference {rel:.3g}")
+    ra, rb = a.get("layer_removal_loss_increase"), b.get("layer_removal_loss_increase")
+    if ra and rb and len(ra) == len(rb):
+        d = max(abs(x - y) for x, y in zip(ra, rb))
+        print(f"layer removal loss increases: A {[round(x, 4) for x in ra]}, B {[round(x, 4) for x in rb]}; largest |difference| {d:.3g}")
 
 
 if __name__ == "__main__":

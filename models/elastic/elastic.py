@@ -266,10 +266,11 @@ def load_importance(path, cfg):
     return out, header
 
 
-def mean_loss(model, calib, batch=8):
-    """Mean next-token loss over the calibration windows."""
+def mean_loss(model, calib, batch=8, skip=()):
+    """Mean next-token loss over the calibration windows (with the layers in
+    skip removed)."""
     with torch.no_grad():
-        return sum(lm_loss(llama_logits(model, calib[i:i + batch]), calib[i:i + batch]).item() * calib[i:i + batch].shape[0]
+        return sum(lm_loss(llama_logits(model, calib[i:i + batch], skip), calib[i:i + batch]).item() * calib[i:i + batch].shape[0]
                    for i in range(0, calib.shape[0], batch)) / calib.shape[0]
 
 
@@ -304,15 +305,7 @@ def unit_order(imp, rng=None, order="importance"):
 
 def layer_removal(model, calib, base, batch=8):
     """Loss increase on the calibration set when each layer is removed."""
-    out = []
-    with torch.no_grad():
-        for l in range(model.cfg.n_layers):
-            tot = 0.0
-            for i in range(0, calib.shape[0], batch):
-                x = calib[i:i + batch]
-                tot += lm_loss(llama_logits(model, x, skip={l}), x).item() * x.shape[0]
-            out.append(tot / calib.shape[0] - base)
-    return out
+    return [mean_loss(model, calib, batch, skip={l}) - base for l in range(model.cfg.n_layers)]
 
 
 # ------------------------------------------------------------ permutation
@@ -626,25 +619,30 @@ def reorder_like(src_dir, model_dir, out_dir, order, seed=1234, log=print):
     log(f"elastic: {order} order with the levels of {src_dir} -> {out_dir} (fp64 equivalence {err64:.3g})")
 
 
-def taylor_scores(model_dir, calib_dir, out, calib_tokens=6400, seq=256, seed=1234, log=print):
+def taylor_scores(model_dir, calib_dir, out, calib_tokens=6400, seq=256, seed=1234, layers=False, log=print):
     """Writes the Taylor scores build computes in the scores-file format of
     `tl elastic importance` (method "taylor"): per head |its Q/O term|, per
     KV group |members + the group's K/V| (the value gqa_order ranks by), per
-    neuron its term; for comparing the two methods' orders."""
+    neuron its term; for comparing the two methods' orders. With layers,
+    also build's layer-removal loss increases (PyTorch), to compare with
+    `tl elastic importance --layers`."""
     model, cfg = load_llama_onnx(os.path.join(model_dir, "model.onnx"))
     calib = calibration_windows(calib_dir, calib_tokens, seq, seed)
     imps, base = llama_importance(model, calib)
     g = cfg.n_heads // cfg.n_kv_heads
-    layers = []
+    scores = []
     for imp in imps:
         q = imp["q_signed"]
         kv = [abs(float(q[k * g:(k + 1) * g].sum() + imp["kv_signed"][k])) for k in range(cfg.n_kv_heads)]
-        layers.append({"q_heads": q.abs().tolist(), "kv_groups": kv, "neurons": imp["neuron"].tolist()})
-    _atomic_json(out, {"format": IMPORTANCE_FORMAT, "method": "taylor: first-order |sum dL/dW * W| (PyTorch)",
-                       "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
-                       "head_dim": cfg.dim // cfg.n_heads, "ffn": cfg.ffn, "tokens": int(calib.numel()),
-                       "windows": int(calib.shape[0]), "calibration_loss": base,
-                       "source": os.path.join(model_dir, "model.onnx"), "layers": layers})
+        scores.append({"q_heads": q.abs().tolist(), "kv_groups": kv, "neurons": imp["neuron"].tolist()})
+    doc = {"format": IMPORTANCE_FORMAT, "method": "taylor: first-order |sum dL/dW * W| (PyTorch)",
+           "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
+           "head_dim": cfg.dim // cfg.n_heads, "ffn": cfg.ffn, "tokens": int(calib.numel()),
+           "windows": int(calib.shape[0]), "calibration_loss": base,
+           "source": os.path.join(model_dir, "model.onnx"), "layers": scores}
+    if layers:
+        doc["layer_removal_loss_increase"] = layer_removal(model, calib, base)
+    _atomic_json(out, doc)
     log(f"elastic: Taylor scores ({calib.numel()} tokens, loss {base:.4f}) -> {out}")
 
 
@@ -737,6 +735,7 @@ def main():
     t.add_argument("--calib-tokens", type=int, default=6400)
     t.add_argument("--seed", type=int, default=1234)
     t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--layers", action="store_true", help="also the layer-removal loss increases (one more forward pass per layer)")
     x = sub.add_parser("extract", help="write one level as a separate model (its prefix gathered)")
     x.add_argument("--from", dest="src", required=True, help="an elastic model folder")
     x.add_argument("--out", required=True)
@@ -765,7 +764,7 @@ def main():
         return
     if a.cmd == "taylor":
         torch.set_num_threads(a.threads)
-        taylor_scores(a.model, a.calib, a.out, a.calib_tokens, seed=a.seed)
+        taylor_scores(a.model, a.calib, a.out, a.calib_tokens, seed=a.seed, layers=a.layers)
         return
     if a.cmd == "extract":
         extract_level(a.src, a.out, a.level)

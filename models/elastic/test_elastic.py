@@ -126,5 +126,26 @@ class ImportanceFile(unittest.TestCase):
             self.assertIn(want, str(e.exception))
 
 
+class CompareImportance(unittest.TestCase):
+    """compare_importance.py's figures: identical files agree exactly, a
+    scaled score shows as its relative difference, a swap as another order."""
+
+    def test_compare(self):
+        import compare_importance as ci
+        layer = {"q_heads": [0.1, 0.2, 0.25, 0.0], "kv_groups": [0.3, 0.25], "neurons": [0.5, 0.0, 3.0, 1.0]}
+        a = {"n_layers": 1, "n_heads": 4, "n_kv_heads": 2, "ffn": 4, "layers": [layer]}
+        row = ci.compare(a, a)[0]["neurons"]
+        self.assertEqual((row["same_order"], row["max_rel_diff"], row["spearman"]), (True, 0.0, 1.0))
+        b = json.loads(json.dumps(a))
+        b["layers"][0]["neurons"][3] = 1.001
+        row = ci.compare(b, a)[0]["neurons"]
+        self.assertTrue(row["same_order"])
+        self.assertAlmostEqual(row["max_rel_diff"], 1e-3, places=9)
+        b["layers"][0]["neurons"][0] = 2.0
+        self.assertFalse(ci.compare(b, a)[0]["neurons"]["same_order"])
+        b["layers"][0]["neurons"][1] = 0.5
+        self.assertEqual(ci.compare(b, a)[0]["neurons"]["max_rel_diff"], float("inf"))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -208,6 +208,15 @@ func elasticScript() (string, error) {
 	return "", fmt.Errorf("tl elastic build: cannot find %s (run tl from the tlite checkout or set TLITE_REPO); the offline step is also run directly: /usr/bin/python3 %s build --model DIR --out DIR --calib WORKDIR", rel, rel)
 }
 
+// modelFile is the model a --model names: the path itself, or
+// model.onnx inside it when it is a folder.
+func modelFile(p string) string {
+	if st, err := os.Stat(p); err == nil && st.IsDir() {
+		return filepath.Join(p, "model.onnx")
+	}
+	return p
+}
+
 func fileExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir()

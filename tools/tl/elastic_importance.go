@@ -51,10 +51,7 @@ func elasticImportance(args []string) error {
 	if *batch < 1 || *windows < 0 {
 		return fmt.Errorf("importance: --batch %d, --windows %d: want --batch ≥ 1 and --windows ≥ 0", *batch, *windows)
 	}
-	path := *model
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, "model.onnx")
-	}
+	path := modelFile(*model)
 	if !fileExists(path) {
 		return fmt.Errorf("importance: no model file %s", path)
 	}
@@ -86,7 +83,8 @@ func elasticImportance(args []string) error {
 		dev = os.Getenv("TLITE_DEVICE")
 	}
 	start := time.Now()
-	c, err := importance.New(m, importance.Options{Engine: engine.Options{Device: dev}, HeadDim: hd, Batch: *batch, Seq: len(ws[0])})
+	opts := importance.Options{Engine: engine.Options{Device: dev}, HeadDim: hd, Batch: *batch, Seq: len(ws[0])}
+	c, err := importance.New(m, opts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -105,17 +103,12 @@ func elasticImportance(args []string) error {
 		if err != nil {
 			return err
 		}
-		opts := importance.Options{Engine: engine.Options{Device: dev}, HeadDim: hd, Batch: *batch, Seq: len(ws[0])}
 		s.LayerRemoval, err = importance.LayerRemoval(func() (*graph.Model, error) { return graph.Load(path) }, opts, s.NLayers, ws, base)
 		if err != nil {
 			return err
 		}
 	}
 	s.Source = path
-	s.Backend = "opencl"
-	if dev == "go" {
-		s.Backend = "go"
-	}
 	if err := importance.Write(*out, s); err != nil {
 		return err
 	}

@@ -59,9 +59,9 @@ func TestElasticImportance(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got struct {
-		Format, Method string
-		Removal        []float64 `json:"layer_removal_loss_increase"`
-		Layers         []struct {
+		Format, Method, Backend string
+		Removal                 []float64 `json:"layer_removal_loss_increase"`
+		Layers                  []struct {
 			QHeads  []float64 `json:"q_heads"`
 			Neurons []float64 `json:"neurons"`
 		} `json:"layers"`
@@ -69,7 +69,7 @@ func TestElasticImportance(t *testing.T) {
 	if err := json.Unmarshal(raw, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Format != "tlite.importance/1" || !strings.Contains(got.Method, "forward only") || len(got.Layers) != 3 || len(got.Removal) != 3 {
+	if got.Format != "tlite.importance/1" || !strings.Contains(got.Method, "forward only") || got.Backend != "go" || len(got.Layers) != 3 || len(got.Removal) != 3 {
 		t.Fatalf("scores file: %s", raw)
 	}
 	for l := range ref.Layers {

@@ -30,6 +30,7 @@ type memoryRow struct {
 }
 
 type memoryResult struct {
+	// Device is the backend the sessions ran on ("opencl" or "go").
 	Device       string      `json:"device"`
 	Context      int         `json:"context"`
 	Prompt       int         `json:"prompt"`
@@ -101,16 +102,13 @@ func elasticMemory(args []string) error {
 		}
 	}()
 	if *lf.model != "" {
-		model, err := lf.modelPath(nil)
-		if err != nil {
-			return err
-		}
+		model := modelFile(*lf.model)
 		st, err := lf.openStepper(model, *prompt, generate.Config{LastOnly: true})
 		if err != nil {
 			return err
 		}
 		closers = append(closers, st.Close)
-		res.Context = st.MaxContext()
+		res.Context, res.Device = st.MaxContext(), deviceOf(st.Session()).Backend
 		lora := ""
 		if *lf.lora != "" {
 			lora = loraDir(model, *lf.lora)
@@ -125,14 +123,11 @@ func elasticMemory(args []string) error {
 			if err != nil {
 				return err
 			}
-			for _, set := range sets {
-				for _, l := range set.Layers {
-					for _, m := range l {
-						adapters += 4 * int64(len(m.A)+len(m.B))
-					}
-				}
+			opts, err := lf.sf.options()
+			if err != nil {
+				return err
 			}
-			res.AdapterFiles = len(sets)
+			adapters, res.AdapterFiles = adapterBytes(sets, opts.Precision), len(sets)
 		}
 		// Every level runs once: the adapters and widths all get used.
 		for _, lv := range em.Spec.Levels {
@@ -171,15 +166,13 @@ func elasticMemory(args []string) error {
 			if m == "" {
 				return fmt.Errorf("--models %q: an empty name", *models)
 			}
-			if fi, err := os.Stat(m); err == nil && fi.IsDir() {
-				m += string(os.PathSeparator) + "model.onnx"
-			}
+			m = modelFile(m)
 			st, err := lf.openStepper(m, *prompt, generate.Config{LastOnly: true})
 			if err != nil {
 				return err
 			}
 			closers = append(closers, st.Close)
-			res.Context = st.MaxContext()
+			res.Context, res.Device = st.MaxContext(), deviceOf(st.Session()).Backend
 			if err := run(st); err != nil {
 				return fmt.Errorf("%s: %w", m, err)
 			}
@@ -191,10 +184,6 @@ func elasticMemory(args []string) error {
 	}
 	res.PeakRSSMiB = peakRSSMiB()
 	res.FinalRSSMiB = rssMiB()
-	res.Device = "go"
-	if opts, err := lf.sf.options(); err == nil && opts.Device != "go" {
-		res.Device = "opencl"
-	}
 	if *asJSON {
 		return writeJSON(stdout, res)
 	}
@@ -212,6 +201,25 @@ func elasticMemory(args []string) error {
 	fmt.Fprintf(stdout, "total %.2f MiB held by the engine (%d sessions, context %d, backend %s); process peak RSS %.1f MiB, RSS at the end %.1f MiB\n",
 		float64(res.TotalDevice)/(1<<20), len(res.Sessions), res.Context, res.Device, res.PeakRSSMiB, res.FinalRSSMiB)
 	return nil
+}
+
+// adapterBytes is what the engine uploads for sets: every A and B value,
+// stored in the session's activation precision (engine.ElasticBinding's
+// AddLoRA), 2 bytes each under FP16 and 4 under FP32.
+func adapterBytes(sets []*elastic.LoRA, p engine.Precision) int64 {
+	size := int64(4)
+	if p == engine.FP16 {
+		size = 2
+	}
+	var n int64
+	for _, set := range sets {
+		for _, l := range set.Layers {
+			for _, m := range l {
+				n += int64(len(m.A) + len(m.B))
+			}
+		}
+	}
+	return size * n
 }
 
 // rssMiB is the process's current resident set (VmRSS), 0 where /proc has

@@ -97,7 +97,7 @@ func TestProxyMatchesPyTorch(t *testing.T) {
 			}
 			defer m.Close()
 			s := score(t, m, opts, r.Windows, r.HeadDim)
-			if s.Tokens != 3*24 || s.Windows != 3 || s.NLayers != 3 || s.NHeads != 4 || s.NKVHeads != 2 || s.FFN != 172 || s.Method != Method {
+			if s.Tokens != 3*24 || s.Windows != 3 || s.NLayers != 3 || s.NHeads != 4 || s.NKVHeads != 2 || s.FFN != 172 || s.Method != Method || s.Backend != name {
 				t.Fatalf("header %+v", s)
 			}
 			if s.Loss < 4 || s.Loss > 7 {
@@ -134,6 +134,34 @@ func TestLayerRemovalMatchesPyTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeTo(t, "removal", got, r.Removal, 2e-5)
+	// A removal pass reads back only the logits, and an intact loss-only
+	// pass gives the loss of the full collector.
+	lm, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.Close()
+	o := opts
+	o.lossOnly = true
+	lc, err := New(lm, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	if outs := lc.s.Outputs(); len(outs) != 1 || outs[0].Name != lc.logits {
+		t.Errorf("loss-only outputs %v; want the logits alone", outs)
+	}
+	for i := 0; i < len(r.Windows); i += 2 {
+		if err := lc.Add(r.Windows[i:min(i+2, len(r.Windows))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if loss, err := lc.Loss(); err != nil || loss != s.Loss {
+		t.Errorf("loss-only loss %v (%v); the full collector's %v", loss, err, s.Loss)
+	}
+	if _, err := lc.Scores(); err == nil {
+		t.Error("a loss-only collector gave unit scores")
+	}
 	fresh, err := open()
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +238,26 @@ func TestZeroedUnitsRankLast(t *testing.T) {
 	zeroInit(t, g, layers[1].V, func(_, c int) bool { return c/hd == 0 })
 	zeroInit(t, g, layers[2].Down, func(r, _ int) bool { return r == 5 })
 	zeroInit(t, g, layers[2].Up, func(_, c int) bool { return c == 9 })
+	// The located names are the engine's elastic binding's (a second copy:
+	// opening a session annotates the model it is given).
+	bm, err := graph.Load(filepath.Join(llamaDir, "original.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bm.Close()
+	sess, err := engine.OpenModel(bm, engine.Options{Device: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var el []engine.ElasticLayer
+	for _, ly := range layers {
+		el = append(el, ly.ElasticLayer)
+	}
+	_, err = sess.BindElastic(el, hd)
+	sess.Close()
+	if err != nil {
+		t.Errorf("binding the located layers: %v", err)
+	}
 	s := score(t, m, engine.Options{Device: "go"}, r.Windows, hd)
 	ranksLast(t, "layer 0 heads", s.Layers[0].QHeads, 3)
 	ranksLast(t, "layer 1 heads", s.Layers[1].QHeads, 0, 1)

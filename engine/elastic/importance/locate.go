@@ -23,15 +23,18 @@ package importance
 import (
 	"fmt"
 
+	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/graph"
 )
 
 // Layer names one decoder layer's products: the weights (initializer names)
-// of Q, K, V, O, gate, up and down, and the values the O and down products
-// read (their A operands), whose magnitudes the proxy averages.
+// of Q, K, V, O, gate, up and down, as the engine's elastic binding takes
+// them (so a located layer can be bound as it is), and the values the O and
+// down products read (their A operands), whose magnitudes the proxy
+// averages.
 type Layer struct {
-	Q, K, V, O, Gate, Up, Down string
-	OIn, DownIn                string
+	engine.ElasticLayer
+	OIn, DownIn string
 }
 
 // roles is the forward order of a llama-style layer's products.
@@ -95,7 +98,7 @@ func Locate(g *graph.Graph) ([]Layer, error) {
 			return nil, fmt.Errorf("importance: layer %d: the product taken for up (%s) feeds a Sigmoid; the layer's order is not q, k, v, o, gate, up, down", l, r[5].Name)
 		}
 		w := func(i int) string { return r[i].Inputs[1].Name }
-		layers[l] = Layer{Q: w(0), K: w(1), V: w(2), O: w(3), Gate: w(4), Up: w(5), Down: w(6),
+		layers[l] = Layer{ElasticLayer: engine.ElasticLayer{Q: w(0), K: w(1), V: w(2), O: w(3), Gate: w(4), Up: w(5), Down: w(6)},
 			OIn: r[3].Inputs[0].Name, DownIn: r[6].Inputs[0].Name}
 		for i, role := range roles {
 			if r[i].Inputs[0] == nil || r[i].Inputs[0].Const != nil {

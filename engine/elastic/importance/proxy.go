@@ -32,6 +32,10 @@ type Options struct {
 	// weights are zeroed, so attention and MLP add exactly 0 to the
 	// residual stream.
 	Remove []int
+	// lossOnly makes a collector that measures the loss alone
+	// (LayerRemoval's passes): the O and down inputs stay internal values,
+	// so no run copies them back to the host.
+	lossOnly bool
 }
 
 // Collector runs calibration windows through a tlite session of a
@@ -54,6 +58,8 @@ type Collector struct {
 	oSum, dSum [][]float64
 	tokens     int
 	windows    int
+	lossOnly   bool   // no statistics: see Options.lossOnly
+	backend    string // the session's backend, "opencl" or "go"
 	lossSum    float64
 	lossN      int
 }
@@ -77,7 +83,7 @@ func New(m *graph.Model, opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Collector{layers: layers, headDim: opts.HeadDim, batch: opts.Batch, seq: opts.Seq}
+	c := &Collector{layers: layers, headDim: opts.HeadDim, batch: opts.Batch, seq: opts.Seq, lossOnly: opts.lossOnly}
 	for _, l := range opts.Remove {
 		if l < 0 || l >= len(layers) {
 			return nil, fmt.Errorf("importance: cannot remove layer %d of %d", l, len(layers))
@@ -106,6 +112,9 @@ func New(m *graph.Model, opts Options) (*Collector, error) {
 		} else if heads != c.nHeads || kv != c.nKV || int(gate[1]) != c.ffn {
 			return nil, fmt.Errorf("importance: layer %d has %d/%d heads and FFN %d; layer 0 has %d/%d and %d", l, heads, kv, gate[1], c.nHeads, c.nKV, c.ffn)
 		}
+		if c.lossOnly {
+			continue
+		}
 		on, err := rowNorms(g.Value(ly.O).Const)
 		if err != nil {
 			return nil, fmt.Errorf("importance: layer %d O weight: %w", l, err)
@@ -127,8 +136,11 @@ func New(m *graph.Model, opts Options) (*Collector, error) {
 			break
 		}
 	}
+	if c.lossOnly && c.logits == "" {
+		return nil, fmt.Errorf("importance: the model has no output named like logits, so no loss to measure")
+	}
 	seen := map[*graph.Value]bool{}
-	for _, ly := range layers {
+	for _, ly := range c.statLayers() {
 		for _, name := range []string{ly.OIn, ly.DownIn} {
 			v := g.Value(name)
 			if v == nil || seen[v] {
@@ -146,7 +158,7 @@ func New(m *graph.Model, opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("importance: %w", err)
 	}
-	c.s = s
+	c.s, c.backend = s, s.Device().Backend
 	return c, nil
 }
 
@@ -189,6 +201,15 @@ func (c *Collector) Close() error {
 	return err
 }
 
+// statLayers is the layers whose O and down inputs are read back: all of
+// them, or none for a loss-only collector.
+func (c *Collector) statLayers() []Layer {
+	if c.lossOnly {
+		return nil
+	}
+	return c.layers
+}
+
 // Layers is the number of decoder layers found.
 func (c *Collector) Layers() int { return len(c.layers) }
 
@@ -224,7 +245,7 @@ func (c *Collector) Add(windows [][]int) error {
 	if err != nil {
 		return fmt.Errorf("importance: %w", err)
 	}
-	for l, ly := range c.layers {
+	for l, ly := range c.statLayers() {
 		if err := addAbs(c.oSum[l], out[ly.OIn], b*sl); err != nil {
 			return fmt.Errorf("importance: layer %d attention output: %w", l, err)
 		}
@@ -394,7 +415,7 @@ func LayerRemoval(open func() (*graph.Model, error), opts Options, layers int, w
 			return nil, err
 		}
 		o := opts
-		o.Remove = []int{l}
+		o.Remove, o.lossOnly = []int{l}, true
 		loss, err := func() (float64, error) {
 			defer m.Close()
 			c, err := New(m, o)
@@ -452,8 +473,11 @@ func (c *Collector) Scores() (*Scores, error) {
 	if c.tokens == 0 {
 		return nil, fmt.Errorf("importance: no calibration tokens were run")
 	}
+	if c.lossOnly {
+		return nil, fmt.Errorf("importance: a loss-only collector has no unit scores")
+	}
 	out := &Scores{Format: FormatName, Method: Method, NLayers: len(c.layers), NHeads: c.nHeads, NKVHeads: c.nKV,
-		HeadDim: c.headDim, FFN: c.ffn, Tokens: c.tokens, Windows: c.windows}
+		HeadDim: c.headDim, FFN: c.ffn, Tokens: c.tokens, Windows: c.windows, Backend: c.backend}
 	if c.lossN > 0 {
 		out.Loss = c.lossSum / float64(c.lossN)
 	}
