@@ -276,17 +276,30 @@ func orDefault(s, def string) string {
 	return s
 }
 
+// procStatusMiB reads a kB field of /proc/self/status ("VmHWM", "VmRSS")
+// in MiB; ok is false where /proc has no such field.
+func procStatusMiB(key string) (mib float64, ok bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, found := strings.CutPrefix(line, key+":"); found {
+			var kb float64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%f", &kb); err != nil {
+				return 0, false
+			}
+			return kb / 1024, true
+		}
+	}
+	return 0, false
+}
+
 // peakRSSMiB reads the process's peak resident set (VmHWM) where /proc has
 // it, else the Go runtime's view.
 func peakRSSMiB() float64 {
-	if b, err := os.ReadFile("/proc/self/status"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(line, "VmHWM:") {
-				var kb float64
-				fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%f", &kb)
-				return kb / 1024
-			}
-		}
+	if mib, ok := procStatusMiB("VmHWM"); ok {
+		return mib
 	}
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)

@@ -4,12 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
-	"os"
 	"strings"
 
 	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/elastic"
-	"github.com/tlite/tlite/engine/elastic/tlm"
 	"github.com/tlite/tlite/engine/generate"
 )
 
@@ -143,11 +141,7 @@ func elasticMemory(args []string) error {
 		r.Adapters = adapters
 		res.Sessions = append(res.Sessions, r)
 		if *tlmDir != "" {
-			opts, err := lf.sf.options()
-			if err != nil {
-				return err
-			}
-			t, err := tlm.Open(*tlmDir, opts)
+			t, err := lf.openTLM(*tlmDir)
 			if err != nil {
 				return err
 			}
@@ -225,16 +219,6 @@ func adapterBytes(sets []*elastic.LoRA, p engine.Precision) int64 {
 // rssMiB is the process's current resident set (VmRSS), 0 where /proc has
 // none.
 func rssMiB() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			var kb float64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:")), "%f", &kb)
-			return kb / 1024
-		}
-	}
-	return 0
+	mib, _ := procStatusMiB("VmRSS")
+	return mib
 }

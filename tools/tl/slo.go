@@ -186,11 +186,7 @@ func elasticProfile(args []string) error {
 		fmt.Fprintf(stdout, "level %3d%%: TTFT %v ms at lengths %v, TPOT %.1f ms\n", lv, roundAll(p.TTFTMs[k]), ls, p.TPOTMs[k])
 	}
 	if *tlmDir != "" {
-		opts, err := lf.sf.options()
-		if err != nil {
-			return err
-		}
-		t, err := tlm.Open(*tlmDir, opts)
+		t, err := lf.openTLM(*tlmDir)
 		if err != nil {
 			return err
 		}
@@ -346,6 +342,16 @@ func (s *sloServer) decide(ids []int, tail int, o slo.SLO, strategy string, fixe
 }
 
 // sloFlags are generate's --slo-* flags.
+// openTLM opens the dual-head TLM in dir on the device and precision of
+// the command's session flags.
+func (lf *llmFlags) openTLM(dir string) (*tlm.TLM, error) {
+	opts, err := lf.sf.options()
+	if err != nil {
+		return nil, err
+	}
+	return tlm.Open(dir, opts)
+}
+
 type sloFlags struct {
 	ttft, tpot *float64
 	tlmDir     *string
