@@ -306,6 +306,18 @@ __kernel void conv_tile_1(CONV_TILE_PARAMS) { conv_tile(1, CONV_TILE_ARGS); }
 #else
 #define CONV_DW_ROWS 2 // GPU: four rows took 70 VGPRs of the gate's 64
 #endif
+// conv_dw_wrow is the offset of the weight row with which output row oh
+// reads input row ih (wo: the channel's first weight), or -1 when oh is
+// not in the block (!live) or its window misses ih. Dilation 1 needs no
+// division (one per row and output row cost more than the row's
+// multiply-adds).
+static inline int conv_dw_wrow(int ih, int oh, bool live, int sh, int pt, int dh, int KH, int KW, int wo) {
+	const int d = ih - (oh * sh - pt);
+	int kh = d;
+	if (dh != 1) kh = d % dh == 0 ? d / dh : -1;
+	return (live && d >= 0 && kh >= 0 && kh < KH) ? wo + kh * KW : -1;
+}
+
 __kernel void conv_dw(CONV_TILE_PARAMS, int nblk) {
 	const int strips = (OW + CONV_PX - 1) / CONV_PX;
 	const int t = get_global_id(0);
@@ -330,17 +342,9 @@ __kernel void conv_dw(CONV_TILE_PARAMS, int nblk) {
 		const int ihB = min((oh0 + nrows - 1) * sh - pt + (KH - 1) * dh, H - 1);
 		for (int ih = ihA; ih <= ihB; ih++) {
 			__global const store_t *row = xp + ih * W;
-			// kb[r]: the weight row of output row oh0 + r that reads ih,
-			// or -1. Dilation 1 needs no division (one per row and output
-			// row cost more than the row's multiply-adds).
 			int kb[CONV_DW_ROWS];
 			#pragma unroll
-			for (int r = 0; r < CONV_DW_ROWS; r++) {
-				const int d = ih - ((oh0 + r) * sh - pt);
-				int kh = d;
-				if (dh != 1) kh = d % dh == 0 ? d / dh : -1;
-				kb[r] = (r < nrows && d >= 0 && kh >= 0 && kh < KH) ? wo + kh * KW : -1;
-			}
+			for (int r = 0; r < CONV_DW_ROWS; r++) kb[r] = conv_dw_wrow(ih, oh0 + r, r < nrows, sh, pt, dh, KH, KW, wo);
 			for (int kw = 0; kw < KW; kw++) {
 				const int iw = iw0 + kw * dw;
 				cvec xv;
@@ -510,12 +514,7 @@ __kernel void conv_dw_reg(CONV_TILE_PARAMS, int nblk, int chanFirst, int NC) {
 			__global const store_t *row = xp + ih * W;
 			int kb[CONV_DW_ROWS];
 			#pragma unroll
-			for (int r = 0; r < CONV_DW_ROWS; r++) {
-				const int d = ih - ((oh0 + r) * sh - pt);
-				int kh = d;
-				if (dh != 1) kh = d % dh == 0 ? d / dh : -1;
-				kb[r] = (r < nrows && d >= 0 && kh >= 0 && kh < KH) ? wo + kh * KW : -1;
-			}
+			for (int r = 0; r < CONV_DW_ROWS; r++) kb[r] = conv_dw_wrow(ih, oh0 + r, r < nrows, sh, pt, dh, KH, KW, wo);
 			const cvec a0 = cv_row(row, iw0, W), a1 = cv_row(row, iw0 + CONV_PX, W);
 			cvec lo = a0, hi = a1, lo2 = a0, hi2 = a1;
 			if (sw == 2) {
