@@ -72,9 +72,11 @@ URL_HOST = re.compile(r"(https?://)[A-Za-z0-9.-]+")
 def scrub_hosts(text):
     return URL_HOST.sub(r"\1example.invalid", text)
 
-# The weights and checkpoint each stage leaves in WORK: train's, or the
-# induction stage's that continues from it (train_default.py induct).
-STAGES = {"train": ("model_final.pt", "ckpt.pt"), "induct": ("model_induct.pt", "ckpt_induct.pt")}
+# The weights and checkpoint each stage leaves in WORK: train's, the
+# induction stage's that continues from it (train_default.py induct), or
+# the recall stage's after that (train_default.py recall).
+STAGES = {"train": ("model_final.pt", "ckpt.pt"), "induct": ("model_induct.pt", "ckpt_induct.pt"),
+          "recall": ("model_recall.pt", "ckpt_recall.pt")}
 
 
 def load_model(work, stage="train"):
@@ -90,9 +92,17 @@ def training_record(work, stage):
         return {"steps": ck["step"], "tokens_seen": ck["tokens"], "train_seconds": round(ck["elapsed"]),
                 "args": ck["args"]}
     base = ck["train"]
-    return {"steps": base["step"] + ck["step"], "tokens_seen": base["tokens"] + ck["tokens"],
-            "train_seconds": round(base["elapsed"] + ck["elapsed"]),
-            "args": base["args"], "induct_steps": ck["step"], "induct_args": ck["args"]}
+    ind = ck if stage == "induct" else ck["induct"]
+    rec = {"steps": base["step"] + ind["step"], "tokens_seen": base["tokens"] + ind["tokens"],
+           "train_seconds": base["elapsed"] + ind["elapsed"],
+           "args": base["args"], "induct_steps": ind["step"], "induct_args": ind["args"]}
+    if stage == "recall":
+        rec["steps"] += ck["step"]
+        rec["tokens_seen"] += ck["tokens"]
+        rec["train_seconds"] += ck["elapsed"]
+        rec.update(recall_steps=ck["step"], recall_args=ck["args"])
+    rec["train_seconds"] = round(rec["train_seconds"])
+    return rec
 
 
 def step(model, ids, past, past_len):

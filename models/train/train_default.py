@@ -270,32 +270,42 @@ def load_encoder(work):
     return bpe.Encoder([tuple(m) for m in j["model"]["merges"]], j["model"]["vocab"]), j["model"]["vocab"]
 
 
+def recall_items(rng, enc, held, held_tok, eval_names, dist, n):
+    """n recall eval items at distance dist: 4 facts, held-out filler, one
+    question, the 4 codes as candidates."""
+    items = []
+    while len(items) < n:
+        keys, vals, head = corpus.recall_parts(rng, eval_names)
+        qi = rng.randrange(len(keys))
+        # Distance = tokens from the end of the asked fact to the answer.
+        after_fact = len(enc.encode(" ".join(f"The code for {k} is {v}." for k, v in
+                                           zip(keys[qi + 1:], vals[qi + 1:]))))
+        question = f"Question: What is the code for {keys[qi]}?\nAnswer:"
+        qtok = len(enc.encode(question))
+        filler = build_filler(rng, held, held_tok, max(1, dist - after_fact - qtok - 4))
+        # Trim the filler from the end, in whole tokens, to hit the distance.
+        ftoks = enc.encode(filler)
+        want = dist - after_fact - qtok - 4
+        filler = enc.decode(ftoks[:want])
+        ctx = head + "\n\n" + filler + "\n\n" + question
+        ids = [0] + enc.encode(ctx)
+        if len(ids) + 4 > MAX_CONTEXT:
+            continue
+        items.append({"task": "recall", "distance": dist, "context": ctx,
+                      "candidates": [f" {v}." for v in vals], "answer": qi})
+    return items
+
+
+RECALL_DISTANCES = (256, 1024, 2000)
+
+
 def write_evals(work, splits, enc, eval_names):
     """Eval sets: recall at fixed distances, synthetic MC, continuation MC."""
     rng = random.Random(SEED + 1)
     held = splits["fortunes"]["held"] + splits["pydoc"]["held"] + splits["debref"]["held"]
     held_tok = [len(enc.encode(d)) for d in held]
-    for dist in (256, 1024, 2000):
-        items = []
-        while len(items) < 40:
-            keys, vals, head = corpus.recall_parts(rng, eval_names)
-            qi = rng.randrange(len(keys))
-            # Distance = tokens from the end of the asked fact to the answer.
-            after_fact = len(enc.encode(" ".join(f"The code for {k} is {v}." for k, v in
-                                               zip(keys[qi + 1:], vals[qi + 1:]))))
-            question = f"Question: What is the code for {keys[qi]}?\nAnswer:"
-            qtok = len(enc.encode(question))
-            filler = build_filler(rng, held, held_tok, max(1, dist - after_fact - qtok - 4))
-            # Trim the filler from the end, in whole tokens, to hit the distance.
-            ftoks = enc.encode(filler)
-            want = dist - after_fact - qtok - 4
-            filler = enc.decode(ftoks[:want])
-            ctx = head + "\n\n" + filler + "\n\n" + question
-            ids = [0] + enc.encode(ctx)
-            if len(ids) + 4 > MAX_CONTEXT:
-                continue
-            items.append({"task": "recall", "distance": dist, "context": ctx,
-                          "candidates": [f" {v}." for v in vals], "answer": qi})
+    for dist in RECALL_DISTANCES:
+        items = recall_items(rng, enc, held, held_tok, eval_names, dist, 40)
         write_jsonl(os.path.join(work, "evals", f"recall_{dist}.jsonl"), items)
     items = []
     for _ in range(200):
@@ -837,6 +847,182 @@ def induct(work, a, time_budget):
         log(f"induct: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
 
 
+# The recall stage's rows next to its copy row: recall_dense leads (many
+# questions a window), text keeps the language model from drifting.
+MIX_RECALL = {"recall_dense": 0.45, "recall_short": 0.1, "fortunes": 0.2, "pydoc": 0.15, "debref": 0.1}
+MIX_RECALL_LONG = {"recall_far": 0.5, "recall_long": 0.2, "fortunes": 0.15, "pydoc": 0.15}
+
+
+@dataclasses.dataclass
+class RecallArgs:
+    """The recall stage, run after induct from WORK/model_induct.pt.
+
+    induct left a model that copies a repeated passage but cannot answer
+    "What is the code for NAME?": the answer is keyed on a multi-token
+    name, not on the previous token. A 400-step experiment on MIX_RECALL
+    rows alone (session 11) moved recall off chance at short range and
+    brought text back, but copying faded without copy rows. This stage
+    keeps one copy_window row in every short step, weights the answer
+    tokens of the recall rows answer_weight times (the lookup is a few
+    tokens of each window; the rest is filler the model already predicts),
+    and makes every long_every-th step one row of long_seq, so answers at
+    distances up to ~2000 get a gradient too.
+    """
+    steps: int = 800
+    short_seq: int = 512
+    short_rows: int = 4         # MIX_RECALL rows a short step, next to its copy row
+    long_seq: int = MAX_CONTEXT
+    long_every: int = 4
+    answer_weight: float = 4.0
+    lr: float = 5e-4
+    min_lr: float = 5e-5
+    decay_steps: int = 400      # linear decay over the last steps
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    probe_every: int = 100
+    ckpt_every: int = 10
+
+
+def recall_lr(step, a):
+    start = a.steps - a.decay_steps
+    if step < start:
+        return a.lr
+    return a.lr + (a.min_lr - a.lr) * min(1.0, (step - start + 1) / max(1, a.decay_steps))
+
+
+def answer_weights(x, y, cue, stop, weight):
+    """Per-target loss weights for rows x -> y: weight on the tokens of each
+    answer (from after the cue, e.g. "\nAnswer:", through the stop token,
+    at most 8 tokens), 1 elsewhere. Also returns the answer mask."""
+    ids = torch.cat([x, y[:, -1:]], dim=1)
+    n, L = ids.shape
+    k = len(cue)
+    mask = torch.zeros_like(y, dtype=torch.bool)
+    hits = (ids.unfold(1, k, 1) == torch.tensor(cue)).all(dim=2).nonzero().tolist()
+    for r, s in hits:
+        t = s + k  # first answer token, as an index of ids; target index t-1
+        for j in range(t, min(t + 8, L)):
+            mask[r, j - 1] = True
+            if int(ids[r, j]) == stop:
+                break
+    return torch.where(mask, torch.tensor(weight), torch.tensor(1.0)), mask
+
+
+def recall(work, a, time_budget):
+    data = Data(work)
+    val = data.val["fortunes"]
+    require_sources("recall", work, data, MIX_RECALL, MIX_RECALL_LONG)
+    enc, _ = load_encoder(work)
+    cue, stop = enc.encode("\nAnswer:"), enc.encode(".")[0]
+    model = build_model()
+    model.load_state_dict(torch.load(os.path.join(work, "model_induct.pt")))
+    opt = make_optimizer(model, a)
+    gen = torch.Generator().manual_seed(SEED + 9)
+    rng = random.Random(SEED + 10)
+    base = torch.load(os.path.join(work, "ckpt_induct.pt"))
+    step, tokens, elapsed_before = 0, 0, 0.0
+    ckpt_path = os.path.join(work, "ckpt_recall.pt")
+    if os.path.exists(ckpt_path):
+        ck = torch.load(ckpt_path)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        gen.set_state(ck["gen"])
+        rng.setstate(ck["rng"])
+        step, tokens, elapsed_before = ck["step"], ck["tokens"], ck["elapsed"]
+        log(f"recall: resumed at step {step}")
+    log(f"recall: args {dataclasses.asdict(a)}, threads {torch.get_num_threads()}, "
+        f"from induct's step {base['step']}")
+
+    def save(path, tag):
+        ck = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "rng": rng.getstate(),
+              "step": step, "tokens": tokens, "elapsed": elapsed_before + time.time() - t0,
+              "config": dataclasses.asdict(CONFIG), "args": dataclasses.asdict(a),
+              "train": base["train"],
+              "induct": {"step": base["step"], "tokens": base["tokens"], "elapsed": base["elapsed"],
+                         "args": base["args"]}}
+        save_atomic(ck, path)
+        log(f"recall: checkpoint ({tag}) at step {step}")
+
+    model.train()
+    t0 = time.time()
+    t_last, tok_last = t0, tokens
+    ans_sum, ans_n = 0.0, 0
+    while step < a.steps:
+        if time_budget and elapsed_before + time.time() - t0 > time_budget:
+            log(f"recall: time budget {time_budget:.0f}s reached at step {step} (run cut short)")
+            break
+        for g in opt.param_groups:
+            g["lr"] = recall_lr(step, a)
+        long = (step + 1) % a.long_every == 0
+        if long:
+            seq, cw = a.long_seq, []
+            x, y = data.batch(gen, seq, 1, MIX_RECALL_LONG)
+        else:
+            seq = a.short_seq
+            cw = [copy_window(rng, data, seq, VOCAB - 2)]
+            x, y = data.batch(gen, seq, a.short_rows, MIX_RECALL)
+            xc = torch.stack([c[0] for c in cw])
+            x, y = torch.cat([xc[:, :-1], x]), torch.cat([xc[:, 1:], y])
+        n_copy = len(cw)
+        l = F.cross_entropy(forward_logits(model, x).reshape(-1, CONFIG.vocab), y.reshape(-1),
+                            reduction="none").reshape(y.shape)
+        w, am = answer_weights(x[n_copy:], y[n_copy:], cue, stop, a.answer_weight)
+        task = (l[n_copy:] * w).sum() / w.sum()
+        loss = task
+        copy = None
+        if n_copy:
+            wc = torch.stack([c[1] for c in cw])
+            copy = (l[:n_copy] * wc).sum() / wc.sum()
+            loss = loss + copy
+        if am.any():
+            ans_sum += l[n_copy:][am].sum().item()
+            ans_n += int(am.sum())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        opt.step()
+        step += 1
+        tokens += x.numel()
+        if step % 5 == 0 or step == 1:
+            now = time.time()
+            log(f"recall step {step}/{a.steps} seq {seq} copy {copy.item() if copy is not None else float('nan'):.4f} "
+                f"task {task.item():.4f} answer {ans_sum / max(ans_n, 1):.4f} ({ans_n} tokens) "
+                f"lr {recall_lr(step - 1, a):.2e} tokens {tokens} elapsed {elapsed_before + now - t0:.0f}s "
+                f"{(tokens - tok_last) / max(now - t_last, 1e-9):.0f} tok/s")
+            t_last, tok_last = now, tokens
+            ans_sum, ans_n = 0.0, 0
+        if step % a.probe_every == 0 or step == a.steps:
+            p = repeat_probe(model, val)
+            v = evaluate(model, data, 512, n_windows=4)
+            log(f"recall probe step {step} repeat " + " ".join(f"{k} {x:.3f}->{y:.3f}" for k, (x, y) in p.items()) +
+                " | val (seq 512) " + " ".join(f"{k} {x:.4f}" for k, x in v.items()))
+        if step % a.ckpt_every == 0:
+            save(ckpt_path, "periodic")
+    save(ckpt_path, "final")
+    if step == a.steps:
+        save_atomic(model.state_dict(), os.path.join(work, "model_recall.pt"))
+        log(f"recall: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
+
+
+def recall_evals(work, out, n):
+    """Writes a larger recall set than prepare's 40 items a distance, for a
+    tighter estimate (one standard error at 40 items is ~0.07): n items a
+    distance, drawn from a seed of its own, so no item repeats the shipped
+    set's by construction of the draw (same eval names and held-out filler)."""
+    enc, _ = load_encoder(work)
+    with open(os.path.join(work, "held_docs.json"), encoding="utf-8") as f:
+        hd = json.load(f)
+    held = hd["fortunes"] + hd["pydoc"] + hd["debref"]
+    held_tok = [len(enc.encode(d)) for d in held]
+    _, eval_names = corpus.split_names(random.Random(SEED))
+    rng = random.Random(SEED + 11)
+    os.makedirs(out, exist_ok=True)
+    for dist in RECALL_DISTANCES:
+        items = recall_items(rng, enc, held, held_tok, eval_names, dist, n)
+        write_jsonl(os.path.join(out, f"recall_{dist}.jsonl"), items)
+        log(f"recall-evals: {len(items)} items at distance {dist} -> {out}")
+
+
 def compact(src, dst):
     """Writes a checkpoint small enough to commit: the weights stay fp32, the
     Adam moments become bfloat16 (torch casts them back to fp32 on load).
@@ -878,11 +1064,23 @@ def main():
     p.add_argument("--decay-steps", type=int, default=InductArgs.decay_steps)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
+    p = sub.add_parser("recall", help="the recall stage after induct (from WORK/model_induct.pt)")
+    p.add_argument("--work", required=True)
+    p.add_argument("--steps", type=int, default=RecallArgs.steps)
+    p.add_argument("--decay-steps", type=int, default=RecallArgs.decay_steps)
+    p.add_argument("--answer-weight", type=float, default=RecallArgs.answer_weight)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
     p = sub.add_parser("export")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--stage", choices=("train", "induct"), default="train",
-                   help="whose weights: train's (model_final.pt) or the induction stage's (model_induct.pt)")
+    p.add_argument("--stage", choices=("train", "induct", "recall"), default="train",
+                   help="whose weights: train's (model_final.pt), the induction stage's (model_induct.pt) "
+                        "or the recall stage's (model_recall.pt)")
+    p = sub.add_parser("recall-evals", help="a larger recall eval set than prepare's, for tighter estimates")
+    p.add_argument("--work", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--items", type=int, default=200)
     p = sub.add_parser("compact", help="shrink a checkpoint to commit it (Adam moments in bfloat16)")
     p.add_argument("src")
     p.add_argument("dst")
@@ -900,9 +1098,14 @@ def main():
                        far_steps=args.far_steps, task_steps=args.task_steps, long_steps=args.long_steps,
                        decay_steps=args.decay_steps)
         induct(args.work, a, args.time_budget)
+    elif args.cmd == "recall":
+        a = RecallArgs(steps=args.steps, decay_steps=args.decay_steps, answer_weight=args.answer_weight)
+        recall(args.work, a, args.time_budget)
     elif args.cmd == "export":
         import export_default
         export_default.export(args.work, args.out, args.stage)
+    elif args.cmd == "recall-evals":
+        recall_evals(args.work, args.out, args.items)
     elif args.cmd == "compact":
         compact(args.src, args.dst)
 
