@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/tlite/tlite/engine/atomicfile"
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/tlite"
 )
@@ -178,17 +179,17 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	defer r.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-")
+	st, err := r.Stat()
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, r); err != nil {
-		tmp.Close()
+	w, err := atomicfile.Create(dst, st.Mode().Perm())
+	if err != nil {
 		return err
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	defer w.Abort()
+	if _, err := io.Copy(w, r); err != nil {
+		return fmt.Errorf("copying %s to %s: %w", src, dst, err)
 	}
-	return os.Rename(tmp.Name(), dst)
+	return w.Commit()
 }

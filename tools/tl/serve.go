@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tlite/tlite/engine/atomicfile"
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/kv"
 	"github.com/tlite/tlite/engine/llms"
@@ -114,23 +115,7 @@ func saveCost(dir string, c llms.CostModel) error {
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(dir, costFile)
-	f, err := os.CreateTemp(dir, costFile+".tmp*")
-	if err != nil {
-		return fmt.Errorf("saving the cost model: %w", err)
-	}
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), p)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.WriteFile(filepath.Join(dir, costFile), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("saving the cost model: %w", err)
 	}
 	return nil

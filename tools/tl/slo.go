@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/engine/atomicfile"
 	"github.com/tlite/tlite/engine/elastic"
 	"github.com/tlite/tlite/engine/elastic/slo"
 	"github.com/tlite/tlite/engine/elastic/tlm"
@@ -250,21 +251,7 @@ func writeJSONFile(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(statsOut, "wrote %s\n", path)

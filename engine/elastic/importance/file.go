@@ -3,8 +3,8 @@ package importance
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
+
+	"github.com/tlite/tlite/engine/atomicfile"
 )
 
 // Write stores s as JSON at path atomically: a temporary file in the same
@@ -14,24 +14,8 @@ func Write(path string, s *Scores) error {
 	if err != nil {
 		return fmt.Errorf("importance: %w", err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, append(raw, '\n'), 0o644); err != nil {
 		return fmt.Errorf("importance: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(append(raw, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("importance: writing %s: %w", path, err)
 	}
 	return nil
 }
