@@ -397,6 +397,59 @@ func randomLoRA(b *ElasticBinding, r int, seed uint32) []LoRALayer {
 	return out
 }
 
+// TestLoRADeviceMemory: DeviceMemory counts the uploaded adapter sets at
+// the session's storage size (4 bytes a value at FP32, 2 at FP16) and
+// their shared scratch apart from the constants, which adding leaves as
+// they were.
+func TestLoRADeviceMemory(t *testing.T) {
+	dir := filepath.Join(elasticDir, "llama")
+	meta := readElasticMeta(t, dir)
+	for _, tc := range []struct {
+		name string
+		opts Options
+		size int64
+	}{{"fp32", Options{Kernels: testLib}, 4}, {"fp16", Options{Kernels: testLib, Precision: FP16}, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open(filepath.Join(dir, "model.onnx"), tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			b, err := s.BindElastic(meta.layers(), meta.HeadDim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := s.DeviceMemory()
+			if before.Adapters != 0 || before.AdapterScratch != 0 {
+				t.Fatalf("before any set: %+v", before)
+			}
+			var values int64
+			for _, r := range []int{8, 4} {
+				set := randomLoRA(b, r, uint32(r))
+				for _, l := range set {
+					for _, ad := range l.adapters() {
+						values += int64(len(ad.A) + len(ad.B))
+					}
+				}
+				if _, err := b.AddLoRA(set); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m := s.DeviceMemory()
+			if m.Adapters != values*tc.size {
+				t.Errorf("adapters %d bytes; want %d values × %d", m.Adapters, values, tc.size)
+			}
+			if want := int64(loraChunk) * 8 * tc.size; m.AdapterScratch != want {
+				t.Errorf("scratch %d bytes; want %d (chunk × largest rank × size)", m.AdapterScratch, want)
+			}
+			if m.Constants != before.Constants || m.Activations != before.Activations {
+				t.Errorf("adding sets moved constants %d -> %d or activations %d -> %d",
+					before.Constants, m.Constants, before.Activations, m.Activations)
+			}
+		})
+	}
+}
+
 // TestElasticLoRASwitchIsFree is spec §3d.3-4 with LoRA attached: 1000
 // switches of level and adapter set allocate nothing on the host and
 // change none of the OpenCL counters (no buffer, no build, no byte

@@ -75,6 +75,11 @@ type DeviceMemory struct {
 	// Activations is the memory plan's slots, allocated at Open for the
 	// maxima (Plan().Allocated()).
 	Activations int64
+	// Adapters is the LoRA adapter sets ElasticBinding.AddLoRA uploaded,
+	// at the session's storage size (2 bytes a value under FP16, else 4),
+	// and AdapterScratch the one scratch buffer their side branches
+	// share. Neither is in Constants.
+	Adapters, AdapterScratch int64
 	// Live is what the OpenCL device counts as allocated and not yet
 	// released (its LiveBytes), when the session opened the device
 	// itself; -1 on the pure-Go backend or a device shared through
@@ -92,6 +97,12 @@ func (s *Session) DeviceMemory() DeviceMemory {
 	}
 	if info, ok := s.KVInfo(); ok {
 		m.KVCache = info.Bytes()
+	}
+	for _, b := range s.loraBufs {
+		m.Adapters += int64(b.size)
+	}
+	if s.loraTmp != nil {
+		m.AdapterScratch = int64(s.loraTmp.size)
 	}
 	if s.cl != nil && s.ownCL {
 		m.Live = s.cl.Stats().LiveBytes

@@ -282,6 +282,9 @@ func (m *Model) AttachLoRA(sets []*LoRA) ([]int, error) {
 	return levels, m.SetLevel(m.current)
 }
 
+// LoRASets is how many adapter sets are attached (one per level at most).
+func (m *Model) LoRASets() int { return len(m.lora) }
+
 // HasLoRA reports whether level pct has adapters attached.
 func (m *Model) HasLoRA(pct int) bool {
 	_, ok := m.lora[pct]

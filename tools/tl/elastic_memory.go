@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/tlite/tlite/engine"
-	"github.com/tlite/tlite/engine/elastic"
 	"github.com/tlite/tlite/engine/generate"
 )
 
@@ -21,7 +20,10 @@ type memoryRow struct {
 	WeightsCopied  int64 `json:"weights_copied_bytes"`
 	KVCache        int64 `json:"kv_cache_bytes"`
 	Activations    int64 `json:"activation_bytes"`
+	// Adapters are the LoRA sets the engine uploaded, AdapterScratch the
+	// buffer their side branches share (engine.DeviceMemory).
 	Adapters       int64 `json:"adapter_bytes"`
+	AdapterScratch int64 `json:"adapter_scratch_bytes"`
 	// Live is what the OpenCL device counts as allocated for the session
 	// (-1 on the pure-Go backend).
 	Live int64 `json:"device_live_bytes"`
@@ -91,7 +93,7 @@ func elasticMemory(args []string) error {
 	row := func(name string, s *engine.Session) memoryRow {
 		dm, ws := s.DeviceMemory(), s.WeightStats()
 		return memoryRow{Name: name, WeightsInPlace: ws.InPlace, WeightsCopied: dm.Constants - dm.KVCache - ws.InPlace, KVCache: dm.KVCache,
-			Activations: dm.Activations, Live: dm.Live}
+			Activations: dm.Activations, Adapters: dm.Adapters, AdapterScratch: dm.AdapterScratch, Live: dm.Live}
 	}
 	var closers []func() error
 	defer func() {
@@ -115,18 +117,7 @@ func elasticMemory(args []string) error {
 		if err != nil {
 			return err
 		}
-		var adapters int64
-		if lora != "" {
-			sets, err := elastic.ReadLoRADir(lora, em.Spec)
-			if err != nil {
-				return err
-			}
-			opts, err := lf.sf.options()
-			if err != nil {
-				return err
-			}
-			adapters, res.AdapterFiles = adapterBytes(sets, opts.Precision), len(sets)
-		}
+		res.AdapterFiles = em.LoRASets()
 		// Every level runs once: the adapters and widths all get used.
 		for _, lv := range em.Spec.Levels {
 			if err := em.SetLevel(lv.Level); err != nil {
@@ -137,9 +128,7 @@ func elasticMemory(args []string) error {
 			}
 			res.ModelLevels = append(res.ModelLevels, lv.Level)
 		}
-		r := row(model, st.Session())
-		r.Adapters = adapters
-		res.Sessions = append(res.Sessions, r)
+		res.Sessions = append(res.Sessions, row(model, st.Session()))
 		if *tlmDir != "" {
 			t, err := lf.openTLM(*tlmDir)
 			if err != nil {
@@ -174,7 +163,7 @@ func elasticMemory(args []string) error {
 		}
 	}
 	for _, r := range res.Sessions {
-		res.TotalDevice += r.WeightsInPlace + r.WeightsCopied + r.KVCache + r.Activations + r.Adapters
+		res.TotalDevice += r.WeightsInPlace + r.WeightsCopied + r.KVCache + r.Activations + r.Adapters + r.AdapterScratch
 	}
 	res.PeakRSSMiB = peakRSSMiB()
 	res.FinalRSSMiB = rssMiB()
@@ -189,31 +178,12 @@ func elasticMemory(args []string) error {
 	}
 	t := newTable("session", "weights in place MiB", "weights copied MiB", "KV cache MiB", "activations MiB", "adapters MiB", "device live MiB").alignRight(1, 2, 3, 4, 5, 6)
 	for _, r := range res.Sessions {
-		t.add(r.Name, mib(r.WeightsInPlace), mib(r.WeightsCopied), mib(r.KVCache), mib(r.Activations), mib(r.Adapters), mib(r.Live))
+		t.add(r.Name, mib(r.WeightsInPlace), mib(r.WeightsCopied), mib(r.KVCache), mib(r.Activations), mib(r.Adapters+r.AdapterScratch), mib(r.Live))
 	}
 	t.write(stdout)
 	fmt.Fprintf(stdout, "total %.2f MiB held by the engine (%d sessions, context %d, backend %s); process peak RSS %.1f MiB, RSS at the end %.1f MiB\n",
 		float64(res.TotalDevice)/(1<<20), len(res.Sessions), res.Context, res.Device, res.PeakRSSMiB, res.FinalRSSMiB)
 	return nil
-}
-
-// adapterBytes is what the engine uploads for sets: every A and B value,
-// stored in the session's activation precision (engine.ElasticBinding's
-// AddLoRA), 2 bytes each under FP16 and 4 under FP32.
-func adapterBytes(sets []*elastic.LoRA, p engine.Precision) int64 {
-	size := int64(4)
-	if p == engine.FP16 {
-		size = 2
-	}
-	var n int64
-	for _, set := range sets {
-		for _, l := range set.Layers {
-			for _, m := range l {
-				n += int64(len(m.A) + len(m.B))
-			}
-		}
-	}
-	return size * n
 }
 
 // rssMiB is the process's current resident set (VmRSS), 0 where /proc has

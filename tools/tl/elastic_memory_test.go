@@ -4,32 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-
-	"github.com/tlite/tlite/engine"
-	"github.com/tlite/tlite/engine/elastic"
 )
-
-// TestAdapterBytes: the adapters count at the engine's storage size,
-// 4 bytes a value at fp32 and 2 at fp16.
-func TestAdapterBytes(t *testing.T) {
-	m := func(a, b int) elastic.LoRAMatrix {
-		return elastic.LoRAMatrix{A: make([]float32, a), B: make([]float32, b)}
-	}
-	sets := []*elastic.LoRA{
-		{Layers: [][]elastic.LoRAMatrix{{m(64*8, 8*32), m(8, 8)}}},
-		{Layers: [][]elastic.LoRAMatrix{{m(10, 20)}, {m(1, 2)}}},
-	}
-	n := int64(64*8 + 8*32 + 16 + 30 + 3)
-	if got := adapterBytes(sets, engine.FP32); got != 4*n {
-		t.Errorf("fp32: %d bytes; want %d", got, 4*n)
-	}
-	if got := adapterBytes(sets, engine.FP16); got != 2*n {
-		t.Errorf("fp16: %d bytes; want %d", got, 2*n)
-	}
-	if got := adapterBytes(nil, engine.FP32); got != 0 {
-		t.Errorf("no sets: %d bytes", got)
-	}
-}
 
 // TestElasticMemory: the elastic fixture with its two adapter sets and the
 // TLM, in one process on the pure-Go backend: every level runs, the
@@ -61,9 +36,12 @@ func TestElasticMemory(t *testing.T) {
 	if want := int64(2 * 3 * per * 4); r.Sessions[0].Adapters != want {
 		t.Errorf("adapter bytes %d; want %d", r.Sessions[0].Adapters, want)
 	}
+	if r.Sessions[0].AdapterScratch <= 0 || r.Sessions[1].AdapterScratch != 0 {
+		t.Errorf("adapter scratch %d (elastic) and %d (TLM); want > 0 and 0", r.Sessions[0].AdapterScratch, r.Sessions[1].AdapterScratch)
+	}
 	var sum int64
 	for _, s := range r.Sessions {
-		sum += s.WeightsInPlace + s.WeightsCopied + s.KVCache + s.Activations + s.Adapters
+		sum += s.WeightsInPlace + s.WeightsCopied + s.KVCache + s.Activations + s.Adapters + s.AdapterScratch
 		if s.WeightsInPlace+s.WeightsCopied <= 0 || s.Activations <= 0 {
 			t.Errorf("session %+v holds no weights or activations", s)
 		}
