@@ -42,6 +42,15 @@ type QualityResult struct {
 	// tokens given the stored context; PPL is exp(NLL).
 	NLL float64 `json:"nll"`
 	PPL float64 `json:"ppl"`
+	// NLLStdErr is the standard error of NLL over windows (the spread of
+	// the per-window means / √windows; 0 with one window).
+	NLLStdErr float64 `json:"nll_stderr"`
+	// DeltaFP is NLL minus the fp32 policy's, and DeltaFPStdErr the
+	// standard error of that difference taken window by window (paired:
+	// both policies see the same text, so the windows' own difficulty
+	// cancels). Both are 0 when fp32 was not among the policies.
+	DeltaFP       float64 `json:"delta_nll_vs_fp32"`
+	DeltaFPStdErr float64 `json:"delta_nll_vs_fp32_stderr"`
 	// Bytes is the stored context's bytes (data + metadata), summed over
 	// windows; Bits the effective bits per cached value.
 	Bytes int64   `json:"bytes"`
@@ -80,6 +89,8 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 		res[i] = QualityResult{Policy: policies[i], Levels: map[string]int{}}
 	}
 	ntok := 0
+	// perWin[pi][w] is policy pi's mean NLL on window w.
+	perWin := make([][]float64, len(policies))
 	for w := 0; w < windows; w++ {
 		win := tokens[w*(ctxLen+contLen) : (w+1)*(ctxLen+contLen)]
 		st.Reset()
@@ -139,17 +150,34 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 				return nil, nil, err
 			}
 			V := st.Vocab()
+			nll := 0.0
 			for r := 0; r+1 < contLen; r++ {
-				res[pi].NLL -= generate.LogProb(logits[r*V:(r+1)*V], win[ctxLen+r+1])
+				nll -= generate.LogProb(logits[r*V:(r+1)*V], win[ctxLen+r+1])
 			}
+			res[pi].NLL += nll
+			perWin[pi] = append(perWin[pi], nll/float64(contLen-1))
 		}
 		ntok += contLen - 1
 		values += ctxLen * lay.slotBytes() / 4
+	}
+	fp := -1
+	for i, p := range policies {
+		if p == PolicyFP {
+			fp = i
+		}
 	}
 	for i := range res {
 		res[i].NLL /= float64(ntok)
 		res[i].PPL = math.Exp(res[i].NLL)
 		res[i].Bits = 8 * float64(res[i].Bytes) / float64(values)
+		_, res[i].NLLStdErr = meanStdErr(perWin[i])
+		if fp >= 0 {
+			d := make([]float64, windows)
+			for w := range d {
+				d[w] = perWin[i][w] - perWin[fp][w]
+			}
+			res[i].DeltaFP, res[i].DeltaFPStdErr = meanStdErr(d)
+		}
 	}
 	for k := range byPos {
 		if posN[k] > 0 {
@@ -157,6 +185,27 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 		}
 	}
 	return res, byPos, nil
+}
+
+// meanStdErr is the mean of x and its standard error (sample standard
+// deviation / √n; 0 for fewer than two values).
+func meanStdErr(x []float64) (mean, se float64) {
+	n := float64(len(x))
+	if n == 0 {
+		return 0, 0
+	}
+	for _, v := range x {
+		mean += v
+	}
+	mean /= n
+	if n < 2 {
+		return mean, 0
+	}
+	ss := 0.0
+	for _, v := range x {
+		ss += (v - mean) * (v - mean)
+	}
+	return mean, math.Sqrt(ss / (n - 1) / n)
 }
 
 // policyLevels is each chunk's level under policy p, given the full

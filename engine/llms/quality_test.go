@@ -63,6 +63,46 @@ func TestQualityControls(t *testing.T) {
 	}
 }
 
+// TestQualityErrorBars: over three windows the paired difference against
+// fp32 is the difference of the means (equal tokens a window), fp32's own
+// is zero, and the standard errors are those of the per-window values.
+func TestQualityErrorBars(t *testing.T) {
+	st := openDefault(t, 96)
+	toks := heldoutTokens(t, 3*80)
+	res, _, err := Quality(st, toks, 64, 16, 3, 16, []QualityPolicy{PolicyINT2, PolicyFP}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i2, fp := res[0], res[1]
+	if fp.DeltaFP != 0 || fp.DeltaFPStdErr != 0 {
+		t.Errorf("fp32 against itself: %g ± %g", fp.DeltaFP, fp.DeltaFPStdErr)
+	}
+	if d := i2.DeltaFP - (i2.NLL - fp.NLL); math.Abs(d) > 1e-9 {
+		t.Errorf("int2 delta %g; the means differ by %g", i2.DeltaFP, i2.NLL-fp.NLL)
+	}
+	if !(fp.NLLStdErr > 0 && i2.NLLStdErr > 0 && i2.DeltaFPStdErr > 0) {
+		t.Errorf("standard errors over 3 windows of different text: fp32 %g, int2 %g, delta %g", fp.NLLStdErr, i2.NLLStdErr, i2.DeltaFPStdErr)
+	}
+	t.Logf("fp32 %.4f ± %.4f, int2 %.4f ± %.4f, delta %.4f ± %.4f", fp.NLL, fp.NLLStdErr, i2.NLL, i2.NLLStdErr, i2.DeltaFP, i2.DeltaFPStdErr)
+}
+
+func TestMeanStdErr(t *testing.T) {
+	for _, tc := range []struct {
+		x        []float64
+		mean, se float64
+	}{
+		{nil, 0, 0},
+		{[]float64{3}, 3, 0},
+		{[]float64{1, 3}, 2, 1}, // sd √2, /√2
+		{[]float64{2, 4, 4, 4, 5, 5, 7, 9}, 5, 0.7559}, // sd 2.138, /√8
+	} {
+		m, se := meanStdErr(tc.x)
+		if math.Abs(m-tc.mean) > 1e-12 || math.Abs(se-tc.se) > 1e-4 {
+			t.Errorf("meanStdErr(%v) = %g, %g; want %g, %g", tc.x, m, se, tc.mean, tc.se)
+		}
+	}
+}
+
 // BenchmarkQuality is the compression-efficacy experiment on the long-
 // context model: LLMS_QCTX context tokens (512), LLMS_QCONT continuation
 // tokens (128), LLMS_QWIN windows (4) of held-out text.
@@ -87,7 +127,8 @@ func BenchmarkQuality(b *testing.B) {
 		}
 		b.Logf("density by position tenth: %.4f", byPos)
 		for _, r := range res {
-			b.Logf("%-18s nll %.4f ppl %.3f bits/value %.2f levels %v", r.Policy, r.NLL, r.PPL, r.Bits, r.Levels)
+			b.Logf("%-18s nll %.4f ± %.4f (vs fp32 %+.4f ± %.4f) ppl %.3f bits/value %.2f levels %v",
+				r.Policy, r.NLL, r.NLLStdErr, r.DeltaFP, r.DeltaFPStdErr, r.PPL, r.Bits, r.Levels)
 			b.ReportMetric(r.PPL, string(r.Policy)+"-ppl")
 		}
 	}
