@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/tlite/tlite/opencl"
@@ -46,8 +47,7 @@ func (s *Session) commandBuffersOn(replay bool) bool {
 // bakeable reports whether in is a device step whose current recording
 // replays (see Session.runDevice) and so may join a command buffer.
 func (s *Session) bakeable(in *instr) bool {
-	return in.kind == iDevice && in.lim == nil && in.lora == nil && in.recOK &&
-		in.recGen == s.replayGen && in.rec != nil && in.rec.Len() > 0
+	return in.replayable() && s.recorded(in) && in.rec.Len() > 0
 }
 
 // dropSegments releases every command buffer (a new replay generation,
@@ -61,9 +61,9 @@ func (s *Session) dropSegments() {
 
 // runSegment runs the device steps from prog[i] as one command buffer,
 // baking it first if this generation has none yet, and returns the index
-// after the last step it ran. ok is false when they must run one by one:
-// the run is too short or could not be baked.
-func (s *Session) runSegment(prog []*instr, i int) (next int, ok bool, err error) {
+// after the last step it ran. It returns i, having run nothing, when they
+// must run one by one: the run is too short or could not be baked.
+func (s *Session) runSegment(prog []*instr, i int) (next int, err error) {
 	if s.segGen != s.replayGen {
 		s.dropSegments()
 		s.segGen, s.bakeRefused = s.replayGen, false
@@ -72,7 +72,7 @@ func (s *Session) runSegment(prog []*instr, i int) (next int, ok bool, err error
 	if g == nil && s.bakeRefused {
 		// The driver refused a buffer this generation: do not ask again
 		// for every shorter run after it.
-		return 0, false, nil
+		return i, nil
 	}
 	if g == nil {
 		g = &segment{end: i}
@@ -109,7 +109,7 @@ func (s *Session) runSegment(prog []*instr, i int) (next int, ok bool, err error
 		}
 	}
 	if g.failed {
-		return 0, false, nil
+		return i, nil
 	}
 	// The members cannot change within a generation (a step that replays
 	// is never recorded again in it), but check: a stale buffer must never
@@ -118,15 +118,20 @@ func (s *Session) runSegment(prog []*instr, i int) (next int, ok bool, err error
 		if !prog[j].early && !s.bakeable(prog[j]) {
 			g.rec.Reset()
 			delete(s.segs, i)
-			return 0, false, nil
+			return i, nil
 		}
 	}
 	if err := s.cl.Replay(&g.rec); err != nil {
-		return 0, false, err
+		in := prog[i]
+		return i, fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, err)
 	}
 	s.replayed += int64(g.members)
-	s.bakedSteps += int64(g.members)
-	return g.end, true, nil
+	// Replay enqueues the launches one by one, having dropped the
+	// buffer, when the driver refuses it: those steps did not run in one.
+	if g.rec.Baked() {
+		s.bakedSteps += int64(g.members)
+	}
+	return g.end, nil
 }
 
 // CommandBufferStats says how command buffers were used since Open: the
