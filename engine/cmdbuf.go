@@ -15,8 +15,9 @@ import (
 // single enqueue. A buffer holds exactly what the joined recordings hold,
 // so it is valid exactly as long as they are: for one replay generation
 // (Session.replayGen, which changes with the binding and the
-// configuration). A new generation drops every buffer, and the steps are
-// recorded, joined and baked again.
+// configuration). An old generation's buffers are dropped when a new one
+// first replays with command buffers on, or at Close (until then they are
+// held, never run); the steps are recorded, joined and baked again.
 
 // segment is a run of program instructions replayed as one command
 // buffer: the device steps prog[start:end] (early instructions among them,
