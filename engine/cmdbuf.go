@@ -19,6 +19,17 @@ import (
 // first replays with command buffers on, or at Close (until then they are
 // held, never run); the steps are recorded, joined and baked again.
 
+// cmdbufState is a session's command buffers.
+type cmdbufState struct {
+	// segs are the command buffers of replay generation gen, by the
+	// program index they start at; refused says the driver refused one
+	// in that generation.
+	segs    map[int]*segment
+	gen     uint64
+	refused bool
+	stats   CommandBufferStats
+}
+
 // segment is a run of program instructions replayed as one command
 // buffer: the device steps prog[start:end] (early instructions among them,
 // already run, are skipped).
@@ -54,9 +65,9 @@ func (s *Session) bakeable(in *instr) bool {
 // dropSegments releases every command buffer (a new replay generation,
 // or Close).
 func (s *Session) dropSegments() {
-	for i, g := range s.segs {
+	for i, g := range s.cb.segs {
 		g.rec.Reset()
-		delete(s.segs, i)
+		delete(s.cb.segs, i)
 	}
 }
 
@@ -65,12 +76,12 @@ func (s *Session) dropSegments() {
 // after the last step it ran. It returns i, having run nothing, when they
 // must run one by one: the run is too short or could not be baked.
 func (s *Session) runSegment(prog []*instr, i int) (next int, err error) {
-	if s.segGen != s.replayGen {
+	if s.cb.gen != s.replayGen {
 		s.dropSegments()
-		s.segGen, s.bakeRefused = s.replayGen, false
+		s.cb.gen, s.cb.refused = s.replayGen, false
 	}
-	g := s.segs[i]
-	if g == nil && s.bakeRefused {
+	g := s.cb.segs[i]
+	if g == nil && s.cb.refused {
 		// The driver refused a buffer this generation: do not ask again
 		// for every shorter run after it.
 		return i, nil
@@ -88,10 +99,10 @@ func (s *Session) runSegment(prog []*instr, i int) (next int, err error) {
 			g.end, g.members = j+1, g.members+1
 			launches += prog[j].rec.Len()
 		}
-		if s.segs == nil {
-			s.segs = map[int]*segment{}
+		if s.cb.segs == nil {
+			s.cb.segs = map[int]*segment{}
 		}
-		s.segs[i] = g
+		s.cb.segs[i] = g
 		// One launch gains nothing from a buffer.
 		g.failed = launches < 2
 		if !g.failed {
@@ -103,9 +114,9 @@ func (s *Session) runSegment(prog []*instr, i int) (next int, err error) {
 			if err := s.cl.Bake(&g.rec); err != nil {
 				g.failed = true
 				g.rec.Reset()
-				s.bakeErr, s.bakeRefused = err, true
+				s.cb.stats.LastError, s.cb.refused = err, true
 			} else {
-				s.bakes++
+				s.cb.stats.Bakes++
 			}
 		}
 	}
@@ -118,7 +129,7 @@ func (s *Session) runSegment(prog []*instr, i int) (next int, err error) {
 	for j := i; j < g.end; j++ {
 		if !prog[j].early && !s.bakeable(prog[j]) {
 			g.rec.Reset()
-			delete(s.segs, i)
+			delete(s.cb.segs, i)
 			return i, nil
 		}
 	}
@@ -130,7 +141,7 @@ func (s *Session) runSegment(prog []*instr, i int) (next int, err error) {
 	// Replay enqueues the launches one by one, having dropped the
 	// buffer, when the driver refuses it: those steps did not run in one.
 	if g.rec.Baked() {
-		s.bakedSteps += int64(g.members)
+		s.cb.stats.BakedRuns += int64(g.members)
 	}
 	return g.end, nil
 }
@@ -149,5 +160,5 @@ type CommandBufferStats struct {
 func (s *Session) CommandBuffers() CommandBufferStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return CommandBufferStats{Bakes: s.bakes, BakedRuns: s.bakedSteps, LastError: s.bakeErr}
+	return s.cb.stats
 }

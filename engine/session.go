@@ -233,17 +233,10 @@ type Session struct {
 	replayGen uint64
 	// replayed counts the device steps run from a recording (Replayed).
 	replayed int64
-	// cmdbuf is Options.CommandBuffers; segs are the command buffers of
-	// replay generation segGen, by the program index they start at;
-	// bakeRefused says the driver refused one this generation; bakes,
-	// bakedSteps and bakeErr are CommandBuffers' counts (cmdbuf.go).
-	cmdbuf      bool
-	segs        map[int]*segment
-	segGen      uint64
-	bakeRefused bool
-	bakes       int64
-	bakedSteps  int64
-	bakeErr     error
+	// cmdbuf is Options.CommandBuffers; cb the command buffers made for
+	// it (cmdbuf.go).
+	cmdbuf bool
+	cb     cmdbufState
 	// lastShapes and lastBind are the input shapes of the last Run that
 	// bound and checked them, and the binding they gave (checkInputs).
 	lastShapes map[string][]int
