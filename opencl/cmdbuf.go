@@ -192,8 +192,7 @@ func (d *Device) Bake(r *Recording) error {
 }
 
 // kernelsOpen reports the first of r's kernels that is released or not
-// d's; Bake and a baked Replay check it as a launch-by-launch Replay does
-// for each launch.
+// d's (Bake and Replay refuse r then).
 func (r *Recording) kernelsOpen(d *Device) error {
 	for i := range r.launches {
 		if k := r.launches[i].k; k.released || k.p.d != d {

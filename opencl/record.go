@@ -72,14 +72,16 @@ func (d *Device) Replay(r *Recording) error {
 	if d.closed {
 		return fmt.Errorf("opencl: Replay on a closed device")
 	}
-	if r.cb != 0 && r.cbDev == d && !d.profile && r.kernelsOpen(d) == nil && d.replayBakedLocked(r) {
+	// Checked before anything is enqueued, so that a refused replay
+	// leaves no part of r run.
+	if err := r.kernelsOpen(d); err != nil {
+		return fmt.Errorf("opencl: Replay: %w", err)
+	}
+	if r.cb != 0 && r.cbDev == d && !d.profile && d.replayBakedLocked(r) {
 		return nil
 	}
 	for i := range r.launches {
 		l := &r.launches[i]
-		if l.k.released || l.k.p.d != d {
-			return fmt.Errorf("opencl: replay of %s: kernel released or of another device", l.k.name)
-		}
 		copy(d.sizes, l.sizes[:])
 		var localp *uintptr
 		if l.hasLocal {
