@@ -366,3 +366,44 @@ func TestBakedObjectsReleased(t *testing.T) {
 	}
 	live("a failed Bake", 0, 0)
 }
+
+// TestReplayReleasedKernel: a recording one of whose kernels was released
+// since is refused by Replay, baked or not, before any of its launches is
+// enqueued (the released kernel is the last launch's, so a check made
+// launch by launch would have enqueued the others first).
+func TestReplayReleasedKernel(t *testing.T) {
+	for _, bake := range []bool{false, true} {
+		f := newCBFixture(t, Options{})
+		if bake && !f.d.HasCommandBuffers() {
+			t.Skipf("%s offers no cl_khr_command_buffer", f.d)
+		}
+		p, err := f.d.Build(cbSrc, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mad, err := p.Kernel("scale_add")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r Recording
+		f.d.StartRecording(&r)
+		f.step(t, 2)
+		if err := f.d.Launch(mad, []int{cbN}, nil, f.w, f.x1, float32(3), cbN); err != nil {
+			t.Fatal(err)
+		}
+		f.d.StopRecording()
+		if bake {
+			if err := f.d.Bake(&r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.Release()
+		before := f.d.Stats().Launches
+		if err := f.d.Replay(&r); err == nil {
+			t.Fatalf("baked %v: Replay with a released kernel succeeded", bake)
+		}
+		if n := f.d.Stats().Launches - before; n != 0 {
+			t.Fatalf("baked %v: a refused Replay enqueued %d launches", bake, n)
+		}
+	}
+}
