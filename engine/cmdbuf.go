@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/tlite/tlite/opencl"
@@ -14,8 +15,20 @@ import (
 // single enqueue. A buffer holds exactly what the joined recordings hold,
 // so it is valid exactly as long as they are: for one replay generation
 // (Session.replayGen, which changes with the binding and the
-// configuration). A new generation drops every buffer, and the steps are
-// recorded, joined and baked again.
+// configuration). An old generation's buffers are dropped when a new one
+// first replays with command buffers on, or at Close (until then they are
+// held, never run); the steps are recorded, joined and baked again.
+
+// cmdbufState is a session's command buffers.
+type cmdbufState struct {
+	// segs are the command buffers of replay generation gen, by the
+	// program index they start at; refused says the driver refused one
+	// in that generation.
+	segs    map[int]*segment
+	gen     uint64
+	refused bool
+	stats   CommandBufferStats
+}
 
 // segment is a run of program instructions replayed as one command
 // buffer: the device steps prog[start:end] (early instructions among them,
@@ -46,33 +59,32 @@ func (s *Session) commandBuffersOn(replay bool) bool {
 // bakeable reports whether in is a device step whose current recording
 // replays (see Session.runDevice) and so may join a command buffer.
 func (s *Session) bakeable(in *instr) bool {
-	return in.kind == iDevice && in.lim == nil && in.lora == nil && in.recOK &&
-		in.recGen == s.replayGen && in.rec != nil && in.rec.Len() > 0
+	return in.replayable() && s.recorded(in) && in.rec.Len() > 0
 }
 
 // dropSegments releases every command buffer (a new replay generation,
 // or Close).
 func (s *Session) dropSegments() {
-	for i, g := range s.segs {
+	for i, g := range s.cb.segs {
 		g.rec.Reset()
-		delete(s.segs, i)
+		delete(s.cb.segs, i)
 	}
 }
 
 // runSegment runs the device steps from prog[i] as one command buffer,
 // baking it first if this generation has none yet, and returns the index
-// after the last step it ran. ok is false when they must run one by one:
-// the run is too short or could not be baked.
-func (s *Session) runSegment(prog []*instr, i int) (next int, ok bool, err error) {
-	if s.segGen != s.replayGen {
+// after the last step it ran. It returns i, having run nothing, when they
+// must run one by one: the run is too short or could not be baked.
+func (s *Session) runSegment(prog []*instr, i int) (next int, err error) {
+	if s.cb.gen != s.replayGen {
 		s.dropSegments()
-		s.segGen, s.bakeRefused = s.replayGen, false
+		s.cb.gen, s.cb.refused = s.replayGen, false
 	}
-	g := s.segs[i]
-	if g == nil && s.bakeRefused {
+	g := s.cb.segs[i]
+	if g == nil && s.cb.refused {
 		// The driver refused a buffer this generation: do not ask again
 		// for every shorter run after it.
-		return 0, false, nil
+		return i, nil
 	}
 	if g == nil {
 		g = &segment{end: i}
@@ -87,10 +99,10 @@ func (s *Session) runSegment(prog []*instr, i int) (next int, ok bool, err error
 			g.end, g.members = j+1, g.members+1
 			launches += prog[j].rec.Len()
 		}
-		if s.segs == nil {
-			s.segs = map[int]*segment{}
+		if s.cb.segs == nil {
+			s.cb.segs = map[int]*segment{}
 		}
-		s.segs[i] = g
+		s.cb.segs[i] = g
 		// One launch gains nothing from a buffer.
 		g.failed = launches < 2
 		if !g.failed {
@@ -102,14 +114,14 @@ func (s *Session) runSegment(prog []*instr, i int) (next int, ok bool, err error
 			if err := s.cl.Bake(&g.rec); err != nil {
 				g.failed = true
 				g.rec.Reset()
-				s.bakeErr, s.bakeRefused = err, true
+				s.cb.stats.LastError, s.cb.refused = err, true
 			} else {
-				s.bakes++
+				s.cb.stats.Bakes++
 			}
 		}
 	}
 	if g.failed {
-		return 0, false, nil
+		return i, nil
 	}
 	// The members cannot change within a generation (a step that replays
 	// is never recorded again in it), but check: a stale buffer must never
@@ -117,16 +129,21 @@ func (s *Session) runSegment(prog []*instr, i int) (next int, ok bool, err error
 	for j := i; j < g.end; j++ {
 		if !prog[j].early && !s.bakeable(prog[j]) {
 			g.rec.Reset()
-			delete(s.segs, i)
-			return 0, false, nil
+			delete(s.cb.segs, i)
+			return i, nil
 		}
 	}
 	if err := s.cl.Replay(&g.rec); err != nil {
-		return 0, false, err
+		in := prog[i]
+		return i, fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, err)
 	}
 	s.replayed += int64(g.members)
-	s.bakedSteps += int64(g.members)
-	return g.end, true, nil
+	// Replay enqueues the launches one by one, having dropped the
+	// buffer, when the driver refuses it: those steps did not run in one.
+	if g.rec.Baked() {
+		s.cb.stats.BakedRuns += int64(g.members)
+	}
+	return g.end, nil
 }
 
 // CommandBufferStats says how command buffers were used since Open: the
@@ -143,5 +160,5 @@ type CommandBufferStats struct {
 func (s *Session) CommandBuffers() CommandBufferStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return CommandBufferStats{Bakes: s.bakes, BakedRuns: s.bakedSteps, LastError: s.bakeErr}
+	return s.cb.stats
 }

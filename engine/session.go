@@ -233,17 +233,10 @@ type Session struct {
 	replayGen uint64
 	// replayed counts the device steps run from a recording (Replayed).
 	replayed int64
-	// cmdbuf is Options.CommandBuffers; segs are the command buffers of
-	// replay generation segGen, by the program index they start at;
-	// bakeRefused says the driver refused one this generation; bakes,
-	// bakedSteps and bakeErr are CommandBuffers' counts (cmdbuf.go).
-	cmdbuf      bool
-	segs        map[int]*segment
-	segGen      uint64
-	bakeRefused bool
-	bakes       int64
-	bakedSteps  int64
-	bakeErr     error
+	// cmdbuf is Options.CommandBuffers; cb the command buffers made for
+	// it (cmdbuf.go).
+	cmdbuf bool
+	cb     cmdbufState
 	// lastShapes and lastBind are the input shapes of the last Run that
 	// bound and checked them, and the binding they gave (checkInputs).
 	lastShapes map[string][]int
@@ -732,22 +725,21 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 		if in.early {
 			continue
 		}
-		if baking && s.bakeable(in) {
-			next, ok, err := s.runSegment(c.prog, i)
-			if err != nil {
-				x.shapesBind = nil
-				s.replayGen++
-				return nil, fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, err)
-			}
-			if ok {
+		var err error
+		switch {
+		case baking && s.bakeable(in):
+			var next int
+			if next, err = s.runSegment(c.prog, i); err == nil && next > i {
 				i = next - 1
 				continue
 			}
-		}
-		var err error
-		if replay && in.kind == iDevice && in.lim == nil && in.lora == nil {
+			if err == nil {
+				// Not baked: the step runs on its own.
+				err = s.runDevice(in)
+			}
+		case replay && in.replayable():
 			err = s.runDevice(in)
-		} else {
+		default:
 			err = s.exec(in)
 		}
 		if err != nil {
@@ -813,6 +805,20 @@ func (s *Session) replayAllowed() bool {
 	return lib && s.cl != nil && !s.noReplay && s.attnHook == nil && s.layerGate == nil && (!s.kvStats || s.statsOff)
 }
 
+// replayable reports whether in is a device step that a replaying run
+// sends through runDevice. Steps with an elastic limit or a LoRA branch
+// are not: their active sizes and adapters are set between runs, under
+// one binding.
+func (in *instr) replayable() bool {
+	return in.kind == iDevice && in.lim == nil && in.lora == nil
+}
+
+// recorded reports whether in's recording was made in this replay
+// generation and may be replayed (runDevice replays it).
+func (s *Session) recorded(in *instr) bool {
+	return in.recOK && in.recGen == s.replayGen
+}
+
 // runDevice runs device step in: again from its recording when it was
 // recorded under the same binding (replayGen) and may be replayed, else
 // through its lowering while recording its launches.
@@ -826,7 +832,7 @@ func (s *Session) replayAllowed() bool {
 // host (its arguments may depend on them) or took a fault slot (its
 // bookkeeping is made at launch).
 func (s *Session) runDevice(in *instr) error {
-	if in.recOK && in.recGen == s.replayGen {
+	if s.recorded(in) {
 		if err := s.cl.Replay(in.rec); err != nil {
 			return fmt.Errorf("engine: node %q (%s): %w", in.node.Name, in.node.OpType, err)
 		}

@@ -96,12 +96,14 @@ func (r *Recording) Baked() bool { return r.cb != 0 }
 
 // Bake records r's launches into a command buffer, which Replay enqueues
 // from then on with one call instead of one per launch. The buffer holds
-// what r holds (kernels, sizes, arguments) as they are now; StartRecording
-// on r drops it, so a recording made again never replays a stale one.
+// what r holds (kernels, sizes, arguments) as they are now; StartRecording,
+// Append and Reset on r release it, so a recording changed since never
+// replays a stale one. Baking r again replaces its buffer.
 //
-// Bake fails, leaving r to replay launch by launch, when the device has no
-// command buffers, when it profiles (a command buffer gives no event per
-// kernel), or when the driver refuses. r must have been recorded on d.
+// Bake fails, leaving r to replay launch by launch and holding nothing,
+// when the device has no command buffers, when it profiles (a command
+// buffer gives no event per kernel), or when the driver refuses. r must
+// have been recorded on d.
 func (d *Device) Bake(r *Recording) error {
 	if d.cb == nil {
 		return fmt.Errorf("opencl: Bake: %s has no usable cl_khr_command_buffer", d.info.Name)
@@ -120,7 +122,10 @@ func (d *Device) Bake(r *Recording) error {
 	if r.cbDev != nil && r.cbDev != d {
 		return fmt.Errorf("opencl: Bake: the recording is baked on another device")
 	}
-	d.dropBakedLocked(r, false)
+	d.dropBakedLocked(r)
+	if err := r.kernelsOpen(d); err != nil {
+		return fmt.Errorf("opencl: Bake: %w", err)
+	}
 	var props []uint64
 	if d.cb.simultaneous {
 		props = []uint64{clCommandBufferFlags, clCommandBufferSimultUse, 0}
@@ -134,29 +139,31 @@ func (d *Device) Bake(r *Recording) error {
 	if *code != clSuccess || cb == 0 {
 		return fmt.Errorf("opencl: Bake: %w", clErr("clCreateCommandBufferKHR", *code))
 	}
-	fail := func(err error) error {
-		clCall(d.cb.release, cb)
-		return fmt.Errorf("opencl: Bake: %w", err)
-	}
+	// From here r holds the buffer and the kernel copies made so far, so
+	// that a failure part way releases them all (d.mu is held throughout:
+	// no Replay sees the buffer before it is finalized).
+	r.cb, r.cbDev = cb, d
 	if d.baked == nil {
 		d.baked = map[*Recording]struct{}{}
 	}
 	d.baked[r] = struct{}{}
-	r.cbDev = d
+	fail := func(err error) error {
+		d.dropBakedLocked(r)
+		return fmt.Errorf("opencl: Bake: %w", err)
+	}
 	sizes := make([]uintptr, 6)
 	for i := range r.launches {
 		l := &r.launches[i]
-		if l.k.released || l.k.p.d != d {
-			return fail(fmt.Errorf("kernel %s released or of another device", l.k.name))
-		}
-		k, err := d.privateKernelLocked(r, i)
-		if err != nil {
-			return fail(err)
-		}
 		// The spec has the command capture the kernel's arguments as set
 		// now. PoCL 3.1 instead reads them from the kernel object at each
 		// enqueue of the buffer, so every command gets a kernel object of
 		// its own, whose arguments nothing else sets.
+		var code int32
+		k := clCreate(fns.CreateKernel, l.k.p.prog, uintptr(unsafe.Pointer(cstr(l.k.name))), uintptr(unsafe.Pointer(&code)))
+		if code != clSuccess {
+			return fail(fmt.Errorf("private copy of kernel %s: %w", l.k.name, clErr("clCreateKernel", code)))
+		}
+		r.priv = append(r.priv, k)
 		for j, a := range r.args[l.off : l.off+l.n] {
 			var v uintptr
 			if a.local == 0 {
@@ -181,40 +188,23 @@ func (d *Device) Bake(r *Recording) error {
 	if c := clCall(d.cb.finalize, cb); c != clSuccess {
 		return fail(clErr("clFinalizeCommandBufferKHR", c))
 	}
-	r.cb = cb
 	return nil
 }
 
-// privateKernelLocked returns the private kernel object of r's launch i,
-// made by clCreateKernel from the launch kernel's program, or the one an
-// earlier Bake of r made for the same kernel at that index (d.mu held).
-func (d *Device) privateKernelLocked(r *Recording, i int) (handle, error) {
-	k := r.launches[i].k
-	if i < len(r.priv) && r.privOf[i] == k && r.priv[i] != 0 {
-		return r.priv[i], nil
+// kernelsOpen reports the first of r's kernels that is released or not
+// d's (Bake and Replay refuse r then).
+func (r *Recording) kernelsOpen(d *Device) error {
+	for i := range r.launches {
+		if k := r.launches[i].k; k.released || k.p.d != d {
+			return fmt.Errorf("kernel %s released or of another device", k.name)
+		}
 	}
-	for len(r.priv) <= i {
-		r.priv, r.privOf = append(r.priv, 0), append(r.privOf, nil)
-	}
-	if r.priv[i] != 0 {
-		clCall(fns.ReleaseKernel, r.priv[i])
-		r.priv[i], r.privOf[i] = 0, nil
-	}
-	if k.p.released {
-		return 0, fmt.Errorf("kernel %s: program released", k.name)
-	}
-	var code int32
-	h := clCreate(fns.CreateKernel, k.p.prog, uintptr(unsafe.Pointer(cstr(k.name))), uintptr(unsafe.Pointer(&code)))
-	if code != clSuccess {
-		return 0, fmt.Errorf("private copy of kernel %s: %w", k.name, clErr("clCreateKernel", code))
-	}
-	r.priv[i], r.privOf[i] = h, k
-	return h, nil
+	return nil
 }
 
-// Release frees r's command buffer and private kernels, if Bake made
-// them; r still replays launch by launch. Device.Close releases those
-// still held.
+// Release frees r's command buffer and the kernel copies its commands
+// run, if Bake made them; r still replays launch by launch. Device.Close
+// releases those still held.
 func (r *Recording) Release() {
 	d := r.cbDev
 	if d == nil {
@@ -222,31 +212,43 @@ func (r *Recording) Release() {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.dropBakedLocked(r, true)
+	d.dropBakedLocked(r)
 }
 
-// dropBakedLocked releases r's command buffer and, with all, its private
-// kernels too (d.mu held).
-func (d *Device) dropBakedLocked(r *Recording, all bool) {
+// dropBakedLocked releases r's command buffer and kernel copies (d.mu
+// held).
+func (d *Device) dropBakedLocked(r *Recording) {
 	if r.cbDev != d {
 		return
 	}
-	if r.cb != 0 && !d.closed {
-		clCall(d.cb.release, r.cb)
-	}
-	r.cb = 0
-	if !all {
-		return
-	}
-	for i, h := range r.priv {
-		if h != 0 && !d.closed {
+	if !d.closed {
+		if r.cb != 0 {
+			clCall(d.cb.release, r.cb)
+		}
+		for _, h := range r.priv {
 			clCall(fns.ReleaseKernel, h)
 		}
-		r.priv[i], r.privOf[i] = 0, nil
 	}
-	r.priv, r.privOf = r.priv[:0], r.privOf[:0]
+	clear(r.priv)
+	r.cb, r.priv, r.cbDev = 0, r.priv[:0], nil
 	delete(d.baked, r)
-	r.cbDev = nil
+}
+
+// BakedObjects counts what Bake made on d that is not released yet: the
+// command buffers and the kernel copies their commands run. Both fall to
+// 0 when every baked recording is released (Release, Reset, Append,
+// StartRecording, a failed Bake) and after Close; tests check that for
+// leaks.
+func (d *Device) BakedObjects() (buffers, kernels int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for r := range d.baked {
+		if r.cb != 0 {
+			buffers++
+		}
+		kernels += len(r.priv)
+	}
+	return buffers, kernels
 }
 
 // replayBakedLocked enqueues r's command buffer (d.mu held). It reports
@@ -261,7 +263,7 @@ func (d *Device) replayBakedLocked(r *Recording) bool {
 	c[0], c[1], c[2], c[3], c[4], c[5] = 0, 0, r.cb, 0, 0, uintptr(unsafe.Pointer(&d.ev[0]))
 	code := callArgs(d.cb.enqueue, c[:6])
 	if code != clSuccess {
-		d.dropBakedLocked(r, false)
+		d.dropBakedLocked(r)
 		d.stats.BakeFallbacks++
 		return false
 	}

@@ -1,6 +1,7 @@
 package opencl
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -219,14 +220,23 @@ func TestBakeRefusals(t *testing.T) {
 		f := newCBFixture(t, Options{Profile: true})
 		var r Recording
 		f.record(t, &r, 2)
-		if err := f.d.Bake(&r); err == nil || r.Baked() {
+		err := f.d.Bake(&r)
+		if err == nil || r.Baked() {
 			t.Fatalf("Bake on a profiling device: err %v, baked %v; want an error", err, r.Baked())
+		}
+		// Refused for profiling, not for lacking command buffers.
+		if f.d.HasCommandBuffers() && !strings.Contains(err.Error(), "profiling") {
+			t.Fatalf("Bake on a profiling device: %v; want the profiling refusal", err)
 		}
 	})
 	t.Run("empty", func(t *testing.T) {
 		d := open(t, Options{})
-		if err := d.Bake(&Recording{}); err == nil {
+		err := d.Bake(&Recording{})
+		if err == nil {
 			t.Fatal("Bake of an empty recording succeeded")
+		}
+		if d.HasCommandBuffers() && !strings.Contains(err.Error(), "empty") {
+			t.Fatalf("Bake of an empty recording: %v; want the empty-recording refusal", err)
 		}
 	})
 	t.Run("closed", func(t *testing.T) {
@@ -245,6 +255,9 @@ func TestBakeRefusals(t *testing.T) {
 		}
 		if r.Baked() {
 			t.Fatal("Close left the recording baked")
+		}
+		if b, k := f.d.BakedObjects(); b != 0 || k != 0 {
+			t.Fatalf("after Close: %d command buffers and %d kernel copies live, want none", b, k)
 		}
 		if err := f.d.Replay(&r); err == nil {
 			t.Fatal("Replay on a closed device succeeded")
@@ -294,5 +307,103 @@ func TestAppendedRecording(t *testing.T) {
 	joined.Reset()
 	if joined.Len() != 0 || joined.Baked() {
 		t.Fatalf("Reset left %d launches, baked %v", joined.Len(), joined.Baked())
+	}
+}
+
+// TestBakedObjectsReleased: every command buffer and kernel copy Bake
+// makes is released when its recording is baked again, recorded again,
+// appended to, reset or released, and when a later Bake of it fails.
+// (TestBakeRefusals/closed checks Close.)
+func TestBakedObjectsReleased(t *testing.T) {
+	f := newCBFixture(t, Options{})
+	if !f.d.HasCommandBuffers() {
+		t.Skipf("%s offers no cl_khr_command_buffer", f.d)
+	}
+	live := func(when string, buffers, kernels int) {
+		t.Helper()
+		if b, k := f.d.BakedObjects(); b != buffers || k != kernels {
+			t.Fatalf("%s: %d command buffers and %d kernel copies live, want %d and %d", when, b, k, buffers, kernels)
+		}
+	}
+	bake := func(r *Recording) {
+		t.Helper()
+		if err := f.d.Bake(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var a, b Recording
+	f.record(t, &a, 2)
+	f.record(t, &b, 3)
+	n := a.Len()
+	live("nothing baked", 0, 0)
+	bake(&a)
+	live("a baked", 1, n)
+	bake(&a)
+	live("a baked twice", 1, n)
+	bake(&b)
+	live("a and b baked", 2, 2*n)
+	f.record(t, &a, 2)
+	live("a recorded again", 1, n)
+	b.Append(&a)
+	live("b appended to", 0, 0)
+	bake(&b)
+	live("b baked with a appended", 1, 2*n)
+	b.Reset()
+	live("b reset", 0, 0)
+	bake(&a)
+	a.Release()
+	live("a released", 0, 0)
+
+	// A Bake that fails holds nothing, not even what an earlier Bake of
+	// the recording made.
+	bake(&a)
+	f.mad.p.Release()
+	if err := f.d.Bake(&a); err == nil {
+		t.Fatal("Bake of a recording whose kernels are released succeeded")
+	}
+	if a.Baked() {
+		t.Fatal("a failed Bake left the recording baked")
+	}
+	live("a failed Bake", 0, 0)
+}
+
+// TestReplayReleasedKernel: a recording one of whose kernels was released
+// since is refused by Replay, baked or not, before any of its launches is
+// enqueued (the released kernel is the last launch's, so a check made
+// launch by launch would have enqueued the others first).
+func TestReplayReleasedKernel(t *testing.T) {
+	for _, bake := range []bool{false, true} {
+		f := newCBFixture(t, Options{})
+		if bake && !f.d.HasCommandBuffers() {
+			t.Skipf("%s offers no cl_khr_command_buffer", f.d)
+		}
+		p, err := f.d.Build(cbSrc, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mad, err := p.Kernel("scale_add")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r Recording
+		f.d.StartRecording(&r)
+		f.step(t, 2)
+		if err := f.d.Launch(mad, []int{cbN}, nil, f.w, f.x1, float32(3), cbN); err != nil {
+			t.Fatal(err)
+		}
+		f.d.StopRecording()
+		if bake {
+			if err := f.d.Bake(&r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.Release()
+		before := f.d.Stats().Launches
+		if err := f.d.Replay(&r); err == nil {
+			t.Fatalf("baked %v: Replay with a released kernel succeeded", bake)
+		}
+		if n := f.d.Stats().Launches - before; n != 0 {
+			t.Fatalf("baked %v: a refused Replay enqueued %d launches", bake, n)
+		}
 	}
 }

@@ -714,7 +714,7 @@ func (d *Device) Close() error {
 	defer d.mu.Unlock()
 	// Command buffers before the queue they were made for.
 	for r := range d.baked {
-		d.dropBakedLocked(r, true)
+		d.dropBakedLocked(r)
 	}
 	clCall(fns.ReleaseCommandQueue, d.queue)
 	clCall(fns.ReleaseContext, d.ctx)

@@ -12,11 +12,10 @@ type Recording struct {
 	args     []argSlot // every launch's arguments, concatenated
 	// cb is the command buffer Bake made of the launches (0: none), on
 	// device cbDev (cmdbuf.go); priv[i] is the private copy of launch i's
-	// kernel the buffer runs, made from privOf[i], kept for the next Bake.
-	cb     handle
-	cbDev  *Device
-	priv   []handle
-	privOf []*Kernel
+	// kernel that the buffer's command i runs, released with the buffer.
+	cb    handle
+	cbDev *Device
+	priv  []handle
 }
 
 // recLaunch is one recorded launch; its arguments are
@@ -38,10 +37,8 @@ func (r *Recording) Len() int { return len(r.launches) }
 // buffer baked from r's earlier launches is released: it would replay
 // them, not the new ones.
 func (d *Device) StartRecording(r *Recording) {
+	r.Release()
 	d.mu.Lock()
-	if r.cbDev != nil {
-		r.cbDev.dropBakedLocked(r, false)
-	}
 	r.launches, r.args = r.launches[:0], r.args[:0]
 	d.rec = r
 	d.mu.Unlock()
@@ -75,23 +72,16 @@ func (d *Device) Replay(r *Recording) error {
 	if d.closed {
 		return fmt.Errorf("opencl: Replay on a closed device")
 	}
-	if r.cb != 0 && r.cbDev == d && !d.profile {
-		ok := true
-		for i := range r.launches {
-			if k := r.launches[i].k; k.released || k.p.d != d {
-				ok = false
-				break
-			}
-		}
-		if ok && d.replayBakedLocked(r) {
-			return nil
-		}
+	// Checked before anything is enqueued, so that a refused replay
+	// leaves no part of r run.
+	if err := r.kernelsOpen(d); err != nil {
+		return fmt.Errorf("opencl: Replay: %w", err)
+	}
+	if r.cb != 0 && r.cbDev == d && !d.profile && d.replayBakedLocked(r) {
+		return nil
 	}
 	for i := range r.launches {
 		l := &r.launches[i]
-		if l.k.released || l.k.p.d != d {
-			return fmt.Errorf("opencl: replay of %s: kernel released or of another device", l.k.name)
-		}
 		copy(d.sizes, l.sizes[:])
 		var localp *uintptr
 		if l.hasLocal {
@@ -120,12 +110,7 @@ func (d *Device) Replay(r *Recording) error {
 // in that order: replaying r then replays both. It drops a command buffer
 // baked from r (it would miss o's launches); o is unchanged.
 func (r *Recording) Append(o *Recording) {
-	if r.cbDev != nil {
-		d := r.cbDev
-		d.mu.Lock()
-		d.dropBakedLocked(r, false)
-		d.mu.Unlock()
-	}
+	r.Release()
 	base := len(r.args)
 	r.args = append(r.args, o.args...)
 	for _, l := range o.launches {

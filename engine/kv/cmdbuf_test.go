@@ -30,13 +30,19 @@ func TestCommandBuffersMatchLowering(t *testing.T) {
 		t.Cleanup(func() { st.Session().Close() })
 		return st
 	}
+	dev := testLib.Device()
+	buffers0, kernels0 := dev.BakedObjects()
 	baked, low := open(engine.Options{CommandBuffers: true}), open(engine.Options{NoReplay: true})
 	const prompt = 10
 	var bakesAt []int64 // the bake count after each step
+	var liveAt []int    // the command buffers live after each step
 	for step := 0; step < 80; step++ {
 		sameDecodeStep(t, step, prompt, baked, low, "baked", "lowered")
 		bakesAt = append(bakesAt, baked.Session().CommandBuffers().Bakes)
+		b, _ := dev.BakedObjects()
+		liveAt = append(liveAt, b-buffers0)
 	}
+	t.Logf("bakes %v, live command buffers %v", bakesAt, liveAt)
 	cb := baked.Session().CommandBuffers()
 	if cb.LastError != nil {
 		t.Fatalf("a bake failed: %v", cb.LastError)
@@ -53,6 +59,19 @@ func TestCommandBuffersMatchLowering(t *testing.T) {
 	}
 	if low.Session().CommandBuffers().BakedRuns != 0 {
 		t.Fatal("a NoReplay session ran command buffers")
+	}
+	// A re-bake replaces the buffers of the generation before: as many
+	// are live after the last boundary as before the first, never the
+	// old ones besides the new.
+	if liveAt[21] == 0 || liveAt[79] != liveAt[21] {
+		t.Fatalf("%d command buffers live before the first padding boundary, %d after the last; want the same, not 0", liveAt[21], liveAt[79])
+	}
+	// Close releases every command buffer and kernel copy.
+	if err := baked.Session().Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, k := dev.BakedObjects(); b != buffers0 || k != kernels0 {
+		t.Fatalf("after Close: %d command buffers and %d kernel copies live, want %d and %d", b, k, buffers0, kernels0)
 	}
 }
 

@@ -89,31 +89,50 @@ func sameDecodeStep(t *testing.T, step, prompt int, a, b *State, aName, bName st
 // the step before) allocates a bounded, small number of objects on the
 // host: the inputs' tensors, maps and copies of Run's map-based API. It
 // was 2,474 objects (1.2 MB) per step of the default model before the
-// shapes, binding and launches were kept across steps.
+// shapes, binding and launches were kept across steps. Steps replayed as
+// command buffers (Options.CommandBuffers) are held to the same bound.
 func TestDecodeStepAllocs(t *testing.T) {
 	path := benchModels()["llama"]
-	st, err := Open(path, engine.Options{Kernels: testLib}, Config{MaxContext: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Session().Close()
-	if _, err := st.Forward(seq(1, 11), seq(0, 10), seq(0, 10)); err != nil {
-		t.Fatal(err)
-	}
-	var ferr error
-	step := func() {
-		// Rewriting slot 10 keeps the context, and so the binding, fixed.
-		if _, err := st.Forward([]int{7}, []int{10}, []int{10}); err != nil {
-			ferr = err
-		}
-	}
-	step()
-	n := testing.AllocsPerRun(20, step)
-	if ferr != nil {
-		t.Fatal(ferr)
-	}
-	t.Logf("%.0f allocations per decode step", n)
-	if n > 100 {
-		t.Fatalf("%.0f allocations per decode step; want at most 100", n)
+	for _, c := range []struct {
+		name string
+		opts engine.Options
+	}{
+		{"replayed", engine.Options{Kernels: testLib}},
+		{"baked", engine.Options{Kernels: testLib, CommandBuffers: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.opts.CommandBuffers && !testLib.Device().HasCommandBuffers() {
+				t.Skipf("%s offers no cl_khr_command_buffer", testLib.Device())
+			}
+			st, err := Open(path, c.opts, Config{MaxContext: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Session().Close()
+			if _, err := st.Forward(seq(1, 11), seq(0, 10), seq(0, 10)); err != nil {
+				t.Fatal(err)
+			}
+			var ferr error
+			step := func() {
+				// Rewriting slot 10 keeps the context, and so the binding, fixed.
+				if _, err := st.Forward([]int{7}, []int{10}, []int{10}); err != nil {
+					ferr = err
+				}
+			}
+			// Records; AllocsPerRun's warm-up run replays (and bakes).
+			step()
+			before := st.Session().CommandBuffers().BakedRuns
+			n := testing.AllocsPerRun(20, step)
+			if ferr != nil {
+				t.Fatal(ferr)
+			}
+			t.Logf("%.0f allocations per decode step", n)
+			if n > 100 {
+				t.Fatalf("%.0f allocations per decode step; want at most 100", n)
+			}
+			if ran := st.Session().CommandBuffers().BakedRuns > before; ran != c.opts.CommandBuffers {
+				t.Fatalf("steps ran in command buffers: %v; want %v", ran, c.opts.CommandBuffers)
+			}
+		})
 	}
 }
