@@ -141,8 +141,6 @@ func TestAttentionPrecisionSessions(t *testing.T) {
 	if !same(run(sAuto), half) {
 		t.Error("auto on a cl_khr_fp16 device: logits differ from the fp16 session's")
 	}
-	// A session opened after the switch: one opened before replays the
-	// launches it recorded.
 	lib.SetAttentionHalf(false)
 	defer lib.SetAttentionHalf(true)
 	if !same(run(open(kernels.AttnAuto)), want) {
