@@ -53,11 +53,13 @@ func TestAttentionPrecisionRefused(t *testing.T) {
 }
 
 // TestAttentionPrecisionSessions runs the llama fixture's prefill and
-// decode cases (fp16 storage) through sessions that share one kernel
-// library under the gpu-fp16 profile (the GPU kernel set, a device that
-// reports cl_khr_fp16) with TLITE_KERNEL_HALF_EMU, so that the attention
-// kernels' half path runs in its exact emulation on PoCL. Sessions with
-// attention in fp32 and in fp16 run interleaved on the one library:
+// decode cases (fp16 storage), explicitly and through the in-place KV
+// cache (the prompt of the prefill case's first row, then one decode
+// step), in sessions that share one kernel library under the gpu-fp16
+// profile (the GPU kernel set, a device that reports cl_khr_fp16) with
+// TLITE_KERNEL_HALF_EMU, so that the attention kernels' half path runs in
+// its exact emulation on PoCL. Sessions with attention in fp32 and in
+// fp16 run interleaved on the one library:
 //   - each gets its own kernels: the fp32 session's logits are bit for bit
 //     the same before and after the fp16 session ran, and differ from the
 //     fp16 session's (so the half path ran);
@@ -74,7 +76,8 @@ func TestAttentionPrecisionSessions(t *testing.T) {
 	// (errors seen up to 0.4% of the output's scale, far below that
 	// bound); through this fixture's layers and LM head the logits
 	// measured 0.04-0.06% apart (one fp16 step of the logits; logged),
-	// and the tolerance allows the 0.4% per attention output, doubled.
+	// and the tolerance is a little over twice the 0.4% seen per
+	// attention output.
 	const halfAttnLogitTol = 1e-2
 	t.Setenv("TLITE_KERNEL_PROFILE", "gpu-fp16")
 	t.Setenv("TLITE_KERNEL_HALF_EMU", "1")
@@ -96,6 +99,13 @@ func TestAttentionPrecisionSessions(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
+	// openKV opens the model with the in-place KV cache (package kv's
+	// form: attention reads the cache where it lies).
+	openKV := func(p kernels.AttnPrecision) *Session {
+		s := openModel(t, "llama", Options{Kernels: lib, Precision: FP16, AttentionPrecision: p, KVCache: &KVConfig{MaxContext: 32}})
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
 	run := func(s *Session) [][]float32 {
 		t.Helper()
 		var out [][]float32
@@ -107,6 +117,27 @@ func TestAttentionPrecisionSessions(t *testing.T) {
 			out = append(out, floats(t, o["logits"]))
 		}
 		return out
+	}
+	// runKV prefills row 0 of the prefill case into the cache and decodes
+	// one more token: the prompt's logits rows, then the decode step's.
+	runKV := func(s *Session) [][]float32 {
+		t.Helper()
+		ids := prefill.inputs["input_ids"].Data().([]int64)
+		n := prefill.inputs["input_ids"].Shape()[1]
+		var toks, pos []int
+		for i := 0; i < n; i++ {
+			toks, pos = append(toks, int(ids[i])), append(pos, i)
+		}
+		q := newKVSeq(t, s, 64)
+		out, err := q.step(toks, pos, pos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec, err := q.step(toks[:1], []int{n}, []int{n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(out, dec...)
 	}
 	same := func(a, b [][]float32) bool {
 		for i := range a {
@@ -127,17 +158,37 @@ func TestAttentionPrecisionSessions(t *testing.T) {
 	if same(want, half) {
 		t.Error("fp16 attention session: logits bit for bit the fp32 session's; the half path did not run")
 	}
-	for i, name := range []string{"prefill", "decode"} {
-		scale, worst := 0.0, 0.0
-		for j := range want[i] {
-			scale = math.Max(scale, math.Abs(float64(want[i][j])))
-			worst = math.Max(worst, math.Abs(float64(half[i][j])-float64(want[i][j])))
+	// close holds each part (a run's logits, or a row) of half to the
+	// tolerance around want's, relative to the part's scale, and logs the
+	// largest error.
+	close := func(what, unit string, want, half [][]float32) {
+		t.Helper()
+		most := 0.0
+		for i := range want {
+			scale, worst := 0.0, 0.0
+			for j := range want[i] {
+				scale = math.Max(scale, math.Abs(float64(want[i][j])))
+				worst = math.Max(worst, math.Abs(float64(half[i][j])-float64(want[i][j])))
+			}
+			if !(worst <= halfAttnLogitTol*scale) {
+				t.Errorf("%s %s %d: fp16 attention logits differ from fp32 by %.3g, over %.0e of the scale %.3g", what, unit, i, worst, halfAttnLogitTol, scale)
+			}
+			most = math.Max(most, worst/scale)
 		}
-		if !(worst <= halfAttnLogitTol*scale) {
-			t.Errorf("%s: fp16 attention logits differ from fp32 by %.3g, over %.0e of the scale %.3g", name, worst, halfAttnLogitTol, scale)
-		}
-		t.Logf("%s: fp16 attention logits differ from fp32 by %.3g = %.2g of the scale %.3g", name, worst, worst/scale, scale)
+		t.Logf("%s: fp16 attention logits differ from fp32 by up to %.2g of the scale, over %d %ss", what, most, len(want), unit)
 	}
+	close("explicit prefill and decode", "run", want, half)
+	// The in-place cache: the same checks on its prompt and decode rows.
+	kv32, kv16 := openKV(kernels.AttnFP32), openKV(kernels.AttnFP16)
+	wantKV := runKV(kv32)
+	halfKV := runKV(kv16)
+	if again := runKV(kv32); !same(wantKV, again) {
+		t.Error("KV cache, fp32 attention: logits changed after an fp16 session ran on the same library")
+	}
+	if same(wantKV, halfKV) {
+		t.Error("KV cache, fp16 attention: logits bit for bit the fp32 session's; the half path did not run")
+	}
+	close("KV cache", "row", wantKV, halfKV)
 	if !same(run(sAuto), half) {
 		t.Error("auto on a cl_khr_fp16 device: logits differ from the fp16 session's")
 	}
