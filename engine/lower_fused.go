@@ -359,7 +359,8 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 		p := kernels.AttentionParams{Batch: B, Heads: H, KVHeads: KVH, SeqQ: Sq, SeqKV: Skv, HeadDim: D,
 			Scale: scale, Causal: causal, Past: Skv - Sq,
 			Q: attnLayout(qs, perms[0], full), K: attnLayout(ks, perms[1], kfull),
-			V: attnLayout(vs, perms[2], kfull), O: attnLayout(os, perms[3], ofull)}
+			V: attnLayout(vs, perms[2], kfull), O: attnLayout(os, perms[3], ofull),
+			Precision: ex.c.s.attnPrec}
 		ex.lim.attention(&p)
 		if causal && p.Past < 0 {
 			return fmt.Errorf("causal attention with %d queries over %d keys", Sq, Skv)

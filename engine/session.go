@@ -75,6 +75,19 @@ type Options struct {
 	Device string
 	// Precision is the activation storage (the pure-Go backend: FP32 only).
 	Precision Precision
+	// AttentionPrecision is the arithmetic of the session's fused
+	// attention on a GPU (kernels.AttnPrecision). The zero value,
+	// kernels.AttnAuto, keeps the kernel library's default: half
+	// arithmetic where the device has cl_khr_fp16 and Precision is FP16
+	// (unless the library's SetAttentionHalf turned it off), fp32
+	// elsewhere. kernels.AttnFP32 computes in fp32 from the fp16 storage;
+	// kernels.AttnFP16 asks for half arithmetic, and Open fails where the
+	// session cannot have it: Precision not FP16, a device without
+	// cl_khr_fp16, a CPU device (its attention kernels have no half
+	// path) or the pure-Go backend. The setting is the session's own:
+	// sessions sharing a library through Kernels may each choose theirs
+	// (each precision is its own compiled program).
+	AttentionPrecision kernels.AttnPrecision
 	// Max declares the largest value of input symbols ("batch", "seq", ...):
 	// the memory plan is sized for them and Run refuses larger inputs.
 	// Undeclared symbols get their value in the shapes InputShapes
@@ -212,6 +225,9 @@ type Session struct {
 	kvCacheSet map[*vinfo]bool
 	kvCap      int
 	attnStats  []*attnStat
+	// attnPrec is Options.AttentionPrecision, set on every attention
+	// launch.
+	attnPrec kernels.AttnPrecision
 	// attnHook is SetAttentionHook's callback (attnhook.go); attnLayers
 	// counts the attentions it is called at.
 	attnHook   AttentionHook
@@ -292,6 +308,11 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 		}
 		s.dev, s.cl, s.ownCL = kernels.New(dev), dev, true
 	}
+	if err := s.checkAttentionPrecision(opts.AttentionPrecision, fs); err != nil {
+		s.release()
+		return nil, err
+	}
+	s.attnPrec = opts.AttentionPrecision
 	wp, err := s.weightPlacement(opts.Weights)
 	if err != nil {
 		s.release()
@@ -303,6 +324,22 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkAttentionPrecision refuses an Options.AttentionPrecision the
+// session's device cannot honour in activation storage fs.
+func (s *Session) checkAttentionPrecision(p kernels.AttnPrecision, fs kernels.Storage) error {
+	if p == kernels.AttnAuto || p == kernels.AttnFP32 {
+		return nil
+	}
+	lib, ok := s.dev.(*kernels.Lib)
+	if !ok {
+		return fmt.Errorf("engine: Options.AttentionPrecision %v: the %s backend has no fp16 attention (want auto or fp32)", p, s.dev.Name())
+	}
+	if err := lib.CheckAttentionPrecision(fs, p); err != nil {
+		return fmt.Errorf("engine: Options.AttentionPrecision %v: %w", p, err)
+	}
+	return nil
 }
 
 // compile runs the pipeline: infer, rewrites, lowering, plan, allocation.

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/tlite/tlite/opencl"
 )
@@ -61,6 +62,83 @@ type AttentionParams struct {
 	// probability of key j is then exp(score(i, j) - LSE[i]), which is what
 	// AttentionStats reads.
 	LSE Buf
+	// Precision is the arithmetic of the GPU attention kernels (attn_wg,
+	// attn_split with attn_combine, attn_qtile); the zero value,
+	// AttnAuto, is the Lib's default (SetAttentionHalf). A launch that
+	// asks for AttnFP16 where it cannot have it fails (see
+	// Lib.CheckAttentionPrecision).
+	Precision AttnPrecision
+}
+
+// AttnPrecision selects the arithmetic of the GPU attention kernels. It
+// is a launch parameter rather than a Lib setting so that sessions sharing
+// a Lib (and its compiled programs) may each choose their own: each
+// precision is a program of its own, keyed by its build options.
+type AttnPrecision uint8
+
+const (
+	// AttnAuto is the Lib's default: half arithmetic where the device
+	// has cl_khr_fp16 and activations are stored in fp16, unless
+	// SetAttentionHalf(false) turned it off; fp32 otherwise.
+	AttnAuto AttnPrecision = iota
+	// AttnFP32 computes in fp32 whatever the device and storage.
+	AttnFP32
+	// AttnFP16 computes in half (attention.cl's ATT_HALF; its accuracy is
+	// stated and tested in attnhalf_test.go). It needs fp16 storage, a
+	// device with cl_khr_fp16 and a GPU (the CPU variants attn_row and
+	// attn_lanes have no half path); elsewhere a launch fails.
+	AttnFP16
+)
+
+// String names p as ParseAttnPrecision reads it.
+func (p AttnPrecision) String() string {
+	switch p {
+	case AttnAuto:
+		return "auto"
+	case AttnFP32:
+		return "fp32"
+	case AttnFP16:
+		return "fp16"
+	}
+	return fmt.Sprintf("AttnPrecision(%d)", uint8(p))
+}
+
+// ParseAttnPrecision reads "auto" (or ""), "fp32" or "fp16".
+func ParseAttnPrecision(s string) (AttnPrecision, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "auto":
+		return AttnAuto, nil
+	case "fp32", "f32":
+		return AttnFP32, nil
+	case "fp16", "f16", "half":
+		return AttnFP16, nil
+	}
+	return AttnAuto, fmt.Errorf("attention precision %q: want auto, fp32 or fp16", s)
+}
+
+// CheckAttentionPrecision reports whether attention launches in storage s
+// can have precision p on this Lib's device: AttnFP16 needs fp16 storage,
+// cl_khr_fp16 and a GPU (whose kernels have the half path). AttnAuto and
+// AttnFP32 are always possible. Sessions call it at Open so that a
+// request the device cannot honour fails there, not at the first run.
+func (l *Lib) CheckAttentionPrecision(s Storage, p AttnPrecision) error {
+	switch p {
+	case AttnAuto, AttnFP32:
+		return nil
+	case AttnFP16:
+	default:
+		return fmt.Errorf("kernels: attention precision %v: not one of auto, fp32, fp16", p)
+	}
+	inf := l.info()
+	switch {
+	case s != F16:
+		return fmt.Errorf("kernels: fp16 attention arithmetic needs fp16 activation storage (storage is %s)", s)
+	case !inf.FP16:
+		return fmt.Errorf("kernels: fp16 attention arithmetic: device %q has no cl_khr_fp16", inf.Name)
+	case inf.Type != "GPU":
+		return fmt.Errorf("kernels: fp16 attention arithmetic: device %q is a %s; only the GPU attention kernels have a half path", inf.Name, inf.Type)
+	}
+	return nil
 }
 
 // Mask values at or below these replace the score (see
@@ -223,7 +301,13 @@ func (l *Lib) attention(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	}
 	opts := attnOpts(s, p, "")
 	if name == "attn_wg" {
-		opts += " -DATT_GPU" + l.attnHalfOptions(s)
+		half, err := l.attnHalfOptions(s, p.Precision)
+		if err != nil {
+			return err
+		}
+		opts += " -DATT_GPU" + half
+	} else if p.Precision == AttnFP16 {
+		return fmt.Errorf("fp16 attention arithmetic: %s has no half path", name)
 	}
 	kern, err := l.kernel("attention", attentionProgSrc, opts, name)
 	if err != nil {
@@ -255,23 +339,38 @@ func attnOpts(s Storage, p AttentionParams, extra string) string {
 }
 
 // attnHalfOptions are the GPU attention kernels' (attn_wg, attn_split
-// with attn_combine, attn_qtile) extra build options in storage s: their
-// half path (attention.cl's ATT_HALF, with -cl-mad-enable) where the
-// device has cl_khr_fp16, the storage is fp16 and the Lib has not been
-// told otherwise (SetAttentionHalf), or the path's exact emulation when a
-// test asks (halfEmu).
-func (l *Lib) attnHalfOptions(s Storage) string {
-	return attnHalfOpts(s, l.info().FP16 && !l.attnHalfOff)
+// with attn_combine, attn_qtile) extra build options in storage s at
+// precision p: their half path (attention.cl's ATT_HALF, with
+// -cl-mad-enable) for AttnFP16, and for AttnAuto where the device has
+// cl_khr_fp16, the storage is fp16 and the Lib has not been told
+// otherwise (SetAttentionHalf); none for AttnFP32. The half path is built
+// in its exact emulation when a test asks (halfEmu) or the Lib was opened
+// with TLITE_KERNEL_HALF_EMU (l.attnEmu). AttnFP16 where the Lib cannot
+// have it is an error (CheckAttentionPrecision).
+func (l *Lib) attnHalfOptions(s Storage, p AttnPrecision) (string, error) {
+	switch p {
+	case AttnFP32:
+		return "", nil
+	case AttnFP16:
+		if err := l.CheckAttentionPrecision(s, p); err != nil {
+			return "", err
+		}
+		return attnHalfOpts(s, true, l.attnEmu), nil
+	case AttnAuto:
+		return attnHalfOpts(s, l.info().FP16 && !l.attnHalfOff, l.attnEmu), nil
+	}
+	return "", l.CheckAttentionPrecision(s, p)
 }
 
 // attnHalfOpts is attnHalfOptions for a device with (half) or without
-// usable half arithmetic. fp32 storage keeps fp32 arithmetic: its inputs
-// carry more than half's 11 bits.
-func attnHalfOpts(s Storage, half bool) string {
+// usable half arithmetic; emu builds the half path's exact emulation where
+// it is selected. fp32 storage keeps fp32 arithmetic: its inputs carry
+// more than half's 11 bits.
+func attnHalfOpts(s Storage, half, emu bool) string {
 	switch {
 	case s != F16:
 		return ""
-	case halfEmu:
+	case halfEmu, half && emu:
 		return " -DATT_HALF -DHALF_EMU"
 	case half:
 		return " -DATT_HALF -DHALF_MATH -cl-mad-enable"
@@ -280,11 +379,14 @@ func attnHalfOpts(s Storage, half bool) string {
 }
 
 // SetAttentionHalf turns the GPU attention kernels' half arithmetic on
-// (the default) or off. It applies where the device has cl_khr_fp16 and
-// activations are stored in fp16; off, those kernels compute in fp32 from
-// the fp16 storage, as on a device without cl_khr_fp16. The half path's
-// accuracy is stated and tested in attnhalf_test.go. Programs already
-// built stay; launches after the call pick by the new setting.
+// (the default) or off for launches at AttnAuto (AttentionParams.
+// Precision; AttnFP32 and AttnFP16 launches ignore it). It applies where
+// the device has cl_khr_fp16 and activations are stored in fp16; off,
+// those kernels compute in fp32 from the fp16 storage, as on a device
+// without cl_khr_fp16. The half path's accuracy is stated and tested in
+// attnhalf_test.go. Programs already built stay; launches after the call
+// pick by the new setting. It is the Lib's, shared by every session on it:
+// a session chooses its own with engine.Options.AttentionPrecision.
 func (l *Lib) SetAttentionHalf(on bool) {
 	l.attnHalfOff = !on
 }
@@ -342,7 +444,11 @@ func attnTileRows(group int) int {
 // attentionQTile launches attn_qtile for a checked prefill.
 func (l *Lib) attentionQTile(s Storage, q, k, v, o Buf, p AttentionParams) error {
 	group := p.Heads / p.KVHeads
-	kern, err := l.kernel("attention", attentionProgSrc, attnOpts(s, p, fmt.Sprintf(" -DATT_GPU -DATT_G=%d", group)+l.attnHalfOptions(s)), "attn_qtile")
+	half, err := l.attnHalfOptions(s, p.Precision)
+	if err != nil {
+		return err
+	}
+	kern, err := l.kernel("attention", attentionProgSrc, attnOpts(s, p, fmt.Sprintf(" -DATT_GPU -DATT_G=%d", group)+half), "attn_qtile")
 	if err != nil {
 		return err
 	}
@@ -355,7 +461,11 @@ func (l *Lib) attentionQTile(s Storage, q, k, v, o Buf, p AttentionParams) error
 // live in a scratch buffer the Lib keeps (B*H*ns*(HD+2) floats, grown on
 // demand: under 1 MiB for 32 heads of 128 at 8k keys).
 func (l *Lib) attentionSplit(s Storage, q, k, v, o Buf, p AttentionParams, ns int) error {
-	opts := attnOpts(s, p, fmt.Sprintf(" -DATT_GPU -DATT_G=%d", p.Heads/p.KVHeads)+l.attnHalfOptions(s))
+	half, err := l.attnHalfOptions(s, p.Precision)
+	if err != nil {
+		return err
+	}
+	opts := attnOpts(s, p, fmt.Sprintf(" -DATT_GPU -DATT_G=%d", p.Heads/p.KVHeads)+half)
 	ks, err := l.kernel("attention", attentionProgSrc, opts, "attn_split")
 	if err != nil {
 		return err

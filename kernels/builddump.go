@@ -21,6 +21,12 @@ import (
 //	TLITE_KERNEL_PROFILE=P     every Lib picks variants as if its device were
 //	                           P: cpu, cpu-fp16, gpu or gpu-fp16 (the device's
 //	                           own type and cl_khr_fp16 when unset)
+//	TLITE_KERNEL_HALF_EMU=1    every Lib builds the GPU attention kernels'
+//	                           half path, where it is selected, in
+//	                           halfmath.cl's exact float emulation
+//	                           (-DHALF_EMU): with P = gpu-fp16 a whole model
+//	                           runs with half attention on PoCL, which has
+//	                           no half arithmetic (0 or unset: off)
 //
 // DIR gets src/HASH.cl, the exact text handed to the compiler, and one line
 // per (program, kernel) in builds.tsv: profile, "selected" or "forced",
@@ -33,6 +39,7 @@ import (
 const (
 	envDump    = "TLITE_KERNEL_DUMP"
 	envProfile = "TLITE_KERNEL_PROFILE"
+	envHalfEmu = "TLITE_KERNEL_HALF_EMU"
 )
 
 // profile is a device description forced onto variant selection.
@@ -174,14 +181,21 @@ func (d *buildDump) record(prof, how, family, src, options, kernel string) error
 	return nil
 }
 
-// configureFromEnv applies envDump and envProfile to a new Lib. A bad
-// setting is kept as an error that every build returns, so a dump run
-// fails loudly instead of silently recording nothing.
+// configureFromEnv applies envDump, envProfile and envHalfEmu to a new
+// Lib. A bad setting is kept as an error that every build returns, so a
+// dump run fails loudly instead of silently recording nothing.
 func (l *Lib) configureFromEnv() {
 	if p, err := parseProfile(os.Getenv(envProfile)); err != nil {
 		l.envErr = err
 	} else {
 		l.prof = p
+	}
+	switch v := strings.TrimSpace(os.Getenv(envHalfEmu)); v {
+	case "", "0":
+	case "1":
+		l.attnEmu = true
+	default:
+		l.envErr = fmt.Errorf("kernels: %s=%q: want 1 or 0", envHalfEmu, v)
 	}
 	if dir := os.Getenv(envDump); dir != "" {
 		d, err := openDump(dir)
@@ -208,7 +222,7 @@ func (l *Lib) forced(family, name string) bool {
 	case "quant":
 		return halfEmu || qForce != "" && !(gpu && (name == "qmv_wg" || name == "qmm_4x2" || name == "qmt_r1" || name == "qmt_mm"))
 	case "attention":
-		return halfEmu || attnForce != "" && !(gpu && (name == "attn_wg" || name == "attn_split" || name == "attn_combine" || name == "attn_qtile"))
+		return halfEmu || l.attnEmu || attnForce != "" && !(gpu && (name == "attn_wg" || name == "attn_split" || name == "attn_combine" || name == "attn_qtile"))
 	case "conv", "volume":
 		// A strip width other than the device's (16 on CPUs, 4 on GPUs)
 		// is only ever a test's.

@@ -200,15 +200,32 @@ func TestPublishedDevices(t *testing.T) {
 			}
 			// The GPU attention kernels' half path: on with cl_khr_fp16 for
 			// fp16 activations only, and off when the Lib is told so.
-			for _, st := range storages {
-				want := tc.halfInQGEM && st == F16
-				if o := l.attnHalfOptions(st); strings.Contains(o, "-DATT_HALF -DHALF_MATH -cl-mad-enable") != want || !want && o != "" {
-					t.Errorf("attention %s build %q: want half arithmetic %v", st, o, want)
+			// Per launch, AttnFP32 never has it and AttnFP16 has it where
+			// the device can (cl_khr_fp16 and fp16 storage: every
+			// published device is a GPU) and is an error elsewhere, whatever
+			// the Lib's default.
+			const halfOpts = " -DATT_HALF -DHALF_MATH -cl-mad-enable"
+			for _, off := range []bool{false, true} {
+				l.SetAttentionHalf(!off)
+				for _, st := range storages {
+					can := tc.halfInQGEM && st == F16
+					for _, pc := range []AttnPrecision{AttnAuto, AttnFP32, AttnFP16} {
+						want := can && (pc == AttnFP16 || pc == AttnAuto && !off)
+						o, err := l.attnHalfOptions(st, pc)
+						switch {
+						case pc == AttnFP16 && !can:
+							if err == nil {
+								t.Errorf("attention %s at %v: no error on a device or storage without half arithmetic (options %q)", st, pc, o)
+							} else if cerr := l.CheckAttentionPrecision(st, pc); cerr == nil || cerr.Error() != err.Error() {
+								t.Errorf("attention %s at %v: launch error %q, CheckAttentionPrecision %v", st, pc, err, cerr)
+							}
+						case err != nil:
+							t.Errorf("attention %s at %v (default off %v): %v", st, pc, off, err)
+						case want && o != halfOpts || !want && o != "":
+							t.Errorf("attention %s at %v (default off %v): build options %q, want half arithmetic %v", st, pc, off, o, want)
+						}
+					}
 				}
-			}
-			l.SetAttentionHalf(false)
-			if o := l.attnHalfOptions(F16); o != "" {
-				t.Errorf("attention half path switched off, yet build options %q", o)
 			}
 			l.SetAttentionHalf(true)
 			if !preferGroups(l) || groupSize(l) != tc.group {

@@ -103,7 +103,7 @@ func TestGemvC4HalfAccuracy(t *testing.T) {
 }
 
 // qChunkHalfSim is the half sum of chunk e (32 weights) of column n of
-// the E0M4 weight p against a, in the order qmt_mm and qmt_r1 share: the
+// the 4-bit weight p (E0M4 or INT4, decoded as qHalfTerm does) against a, in the order qmt_mm and qmt_r1 share: the
 // group's parameters rounded to half, each weight decoded by half fma,
 // the products summed by half fma from zero for k = kb + t*qw + 0..3,
 // t = 0..7.
@@ -153,31 +153,43 @@ func qmtR1HalfSim(a []float32, p *quant.Packed, n int, bias *float32) float32 {
 
 // TestQmtR1HalfBitExact runs qmt_r1's half path in halfmath.cl's float
 // emulation on PoCL and compares every output bit for bit with the Go
-// emulation: E0M4 in fp16 storage on the four-column tiled layout, 2 rows
-// (a launch per row), 7 columns (a partial block), K = 2240 = 70 chunks
-// (more than the 64 lanes, so some lanes add two), groups of 32 (new
-// parameters every chunk; the options of TestHalfPathsBitExact's qmt_mm
-// build, so the two share one program), with an fp16 bias.
+// emulation, for E0M4 and INT4 weights in fp16 storage on the four-column
+// tiled layout, with an fp16 bias. Shapes: 2 or 3 rows (a work-group per
+// row), 7 columns (a partial block of four), a row stride past K, and K a
+// number of chunks above and not a multiple of the 64 lanes (some lanes
+// add two chunks' sums, the rest one): groups of 32 (K = 2240, 70 groups:
+// new parameters every chunk; the options of TestHalfPathsBitExact's
+// qmt_mm builds, so the two share their programs) and INT4 groups of 128
+// (K = 2176, 17 groups of four chunks each). K must be a multiple of the
+// group (MatMulQ refuses others), so no shape has a partial group.
 func TestQmtR1HalfBitExact(t *testing.T) {
 	withHalfEmu(t, func() {
 		defer func() { qForce = "" }()
 		qForce = "qmt_r1"
-		for i, group := range []int{32} {
-			const m, n, k, lda = 2, 7, 2240, 2243
-			_, wp := qWeight(t, int64(80+i), quant.E0M4, k, n, group)
+		for i, sh := range []struct {
+			f           quant.Format
+			m, k, group int
+		}{
+			{quant.E0M4, 2, 2240, 32},
+			{quant.Int4, 3, 2240, 32},
+			{quant.Int4, 3, 2176, 128},
+		} {
+			const n = 7
+			lda := sh.k + 3
+			_, wp := qWeight(t, int64(80+i), sh.f, sh.k, n, sh.group)
 			wq := uploadQTile4(t, wp)
-			p := QMatMulParams{M: m, N: n, K: k, LDA: lda, BiasStorage: F16}
+			p := QMatMulParams{M: sh.m, N: n, K: sh.k, LDA: lda, BiasStorage: F16}
 			got, want := qRun(t, F16, wq, wp, p, true)
-			a := laRand(11, m*lda, F16)
+			a := laRand(11, sh.m*lda, F16)
 			bias := laRand(13, n, F16)
-			for r := 0; r < m; r++ {
+			for r := 0; r < sh.m; r++ {
 				for c := 0; c < n; c++ {
-					want[r*n+c] = roundTrip(F16, qmtR1HalfSim(a[r*lda:r*lda+k], wp, c, &bias[c]))
+					want[r*n+c] = roundTrip(F16, qmtR1HalfSim(a[r*lda:r*lda+sh.k], wp, c, &bias[c]))
 				}
 			}
 			for j := range got {
 				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
-					t.Fatalf("qmt_r1 group %d: output %d: kernel %g, Go emulation %g", group, j, got[j], want[j])
+					t.Fatalf("qmt_r1 %s group %d K %d: output %d: kernel %g, Go emulation %g", sh.f, sh.group, sh.k, j, got[j], want[j])
 				}
 			}
 		}

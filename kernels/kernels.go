@@ -97,6 +97,9 @@ type Lib struct {
 	// attnHalfOff turns the GPU attention kernels' half path off
 	// (SetAttentionHalf).
 	attnHalfOff bool
+	// attnEmu builds that half path in its exact emulation
+	// (TLITE_KERNEL_HALF_EMU).
+	attnEmu bool
 }
 
 // kernKey names a built kernel: family, build options as the launcher

@@ -253,9 +253,7 @@ func TestHalfPathsAccuracy(t *testing.T) {
 			bound = append(bound, halfBound(s, wErr, k, 32, k/32, e))
 		}
 		checkHalfBound(t, tc.name, got, ex, bound)
-		if tc.p.Format == quant.E0M4 { // qmt_r1 has no INT4 half path
-			checkHalfBound(t, strings.Replace(tc.name, "qmt_mm", "qmt_r1", 1), gotR1, ex, bound)
-		}
+		checkHalfBound(t, strings.Replace(tc.name, "qmt_mm", "qmt_r1", 1), gotR1, ex, bound)
 	}
 }
 

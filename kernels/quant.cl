@@ -13,9 +13,10 @@
 // without repacking (K must stay a multiple of QG).
 //
 // Build options: -DQG=<group size, a multiple of 32>, -DQ_E0M4 or -DQ_INT4,
-// -DSTORAGE_F16 (A and C), -DBIAS_F16 (the bias). -DQ_HALF with
-// halfmath.cl's -DHALF_MATH selects fp16 arithmetic for E0M4 on devices
-// with cl_khr_fp16 (the launcher asks for it only there); with -DHALF_EMU
+// -DSTORAGE_F16 (A and C), -DBIAS_F16 (the bias). halfmath.cl's
+// -DHALF_MATH selects fp16 arithmetic on devices with cl_khr_fp16 (the
+// launcher asks for it only there): in the tiled kernels qmt_r1 and qmt_mm
+// for E0M4 and INT4, in qmm_* (with -DQ_HALF) for E0M4; with -DHALF_EMU
 // (tests) the same path runs in an exact float emulation of half, which
 // PoCL executes. The fp16 path rounds the group's d and m to half, so a
 // weight of 0 decodes to 0 only within that rounding; the float32 path
@@ -421,12 +422,12 @@ qmv_wg(QMM_PARAMS) {
 // activation load serves four columns. A lane's RB x 4 partial sums meet
 // through sub_group_reduce_add and one local array when the device has
 // subgroups (-DQ_SG, set from the extension string), otherwise through a
-// local-memory reduction of three barriers. With -DQ_HALF on a device with
-// cl_khr_fp16 (halfmath.cl's HALF_MATH; HALF_EMU in tests) the weights
-// decode in half and each chunk's 32 products per column are summed in
-// half, then added to float sums (QT_HALF below; conversions as scalar
-// casts: libclc, which the register gate compiles against, has no vector
-// half conversions).
+// local-memory reduction of three barriers. In fp16 storage on a device
+// with cl_khr_fp16 (halfmath.cl's HALF_MATH, which the launcher adds there
+// for E0M4 and INT4 alike; HALF_EMU in tests) the weights decode in half
+// and each chunk's 32 products per column are summed in half, then added
+// to float sums (QT_HALF below; conversions as scalar casts: libclc, which
+// the register gate compiles against, has no vector half conversions).
 
 #define QTL 64
 
@@ -441,17 +442,39 @@ qmv_wg(QMM_PARAMS) {
 #define QT_SUBGROUPS 1
 #endif
 
-#if defined(HM_ON) && defined(Q_E0M4) && defined(STORAGE_F16)
+#if defined(HM_ON) && (defined(Q_E0M4) || defined(Q_INT4)) &&               \
+    defined(STORAGE_F16)
 // The half path (halfmath.cl; HALF_MATH on cl_khr_fp16, HALF_EMU in
 // tests): qmt_mm's order. The group's parameters are rounded to half, each
-// weight decodes as HFMA(1 + q/16, d, m), and a chunk's 32 products per
-// column are summed by HFMA from zero in the order k = kb + t*QW + 0..3
-// for t = 0..7 (dot's order is unspecified, so it is not used), then the
+// E0M4 weight decodes as HFMA(1 + q/16, d, m) and each INT4 weight as
+// HFMA(q - z, s, 0) (Q4_DEC below), and a chunk's 32 products per column
+// are summed by HFMA from zero in the order k = kb + t*QW + 0..3 for
+// t = 0..7 (dot's order is unspecified, so it is not used), then the
 // chunk's half sum is added to the lane's float sum.
 #define QT_HALF 1
-// qt_w4 decodes four E0M4 codes q with the parameters d and m.
-static inline hreal4 qt_w4(uint4 q, hreal d, hreal m) {
-	const hreal4 b = HE0M4(q);
+
+// Q4_DEC(n, d, m): the four weights of the nibbles n (a uint4) as hreal4,
+// from the group's parameters in half: (d, m) for E0M4, (s, 1024 + z) for
+// INT4 (Q4_M). INT4 forms q - z as (1024 + q) - (1024 + z), both exact
+// in half (its spacing at 1024 is 1), 1024 + q by setting the bits of
+// 0x6400 (1024.0): convert_half4 of the integers took 138-174 VGPRs and
+// 16 KiB of scratch per lane through libclc on the register gate's target.
+// qmt_r1 and qmt_mm share it.
+#ifdef Q_E0M4
+#define Q4_DEC(n, d, m) q4_dec(HE0M4(n), (d), (m))
+#define Q4_M(y) HCVT(y)
+#else
+#ifdef HM_HALF
+#define Q4_DEC(n, d, m)                                                        \
+	q4_dec(as_half4(convert_ushort4(n) | (ushort4)(0x6400)) - (m), (d), HZERO)
+#else
+#define Q4_DEC(n, d, m) q4_dec((convert_float4(n) + 1024.0f) - (m), (d), HZERO)
+#endif
+#define Q4_M(y) HCVT((y) + 1024.0f)
+#endif
+
+// q4_dec is HFMA(b, d, m) lane by lane.
+static inline hreal4 q4_dec(hreal4 b, hreal d, hreal m) {
 	return (hreal4)(HFMA(b.x, d, m), HFMA(b.y, d, m), HFMA(b.z, d, m), HFMA(b.w, d, m));
 }
 // qt_dot4 adds a.x*w.x, then a.y*w.y, a.z*w.z and a.w*w.w to h.
@@ -460,10 +483,10 @@ static inline hreal qt_dot4(hreal4 a, hreal4 w, hreal h) {
 }
 #define QT_STEP(t, RB)                                                         \
 	{                                                                          \
-		const hreal4 w0 = qt_w4(QNIB##t(u.s0123), hd.x, hm.x);                 \
-		const hreal4 w1 = qt_w4(QNIB##t(u.s4567), hd.y, hm.y);                 \
-		const hreal4 w2 = qt_w4(QNIB##t(u.s89ab), hd.z, hm.z);                 \
-		const hreal4 w3 = qt_w4(QNIB##t(u.scdef), hd.w, hm.w);                 \
+		const hreal4 w0 = Q4_DEC(QNIB##t(u.s0123), hd.x, hm.x);                \
+		const hreal4 w1 = Q4_DEC(QNIB##t(u.s4567), hd.y, hm.y);                \
+		const hreal4 w2 = Q4_DEC(QNIB##t(u.s89ab), hd.z, hm.z);                \
+		const hreal4 w3 = Q4_DEC(QNIB##t(u.scdef), hd.w, hm.w);                \
 		_Pragma("unroll") for (int r = 0; r < RB; r++) {                       \
 			const hreal4 a = HLOAD4(ap[r], kb + (t) * QW);                     \
 			h[r] = (hreal4)(qt_dot4(a, w0, h[r].x), qt_dot4(a, w1, h[r].y),    \
@@ -474,8 +497,8 @@ static inline hreal qt_dot4(hreal4 a, hreal4 w, hreal h) {
 	{                                                                          \
 		const hreal4 hd = (hreal4)(HCVT(pr.s0), HCVT(pr.s2), HCVT(pr.s4),      \
 		                           HCVT(pr.s6));                               \
-		const hreal4 hm = (hreal4)(HCVT(pr.s1), HCVT(pr.s3), HCVT(pr.s5),      \
-		                           HCVT(pr.s7));                               \
+		const hreal4 hm = (hreal4)(Q4_M(pr.s1), Q4_M(pr.s3), Q4_M(pr.s5),      \
+		                           Q4_M(pr.s7));                               \
 		hreal4 h[RB];                                                          \
 		_Pragma("unroll") for (int r = 0; r < RB; r++) h[r] = (hreal4)(HZERO); \
 		QT_STEP(0, RB) QT_STEP(1, RB) QT_STEP(2, RB) QT_STEP(3, RB)            \
@@ -631,40 +654,8 @@ QMT_KERNEL(qmt_r1, 1)
     defined(STORAGE_F16)
 #define QM_HALF 1
 
-// QM_DEC(n, d, m): the four weights of the nibbles n (a uint4) as hreal4,
-// from the group's parameters in half: (d, m) for E0M4, (s, 1024 + z) for
-// INT4 (QM_M). INT4 forms q - z as (1024 + q) - (1024 + z), both exact
-// in half (its spacing at 1024 is 1), 1024 + q by setting the bits of
-// 0x6400 (1024.0): convert_half4 of the integers took 138-174 VGPRs and
-// 16 KiB of scratch per lane through libclc on the register gate's target.
-#ifdef Q_E0M4
-#define QM_DEC(n, d, m) qm_dec(HE0M4(n), (d), (m))
-#else
-#ifdef HM_HALF
-#define QM_DEC(n, d, m)                                                        \
-	qm_dec(as_half4(convert_ushort4(n) | (ushort4)(0x6400)) - (m), (d), HZERO)
-#else
-#define QM_DEC(n, d, m) qm_dec((convert_float4(n) + 1024.0f) - (m), (d), HZERO)
-#endif
-#endif
-
-// QM_M(y) is the group's second parameter as QM_DEC takes it.
-#ifdef Q_E0M4
-#define QM_M(y) HCVT(y)
-#else
-#define QM_M(y) HCVT((y) + 1024.0f)
-#endif
-
-// qm_dec is HFMA(b, d, m) lane by lane.
-static inline hreal4 qm_dec(hreal4 b, hreal d, hreal m) {
-	return (hreal4)(HFMA(b.x, d, m), HFMA(b.y, d, m), HFMA(b.z, d, m), HFMA(b.w, d, m));
-}
-
-// qm_dot4 adds a.x*w.x, then a.y*w.y, a.z*w.z and a.w*w.w to h, each
-// multiply-add rounded once to half.
-static inline hreal qm_dot4(hreal4 a, hreal4 w, hreal h) {
-	return HFMA(a.w, w.w, HFMA(a.z, w.z, HFMA(a.y, w.y, HFMA(a.x, w.x, h))));
-}
+// The weights decode by Q4_DEC and Q4_M and the products meet by qt_dot4
+// (qmt_r1's half path, above).
 
 #define QM_STEP(t)                                                             \
 	{                                                                          \
@@ -672,9 +663,9 @@ static inline hreal qm_dot4(hreal4 a, hreal4 w, hreal h) {
 		_Pragma("unroll") for (int r = 0; r < QMR; r++)                        \
 		    a[r] = HLOAD4(A, oa[r] + kb + (t) * QW);                           \
 		_Pragma("unroll") for (int c = 0; c < QMC; c++) {                      \
-			const hreal4 w = QM_DEC(QNIB##t(u[c]), d[c], m[c]);                \
+			const hreal4 w = Q4_DEC(QNIB##t(u[c]), d[c], m[c]);                \
 			_Pragma("unroll") for (int r = 0; r < QMR; r++)                    \
-			    h[r][c] = qm_dot4(a[r], w, h[r][c]);                           \
+			    h[r][c] = qt_dot4(a[r], w, h[r][c]);                           \
 		}                                                                      \
 	}
 #define QM_CHUNK                                                               \
@@ -683,7 +674,7 @@ static inline hreal qm_dot4(hreal4 a, hreal4 w, hreal h) {
 		_Pragma("unroll") for (int c = 0; c < QMC; c++) {                      \
 			const float2 pr = vload2(4 * g + c0 + c, pb);                      \
 			d[c] = HCVT(pr.x);                                                 \
-			m[c] = QM_M(pr.y);                                                 \
+			m[c] = Q4_M(pr.y);                                                 \
 			_Pragma("unroll") for (int r = 0; r < QMR; r++) h[r][c] = HZERO;   \
 		}                                                                      \
 		QM_STEP(0) QM_STEP(1) QM_STEP(2) QM_STEP(3)                            \

@@ -251,8 +251,8 @@ func checkQBufs(ops []qOperand) error {
 // in QLayoutTile4: up to 3 rows run a 64-lane work-group per row and block
 // of four columns (qmt_r1), more rows 4 rows x 2 columns per work-item in
 // registers (qmt_mm), with half arithmetic in fp16 storage where the
-// device has cl_khr_fp16 (E0M4 in both, INT4 in qmt_mm). K must be a multiple of the weight's group
-// size. Work is enqueued, not finished.
+// device has cl_khr_fp16 (E0M4 and INT4 in both). K must be a multiple of
+// the weight's group size. Work is enqueued, not finished.
 func (l *Lib) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) error {
 	fail := func(err error) error {
 		return fmt.Errorf("kernels: MatMulQ %s %dx%dx%d (weight [%d, %d], group %d): %w",
@@ -333,8 +333,8 @@ func (g qmm) options(fp16, subgroups bool) string {
 		}
 	} else {
 		o += " -DQ_INT4"
-		// INT4 has a half path in qmt_mm only (the tiled layout's
-		// prefill GEMM); its emulation build holds the tiled kernels.
+		// INT4 has a half path in the tiled layout's kernels only
+		// (qmt_r1 and qmt_mm), which its emulation build holds.
 		switch {
 		case g.s == F16 && halfEmu && g.w.Layout == QLayoutTile4:
 			o += " -DHALF_EMU"

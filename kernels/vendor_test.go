@@ -60,7 +60,7 @@ func gpuVariants(fp16, all bool) []variantBuild {
 	}
 	add("matmul", matmulProg(), gemm{at: F16, bt: F16, biasT: F16, ct: F16}.options(true)+regOpts(fp16))
 	add("quant", quantProg(), qmm{w: QBuf{Format: quant.E0M4, Group: 128}, s: F16, bs: F16, hasBias: true}.options(fp16, false))
-	add("attention", attentionProgSrc, attn(F16, 128)+attnHalfOpts(F16, fp16))
+	add("attention", attentionProgSrc, attn(F16, 128)+attnHalfOpts(F16, fp16, false))
 	add("norm", normSrc, fmt.Sprintf("%s -DGROUP=128 %s", F16.define(), weightDefine(F16)))
 	add("conv", convSrc, F16.define()+" "+weightDefine(F16))
 	add("softmax", softmaxSrc, F16.define()+" -DGROUP=128")

@@ -12,6 +12,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/opencl"
 )
 
@@ -19,6 +20,7 @@ import (
 type sessionFlags struct {
 	device     *string
 	precision  *string
+	attnPrec   *string
 	max        *string
 	profile    *bool
 	priority   *string
@@ -29,6 +31,7 @@ func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
 	return &sessionFlags{
 		device:     fs.String("device", "", `backend: "" (OpenCL, GPU first), "go" (pure-Go CPU), or an OpenCL device ("cpu", "gpu", "0:1", part of a name); env TLITE_DEVICE`),
 		precision:  fs.String("precision", "fp32", "activation storage: fp32 or fp16"),
+		attnPrec:   fs.String("attn-precision", "auto", "arithmetic of the GPU attention kernels: auto (fp16 where the device has cl_khr_fp16 and --precision is fp16), fp32, or fp16 (an error where the device cannot)"),
 		max:        fs.String("max", "", "declared symbol maxima that size the memory plan, e.g. seq=2048,past=4096"),
 		profile:    fs.Bool("profile", false, "print a per-op table from device profiling"),
 		priority:   fs.String("priority", "normal", `OpenCL queue priority: low (yield to the UI; on Qualcomm also the HIGH perf hint), normal or high; applied where the device has a priority extension`),
@@ -50,7 +53,7 @@ func parsePriority(s string) (opencl.Priority, error) {
 }
 
 // sessionValued lists the session flags that take a value, for splitArgs.
-var sessionValued = map[string]bool{"device": true, "precision": true, "max": true, "priority": true, "flush-every": true}
+var sessionValued = map[string]bool{"device": true, "precision": true, "attn-precision": true, "max": true, "priority": true, "flush-every": true}
 
 func (f *sessionFlags) options() (engine.Options, error) {
 	dev := *f.device
@@ -71,6 +74,11 @@ func (f *sessionFlags) options() (engine.Options, error) {
 	default:
 		return opts, fmt.Errorf("--precision %q: want fp32 or fp16", *f.precision)
 	}
+	ap, err := kernels.ParseAttnPrecision(*f.attnPrec)
+	if err != nil {
+		return opts, fmt.Errorf("--attn-precision: %w", err)
+	}
+	opts.AttentionPrecision = ap
 	max, err := parseBinding(*f.max)
 	if err != nil {
 		return opts, fmt.Errorf("--max: %w", err)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/opencl"
 )
 
@@ -42,6 +43,42 @@ func TestPriorityFlag(t *testing.T) {
 		}
 		if len(tc.args) == 4 && opts.FlushEvery != 8 {
 			t.Errorf("%v: FlushEvery %d", tc.args, opts.FlushEvery)
+		}
+	}
+}
+
+// TestAttnPrecisionFlag: --attn-precision maps to
+// engine.Options.AttentionPrecision (auto when absent); a bad value is
+// refused naming the flag.
+func TestAttnPrecisionFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want kernels.AttnPrecision
+		bad  bool
+	}{
+		{nil, kernels.AttnAuto, false},
+		{[]string{"--attn-precision", "fp32"}, kernels.AttnFP32, false},
+		{[]string{"--attn-precision=FP16", "--precision", "fp16"}, kernels.AttnFP16, false},
+		{[]string{"--attn-precision", "auto"}, kernels.AttnAuto, false},
+		{[]string{"--attn-precision", "bf16"}, 0, true},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		sf := addSessionFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		opts, err := sf.options()
+		if tc.bad {
+			if err == nil || !strings.Contains(err.Error(), "--attn-precision") {
+				t.Errorf("%v: error %v", tc.args, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if opts.AttentionPrecision != tc.want {
+			t.Errorf("%v: attention precision %v, want %v", tc.args, opts.AttentionPrecision, tc.want)
 		}
 	}
 }
