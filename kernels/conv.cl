@@ -664,3 +664,141 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 __kernel void conv_flat_8(CONV_FLAT_PARAMS) { conv_flat(8, CONV_FLAT_ARGS); }
 #endif
 __kernel void conv_flat_4(CONV_FLAT_PARAMS) { conv_flat(4, CONV_FLAT_ARGS); }
+
+// ---------------------------------------------------------------------------
+// Winograd F(2x2, 3x3) for stride-1, dilation-1, ungrouped 3x3
+// convolutions: each 2x2 output tile is A^T [(G g G^T) . (B^T d B)] A over
+// the 4x4 input tile d, so the C*9 multiply-adds per output become C*4
+// (16 per tile of 4 outputs) in 16 independent products, one per element
+// xi of the 4x4 transformed tile, that matmul.cl's GEMM runs as a batch:
+//   M[xi][t][k] = sum over c of V[xi][t][c] * U[xi][k][c]
+// over tiles t (N*TH*TW of them, TH = ceil(OH/2), TW = ceil(OW/2)).
+//   G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
+//   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+//   A^T = [1 1 1 0; 0 1 -1 -1]
+// The transforms are additions only (and halvings of the weight), so the
+// rounding they add is a few ulps of the sums they form.
+
+// conv_act1 is conv_act on one value.
+static inline float conv_act1(float v, int act, float a, float b) {
+	switch (act) {
+	case CONV_ACT_RELU:
+		return fmax(v, 0.0f);
+	case CONV_ACT_CLIP:
+		return fmin(fmax(v, a), b);
+	case CONV_ACT_HARDSWISH:
+		return v * clamp(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
+	case CONV_ACT_HARDSIGMOID:
+		return clamp(v * a + b, 0.0f, 1.0f);
+	case CONV_ACT_SILU:
+		return v / (1.0f + exp(-v));
+	case CONV_ACT_LEAKYRELU:
+		return v >= 0.0f ? v : v * a;
+	default:
+		return v;
+	}
+}
+
+// conv_wino_w: U[xi][k][c] = (G g G^T)[xi] for the 3x3 weight g = W[k][c].
+// global (C, K).
+__kernel void conv_wino_w(__global const wstore_t *Wt, int offW,
+                          __global store_t *U, int offU, int C, int K) {
+	const int c = get_global_id(0), k = get_global_id(1);
+	if (c >= C || k >= K) return;
+	__global const wstore_t *g = Wt + offW + (k * C + c) * 9;
+	float t[4][3];
+	#pragma unroll
+	for (int j = 0; j < 3; j++) {
+		const float g0 = WLOAD(g, j), g1 = WLOAD(g, 3 + j), g2 = WLOAD(g, 6 + j);
+		t[0][j] = g0;
+		t[1][j] = 0.5f * (g0 + g1 + g2);
+		t[2][j] = 0.5f * (g0 - g1 + g2);
+		t[3][j] = g2;
+	}
+	__global store_t *u = U + offU + k * C + c;
+	const int step = K * C;
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		STORE(u, (4 * i) * step, t[i][0]);
+		STORE(u, (4 * i + 1) * step, 0.5f * (t[i][0] + t[i][1] + t[i][2]));
+		STORE(u, (4 * i + 2) * step, 0.5f * (t[i][0] - t[i][1] + t[i][2]));
+		STORE(u, (4 * i + 3) * step, t[i][2]);
+	}
+}
+
+// conv_wino_in: V[xi][t][c] = (B^T d B)[xi] for the 4x4 input tile d of
+// tile t = (n*TH + ty)*TW + tx, plane c: rows 2*ty - pt .. +3, columns
+// 2*tx - pl .. +3, zero outside the input (the padding, whatever its
+// sides, and the overhang of a tile past an odd output edge). global (C,
+// T): neighbouring work-items write neighbouring elements.
+__kernel void conv_wino_in(__global const store_t *X, int offX,
+                           __global store_t *V, int offV, int C, int H, int W,
+                           int TH, int TW, int T, int pt, int pl) {
+	const int c = get_global_id(0), t = get_global_id(1);
+	if (c >= C || t >= T) return;
+	const int n = t / (TH * TW), r = t - n * TH * TW, ty = r / TW, tx = r - ty * TW;
+	const int ih0 = 2 * ty - pt, iw0 = 2 * tx - pl;
+	__global const store_t *plane = X + offX + (n * C + c) * H * W;
+	float d[4][4];
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int ih = ih0 + i;
+		const bool rowIn = ih >= 0 && ih < H;
+		#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const int iw = iw0 + j;
+			d[i][j] = rowIn && iw >= 0 && iw < W ? LOAD(plane, ih * W + iw) : 0.0f;
+		}
+	}
+	float e[4][4]; // B^T d
+	#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		e[0][j] = d[0][j] - d[2][j];
+		e[1][j] = d[1][j] + d[2][j];
+		e[2][j] = d[2][j] - d[1][j];
+		e[3][j] = d[1][j] - d[3][j];
+	}
+	__global store_t *v = V + offV + t * C + c;
+	const int step = T * C;
+	#pragma unroll
+	for (int i = 0; i < 4; i++) { // (B^T d) B
+		STORE(v, (4 * i) * step, e[i][0] - e[i][2]);
+		STORE(v, (4 * i + 1) * step, e[i][1] + e[i][2]);
+		STORE(v, (4 * i + 2) * step, e[i][2] - e[i][1]);
+		STORE(v, (4 * i + 3) * step, e[i][1] - e[i][3]);
+	}
+}
+
+// conv_wino_out: the 2x2 output tile A^T m A of the products m[xi] =
+// M[xi][t][k], + bias, then the activation; outputs past OH or OW (an odd
+// edge's overhang) are not stored. global (K, T).
+__kernel void conv_wino_out(__global const store_t *M, int offM,
+                            __global const wstore_t *Bias, int offB,
+                            int hasBias, __global store_t *Y, int offY, int K,
+                            int OH, int OW, int TH, int TW, int T, int act,
+                            float actA, float actB) {
+	const int k = get_global_id(0), t = get_global_id(1);
+	if (k >= K || t >= T) return;
+	__global const store_t *m = M + offM + t * K + k;
+	const int step = T * K;
+	float e[2][4]; // A^T m
+	#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		const float m0 = LOAD(m, j * step), m1 = LOAD(m, (4 + j) * step);
+		const float m2 = LOAD(m, (8 + j) * step), m3 = LOAD(m, (12 + j) * step);
+		e[0][j] = m0 + m1 + m2;
+		e[1][j] = m1 - m2 - m3;
+	}
+	const float b = hasBias ? WLOAD(Bias, offB + k) : 0.0f;
+	const int n = t / (TH * TW), r = t - n * TH * TW, ty = r / TW, tx = r - ty * TW;
+	__global store_t *y = Y + offY + (n * K + k) * OH * OW;
+	#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		const int oh = 2 * ty + i;
+		if (oh >= OH) continue;
+		const int ow = 2 * tx;
+		STORE(y, oh * OW + ow, conv_act1(e[i][0] + e[i][1] + e[i][2] + b, act, actA, actB));
+		if (ow + 1 < OW)
+			STORE(y, oh * OW + ow + 1, conv_act1(e[i][1] - e[i][2] - e[i][3] + b, act, actA, actB));
+	}
+}

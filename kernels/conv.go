@@ -143,8 +143,11 @@ func (p ConvParams) OutSize() (oh, ow int) {
 // device: strips of 8 or more lanes), every 1x1 convolution with stride 1
 // and no padding takes "pw", conv_pw: the same product as gemm1x1 with
 // the activation in its epilogue, and no index arithmetic in its loads.
-// Every route but "flat" and "im2col" needs no scratch, so ScratchElems
-// asks without pw.
+// A 3x3 convolution Winograd computes (Winograd) with at least
+// winoMinChannels channels in and out takes "wino": conv_wino_in,
+// batched GEMMs and conv_wino_out, on CPUs and GPUs alike.
+// Every route but "flat", "wino" and "im2col" needs no scratch, so
+// ScratchElems asks without pw.
 func (p ConvParams) route(pw bool) string {
 	if convForce != "" {
 		return convForce
@@ -153,6 +156,9 @@ func (p ConvParams) route(pw bool) string {
 	kc := p.C / g * p.KH * p.KW
 	if p.C/g == 1 {
 		return "depthwise"
+	}
+	if p.Winograd() && p.C >= winoMinChannels && p.OutC >= winoMinChannels {
+		return "wino"
 	}
 	plain1x1 := p.plain1x1()
 	switch {
@@ -199,6 +205,37 @@ func (p ConvParams) flatElems() int {
 	return p.N*p.C*oneIfZero(p.StrideH)*oneIfZero(p.StrideW)*hq*wq + p.flatSlack()
 }
 
+// winoMinChannels is the fewest input and output channels with which a
+// 3x3 convolution takes Winograd: below it the GEMMs' reduction (C) or
+// width (OutC) is too short to pay for the transforms' traffic.
+const winoMinChannels = 16
+
+// Winograd reports whether p is a convolution that Winograd F(2x2, 3x3)
+// computes: a 3x3 kernel, stride 1, dilation 1 and one group, any padding
+// (the input transform reads zeros outside the input on every side).
+// Such a convolution with at least 16 channels in and out takes the
+// "wino" route; an engine sizing scratch at Open asks this to know
+// whether ScratchElems may exceed conv_flat's padded copy.
+func (p ConvParams) Winograd() bool {
+	return p.KH == 3 && p.KW == 3 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
+		oneIfZero(p.DilationH) == 1 && oneIfZero(p.DilationW) == 1 && oneIfZero(p.Groups) == 1
+}
+
+// winoTiles is the Winograd route's tiling: th x tw tiles of 2x2 outputs
+// per image, t = N*th*tw in all.
+func (p ConvParams) winoTiles() (th, tw, t int) {
+	oh, ow := p.OutSize()
+	th, tw = (oh+1)/2, (ow+1)/2
+	return th, tw, p.N * th * tw
+}
+
+// winoElems is the Winograd route's scratch: the transformed weight U
+// [16][OutC][C], input V [16][T][C] and products M [16][T][OutC].
+func (p ConvParams) winoElems() int {
+	_, _, t := p.winoTiles()
+	return 16 * (p.OutC*p.C + t*p.C + t*p.OutC)
+}
+
 // convForce, set by tests, names the route every convolution takes.
 var convForce string
 
@@ -218,6 +255,10 @@ func (p ConvParams) ScratchElems() int {
 	switch p.route(false) {
 	case "flat":
 		return p.flatElems()
+	case "wino":
+		// Enough for "flat" too, which Conv2D falls back to when given
+		// less than winoElems.
+		return max(p.winoElems(), p.flatElems())
 	case "im2col":
 		oh, ow := p.OutSize()
 		return p.N * p.C * p.KH * p.KW * oh * ow
@@ -269,6 +310,12 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 			return l.convPW(s, x, w, y, p, oh*ow)
 		}
 		route = "tile" // forced by a test onto another geometry
+	}
+	if route == "wino" {
+		if p.C > 0 && p.Winograd() && scratch.Mem != nil && scratch.Off >= 0 && scratch.Mem.Size()/s.Size()-scratch.Off >= p.winoElems() {
+			return l.convWino(s, x, w, y, scratch, p, oh, ow)
+		}
+		route = "flat"
 	}
 	perImage := p.Groups * kc * np
 	imgs := 0
@@ -527,6 +574,50 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 		y.Mem, i32(y.Off), i32(p.C), i32(hq), i32(wq), i32(p.OutC), i32(oh), i32(ow),
 		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.DilationH), i32(p.DilationW),
 		i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+}
+
+// convWino runs Winograd F(2x2, 3x3) (conv.cl's conv_wino_*): the weight
+// and the input transformed into scratch, the 16 products as one batched
+// GEMM (transposed B, so CPUs take their dot kernels and GPUs mm_reg),
+// and the output transform with the bias and activation. The weight is
+// transformed on every call: Conv2D cannot know that a weight buffer
+// stays constant.
+func (l *Lib) convWino(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int) error {
+	opts := l.convOptions(s, p.Weight)
+	var ks [3]*opencl.Kernel
+	for i, name := range []string{"conv_wino_w", "conv_wino_in", "conv_wino_out"} {
+		k, err := l.kernel("conv", convSrc, opts, name)
+		if err != nil {
+			return err
+		}
+		ks[i] = k
+	}
+	th, tw, t := p.winoTiles()
+	c, k := p.C, p.OutC
+	u := scratch
+	v := Buf{Mem: scratch.Mem, Off: u.Off + 16*k*c}
+	m := Buf{Mem: scratch.Mem, Off: v.Off + 16*t*c}
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{c, k})
+	if err := l.dev.Launch(ks[0], global, local, w.Mem, i32(w.Off), u.Mem, i32(u.Off), i32(c), i32(k)); err != nil {
+		return err
+	}
+	global, local = l.cpuGroups([]int{c, t})
+	if err := l.dev.Launch(ks[1], global, local, x.Mem, i32(x.Off), v.Mem, i32(v.Off), i32(c), i32(p.H), i32(p.W),
+		i32(th), i32(tw), i32(t), i32(p.PadTop), i32(p.PadLeft)); err != nil {
+		return err
+	}
+	g := gemm{a: v, at: s, b: u, bt: s, c: m, ct: s, biasT: s,
+		am: c, ak: 1, bk: 1, bn: c, cm: k, cn: 1,
+		m: t, n: k, k: c, nb0: 16, nb1: 1, alpha: 1,
+		sA: [2]int{t * c, 0}, sB: [2]int{k * c, 0}, sC: [2]int{t * k, 0}}
+	if err := l.gemm(g); err != nil {
+		return err
+	}
+	bias, hasBias := p.biasArg(w)
+	global, local = l.cpuGroups([]int{k, t})
+	return l.dev.Launch(ks[2], global, local, m.Mem, i32(m.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(k), i32(oh), i32(ow), i32(th), i32(tw), i32(t), int32(p.Act), p.ActA, p.ActB)
 }
 
 // convDWOneBlock, set by benchmarks, gives conv_dw one block of rows per
