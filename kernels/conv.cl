@@ -150,26 +150,31 @@ typedef float4 cvec;
 #define CONV_ACT_SILU 5
 #define CONV_ACT_LEAKYRELU 6
 
-// conv_act applies activation act with parameters a and b (Clip's bounds;
-// HardSigmoid's alpha and beta; LeakyRelu's alpha in a).
-static inline cvec conv_act(cvec v, int act, float a, float b) {
-	switch (act) {
-	case CONV_ACT_RELU:
-		return fmax(v, (cvec)(0.0f));
-	case CONV_ACT_CLIP:
-		return fmin(fmax(v, (cvec)(a)), (cvec)(b));
-	case CONV_ACT_HARDSWISH:
-		return v * clamp(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
-	case CONV_ACT_HARDSIGMOID:
-		return clamp(v * a + b, 0.0f, 1.0f);
-	case CONV_ACT_SILU:
-		return v / (1.0f + exp(-v));
-	case CONV_ACT_LEAKYRELU:
-		return select(v * a, v, v >= (cvec)(0.0f));
-	default:
-		return v;
+// CONV_ACT_FN(name, T) defines name(v, act, a, b), activation act with
+// parameters a and b (Clip's bounds; HardSigmoid's alpha and beta;
+// LeakyRelu's alpha in a) on a value of type T (a vector or a float).
+#define CONV_ACT_FN(name, T)                                                   \
+	static inline T name(T v, int act, float a, float b) {                     \
+		switch (act) {                                                         \
+		case CONV_ACT_RELU:                                                    \
+			return fmax(v, (T)(0.0f));                                         \
+		case CONV_ACT_CLIP:                                                    \
+			return fmin(fmax(v, (T)(a)), (T)(b));                              \
+		case CONV_ACT_HARDSWISH:                                               \
+			return v * clamp(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);            \
+		case CONV_ACT_HARDSIGMOID:                                             \
+			return clamp(v * a + b, 0.0f, 1.0f);                               \
+		case CONV_ACT_SILU:                                                    \
+			return v / (1.0f + exp(-v));                                       \
+		case CONV_ACT_LEAKYRELU:                                               \
+			return select(v * a, v, v >= (T)(0.0f));                           \
+		default:                                                               \
+			return v;                                                          \
+		}                                                                      \
 	}
-}
+
+// conv_act is the activation on a strip.
+CONV_ACT_FN(conv_act, cvec)
 
 // conv_row_gather returns lanes iw, iw + sw, ... of an input row of W
 // elements, zero outside it: the window of a strip at the padding, and any
@@ -679,78 +684,117 @@ __kernel void conv_flat_4(CONV_FLAT_PARAMS) { conv_flat(4, CONV_FLAT_ARGS); }
 // The transforms are additions only (and halvings of the weight), so the
 // rounding they add is a few ulps of the sums they form.
 
-// conv_act1 is conv_act on one value.
-static inline float conv_act1(float v, int act, float a, float b) {
-	switch (act) {
-	case CONV_ACT_RELU:
-		return fmax(v, 0.0f);
-	case CONV_ACT_CLIP:
-		return fmin(fmax(v, a), b);
-	case CONV_ACT_HARDSWISH:
-		return v * clamp(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
-	case CONV_ACT_HARDSIGMOID:
-		return clamp(v * a + b, 0.0f, 1.0f);
-	case CONV_ACT_SILU:
-		return v / (1.0f + exp(-v));
-	case CONV_ACT_LEAKYRELU:
-		return v >= 0.0f ? v : v * a;
-	default:
-		return v;
+// The transforms work on WV channels at once: 8 (one float8 per tile
+// element; AVX2 registers, AVX-512's halves) on CPUs, 1 on GPUs (CONV_PX 4),
+// where a tile of float8 would hold 128 registers. wvec is their type.
+#if CONV_PX >= 8
+#define WV 8
+typedef float8 wvec;
+#ifdef STORAGE_F16
+#define WV_LOAD(p) ((float8)(vload_half4(0, (p)), vload_half4(0, (p) + 4)))
+#define WV_STORE(v, p) (vstore_half4_rte((v).lo, 0, (p)), vstore_half4_rte((v).hi, 0, (p) + 4))
+#else
+#define WV_LOAD(p) vload8(0, (p))
+#define WV_STORE(v, p) vstore8((v), 0, (p))
+#endif
+// WV_BUILD(F) is the vector of F(0), ..., F(7).
+#define WV_BUILD(F) ((float8)(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7)))
+#else
+#define WV 1
+typedef float wvec;
+#define WV_LOAD(p) LOAD((p), 0)
+#define WV_STORE(v, p) STORE((p), 0, (v))
+#define WV_BUILD(F) (F(0))
+#endif
+
+CONV_ACT_FN(conv_act_w, wvec)
+
+// wv_put stores the first n lanes of v at p[0], p[step], ...: the lanes
+// of a channel block, whole (n == WV, step 1: one vector store) or cut
+// short at the channel count.
+static inline void wv_put(__global store_t *p, int step, int n, wvec v) {
+	if (n == WV && step == 1) {
+		WV_STORE(v, p);
+		return;
 	}
+	float l[WV];
+#if WV == 8
+	vstore8(v, 0, l);
+#else
+	l[0] = v;
+#endif
+	for (int i = 0; i < n; i++) STORE(p, i * step, l[i]);
 }
 
-// conv_wino_w: U[xi][k][c] = (G g G^T)[xi] for the 3x3 weight g = W[k][c].
-// global (C, K).
+// conv_wino_w: U[xi][k][c] = (G g G^T)[xi] for the 3x3 weight g = W[k][c],
+// WV channels c per work-item. global (ceil(C / WV), K).
 __kernel void conv_wino_w(__global const wstore_t *Wt, int offW,
                           __global store_t *U, int offU, int C, int K) {
-	const int c = get_global_id(0), k = get_global_id(1);
-	if (c >= C || k >= K) return;
-	__global const wstore_t *g = Wt + offW + (k * C + c) * 9;
-	float t[4][3];
+	const int c0 = get_global_id(0) * WV, k = get_global_id(1);
+	if (c0 >= C || k >= K) return;
+	const int nc = min(WV, C - c0);
+	__global const wstore_t *g = Wt + offW + (k * C + c0) * 9;
+	wvec t[4][3];
 	#pragma unroll
 	for (int j = 0; j < 3; j++) {
-		const float g0 = WLOAD(g, j), g1 = WLOAD(g, 3 + j), g2 = WLOAD(g, 6 + j);
+#define WINO_G(l, r) ((l) < nc ? WLOAD(g, (l) * 9 + (r) * 3 + j) : 0.0f)
+#define WINO_G0(l) WINO_G(l, 0)
+#define WINO_G1(l) WINO_G(l, 1)
+#define WINO_G2(l) WINO_G(l, 2)
+		const wvec g0 = WV_BUILD(WINO_G0), g1 = WV_BUILD(WINO_G1), g2 = WV_BUILD(WINO_G2);
+#undef WINO_G
+#undef WINO_G0
+#undef WINO_G1
+#undef WINO_G2
 		t[0][j] = g0;
 		t[1][j] = 0.5f * (g0 + g1 + g2);
 		t[2][j] = 0.5f * (g0 - g1 + g2);
 		t[3][j] = g2;
 	}
-	__global store_t *u = U + offU + k * C + c;
+	__global store_t *u = U + offU + k * C + c0;
 	const int step = K * C;
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		STORE(u, (4 * i) * step, t[i][0]);
-		STORE(u, (4 * i + 1) * step, 0.5f * (t[i][0] + t[i][1] + t[i][2]));
-		STORE(u, (4 * i + 2) * step, 0.5f * (t[i][0] - t[i][1] + t[i][2]));
-		STORE(u, (4 * i + 3) * step, t[i][2]);
+		wv_put(u + (4 * i) * step, 1, nc, t[i][0]);
+		wv_put(u + (4 * i + 1) * step, 1, nc, 0.5f * (t[i][0] + t[i][1] + t[i][2]));
+		wv_put(u + (4 * i + 2) * step, 1, nc, 0.5f * (t[i][0] - t[i][1] + t[i][2]));
+		wv_put(u + (4 * i + 3) * step, 1, nc, t[i][2]);
 	}
 }
 
 // conv_wino_in: V[xi][t][c] = (B^T d B)[xi] for the 4x4 input tile d of
 // tile t = (n*TH + ty)*TW + tx, plane c: rows 2*ty - pt .. +3, columns
 // 2*tx - pl .. +3, zero outside the input (the padding, whatever its
-// sides, and the overhang of a tile past an odd output edge). global (C,
-// T): neighbouring work-items write neighbouring elements.
+// sides, and the overhang of a tile past an odd output edge). WV channels
+// per work-item, so that its 16 stores are vectors. global (ceil(C / WV),
+// T).
 __kernel void conv_wino_in(__global const store_t *X, int offX,
                            __global store_t *V, int offV, int C, int H, int W,
                            int TH, int TW, int T, int pt, int pl) {
-	const int c = get_global_id(0), t = get_global_id(1);
-	if (c >= C || t >= T) return;
+	const int c0 = get_global_id(0) * WV, t = get_global_id(1);
+	if (c0 >= C || t >= T) return;
+	const int nc = min(WV, C - c0);
 	const int n = t / (TH * TW), r = t - n * TH * TW, ty = r / TW, tx = r - ty * TW;
-	const int ih0 = 2 * ty - pt, iw0 = 2 * tx - pl;
-	__global const store_t *plane = X + offX + (n * C + c) * H * W;
-	float d[4][4];
+	const int ih0 = 2 * ty - pt, iw0 = 2 * tx - pl, HW = H * W;
+	__global const store_t *plane = X + offX + (n * C + c0) * HW;
+	wvec d[4][4];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
 		const int ih = ih0 + i;
-		const bool rowIn = ih >= 0 && ih < H;
 		#pragma unroll
 		for (int j = 0; j < 4; j++) {
 			const int iw = iw0 + j;
-			d[i][j] = rowIn && iw >= 0 && iw < W ? LOAD(plane, ih * W + iw) : 0.0f;
+			if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
+				const int o = ih * W + iw;
+#define WINO_X(l) ((l) < nc ? LOAD(plane, (l) * HW + o) : 0.0f)
+				d[i][j] = WV_BUILD(WINO_X);
+#undef WINO_X
+			} else {
+				d[i][j] = (wvec)(0.0f);
+			}
 		}
 	}
-	float e[4][4]; // B^T d
+	wvec e[4][4]; // B^T d
 	#pragma unroll
 	for (int j = 0; j < 4; j++) {
 		e[0][j] = d[0][j] - d[2][j];
@@ -758,47 +802,61 @@ __kernel void conv_wino_in(__global const store_t *X, int offX,
 		e[2][j] = d[2][j] - d[1][j];
 		e[3][j] = d[1][j] - d[3][j];
 	}
-	__global store_t *v = V + offV + t * C + c;
+	__global store_t *v = V + offV + t * C + c0;
 	const int step = T * C;
 	#pragma unroll
 	for (int i = 0; i < 4; i++) { // (B^T d) B
-		STORE(v, (4 * i) * step, e[i][0] - e[i][2]);
-		STORE(v, (4 * i + 1) * step, e[i][1] + e[i][2]);
-		STORE(v, (4 * i + 2) * step, e[i][2] - e[i][1]);
-		STORE(v, (4 * i + 3) * step, e[i][1] - e[i][3]);
+		wv_put(v + (4 * i) * step, 1, nc, e[i][0] - e[i][2]);
+		wv_put(v + (4 * i + 1) * step, 1, nc, e[i][1] + e[i][2]);
+		wv_put(v + (4 * i + 2) * step, 1, nc, e[i][2] - e[i][1]);
+		wv_put(v + (4 * i + 3) * step, 1, nc, e[i][1] - e[i][3]);
 	}
 }
 
 // conv_wino_out: the 2x2 output tile A^T m A of the products m[xi] =
-// M[xi][t][k], + bias, then the activation; outputs past OH or OW (an odd
-// edge's overhang) are not stored. global (K, T).
+// M[xi][t][k], + bias, then the activation, for WV channels k per
+// work-item; outputs past OH or OW (an odd edge's overhang) are not
+// stored. global (ceil(K / WV), T).
 __kernel void conv_wino_out(__global const store_t *M, int offM,
                             __global const wstore_t *Bias, int offB,
                             int hasBias, __global store_t *Y, int offY, int K,
                             int OH, int OW, int TH, int TW, int T, int act,
                             float actA, float actB) {
-	const int k = get_global_id(0), t = get_global_id(1);
-	if (k >= K || t >= T) return;
-	__global const store_t *m = M + offM + t * K + k;
+	const int k0 = get_global_id(0) * WV, t = get_global_id(1);
+	if (k0 >= K || t >= T) return;
+	const int nk = min(WV, K - k0);
+	__global const store_t *m = M + offM + t * K + k0;
 	const int step = T * K;
-	float e[2][4]; // A^T m
+	wvec e[2][4]; // A^T m
 	#pragma unroll
 	for (int j = 0; j < 4; j++) {
-		const float m0 = LOAD(m, j * step), m1 = LOAD(m, (4 + j) * step);
-		const float m2 = LOAD(m, (8 + j) * step), m3 = LOAD(m, (12 + j) * step);
-		e[0][j] = m0 + m1 + m2;
-		e[1][j] = m1 - m2 - m3;
+		wvec mi[4];
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			__global const store_t *p = m + (4 * i + j) * step;
+			if (nk == WV) {
+				mi[i] = WV_LOAD(p);
+			} else {
+#define WINO_M(l) ((l) < nk ? LOAD(p, (l)) : 0.0f)
+				mi[i] = WV_BUILD(WINO_M);
+#undef WINO_M
+			}
+		}
+		e[0][j] = mi[0] + mi[1] + mi[2];
+		e[1][j] = mi[1] - mi[2] - mi[3];
 	}
-	const float b = hasBias ? WLOAD(Bias, offB + k) : 0.0f;
+#define WINO_B(l) ((l) < nk ? WLOAD(Bias, offB + k0 + (l)) : 0.0f)
+	const wvec b = hasBias ? WV_BUILD(WINO_B) : (wvec)(0.0f);
+#undef WINO_B
 	const int n = t / (TH * TW), r = t - n * TH * TW, ty = r / TW, tx = r - ty * TW;
-	__global store_t *y = Y + offY + (n * K + k) * OH * OW;
+	const int plane = OH * OW, ow = 2 * tx;
+	__global store_t *y = Y + offY + (n * K + k0) * plane;
 	#pragma unroll
 	for (int i = 0; i < 2; i++) {
 		const int oh = 2 * ty + i;
 		if (oh >= OH) continue;
-		const int ow = 2 * tx;
-		STORE(y, oh * OW + ow, conv_act1(e[i][0] + e[i][1] + e[i][2] + b, act, actA, actB));
+		wv_put(y + oh * OW + ow, plane, nk, conv_act_w(e[i][0] + e[i][1] + e[i][2] + b, act, actA, actB));
 		if (ow + 1 < OW)
-			STORE(y, oh * OW + ow + 1, conv_act1(e[i][1] - e[i][2] - e[i][3] + b, act, actA, actB));
+			wv_put(y + oh * OW + ow + 1, plane, nk, conv_act_w(e[i][1] - e[i][2] - e[i][3] + b, act, actA, actB));
 	}
 }

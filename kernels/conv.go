@@ -597,12 +597,17 @@ func (l *Lib) convWino(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 	u := scratch
 	v := Buf{Mem: scratch.Mem, Off: u.Off + 16*k*c}
 	m := Buf{Mem: scratch.Mem, Off: v.Off + 16*t*c}
+	// conv.cl's WV: channels per transform work-item.
+	wv := 1
+	if l.convPX() >= 8 {
+		wv = 8
+	}
 	i32 := func(v int) int32 { return int32(v) }
-	global, local := l.cpuGroups([]int{c, k})
+	global, local := l.cpuGroups([]int{(c + wv - 1) / wv, k})
 	if err := l.dev.Launch(ks[0], global, local, w.Mem, i32(w.Off), u.Mem, i32(u.Off), i32(c), i32(k)); err != nil {
 		return err
 	}
-	global, local = l.cpuGroups([]int{c, t})
+	global, local = l.cpuGroups([]int{(c + wv - 1) / wv, t})
 	if err := l.dev.Launch(ks[1], global, local, x.Mem, i32(x.Off), v.Mem, i32(v.Off), i32(c), i32(p.H), i32(p.W),
 		i32(th), i32(tw), i32(t), i32(p.PadTop), i32(p.PadLeft)); err != nil {
 		return err
@@ -615,7 +620,7 @@ func (l *Lib) convWino(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 		return err
 	}
 	bias, hasBias := p.biasArg(w)
-	global, local = l.cpuGroups([]int{k, t})
+	global, local = l.cpuGroups([]int{(k + wv - 1) / wv, t})
 	return l.dev.Launch(ks[2], global, local, m.Mem, i32(m.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(k), i32(oh), i32(ow), i32(th), i32(tw), i32(t), int32(p.Act), p.ActA, p.ActB)
 }

@@ -44,7 +44,7 @@ func winoTol(s Storage) float64 {
 // storage, and that it ran (the scratch it was given was all it needs, no
 // more: with one element less Conv2D must fall back and still be right).
 func TestConvWinograd(t *testing.T) {
-	defer func() { convForce = "" }()
+	defer func() { convForce, convPXForce = "", 0 }()
 	acts := []struct {
 		act  ConvAct
 		a, b float32
@@ -65,7 +65,12 @@ func TestConvWinograd(t *testing.T) {
 					if !pn.Winograd() {
 						t.Fatalf("%s: not a Winograd convolution", c.name)
 					}
-					convForce = "wino"
+					// The GPU build (one channel per transform work-item)
+					// on every other run.
+					convForce, convPXForce = "wino", 0
+					if bias {
+						convPXForce = 4
+					}
 					got, want := convRun(t, s, p, bias, p.ScratchElems())
 					// The bound is relative to the convolution's own scale,
 					// before the activation (Clip to 0.75 leaves a scale
@@ -77,7 +82,7 @@ func TestConvWinograd(t *testing.T) {
 						pw = laRand(14, p.OutC, p.Weight)
 					}
 					_, ref := convRunRef(t, s, pre, pw)
-					what := fmt.Sprintf("%s/%s/bias=%v/act%d", c.name, s, bias, a.act)
+					what := fmt.Sprintf("%s/%s/bias=%v/act%d/px%d", c.name, s, bias, a.act, convPXForce)
 					winoClose(t, what, s, got, want, ref)
 				}
 			}
@@ -85,7 +90,7 @@ func TestConvWinograd(t *testing.T) {
 		// Scratch one element short of the Winograd route's: conv_flat.
 		p := c.p
 		p.Weight = F32
-		convForce = "wino"
+		convForce, convPXForce = "wino", 0
 		pn, _ := p.norm()
 		got, want := convRun(t, F32, p, true, pn.winoElems()-1)
 		laClose(t, c.name+"/short scratch", F32, got, want)
