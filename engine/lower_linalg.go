@@ -518,7 +518,8 @@ func convActivation(lc *lowerCtx) (kernels.ConvAct, float32, float32, error) {
 // of the input (kernels.ConvParams' flatElems), for the convolutions that
 // take that route: all but depthwise and plain 1x1 ones. The phase planes
 // hold ceil((H+pads)/sh) * sh <= H+pads+sh-1 rows (columns alike), plus a
-// strip of slack.
+// strip of slack. A convolution that takes the Winograd route gets the
+// larger of that and the Winograd route's scratch.
 func convScratch(x, w, y *vinfo, sp spatial, groups, esz int) (symshape.Expr, bool) {
 	ws, ok := constShape(w.shape)
 	if !ok || groups <= 0 || len(ws) < 3 {
@@ -549,6 +550,20 @@ func convScratch(x, w, y *vinfo, sp spatial, groups, esz int) (symshape.Expr, bo
 	wdim := symshape.Add(x.shape[len(x.shape)-1], symshape.Const(int64(padW+sp.sw-1)))
 	e := symshape.Mul(symshape.Mul(x.shape[0], x.shape[1]), symshape.Mul(hdim, wdim))
 	e = symshape.Add(e, symshape.Const(int64(16+(kw-1)*sp.dw)))
+	wp := kernels.ConvParams{C: ws[1] * groups, OutC: ws[0], KH: kh, KW: kw, StrideH: sp.sh, StrideW: sp.sw,
+		DilationH: sp.dh, DilationW: sp.dw, Groups: groups}
+	if !sp.oneD && wp.WinogradRoute() {
+		// The Winograd route's transformed weight, input and products
+		// (kernels.ConvParams.ScratchElems), over T = N * ceil(OH/2) *
+		// ceil(OW/2) tiles of 2x2 outputs, OH = H + padH - 2.
+		half := func(in symshape.Expr, pad int) symshape.Expr {
+			return symshape.FloorDiv(symshape.Add(in, symshape.Const(int64(pad-1))), symshape.Const(2))
+		}
+		t := symshape.Mul(x.shape[0], symshape.Mul(half(x.shape[2], padH), half(x.shape[3], padW)))
+		c, k := int64(wp.C), int64(wp.OutC)
+		wino := symshape.Mul(symshape.Const(16), symshape.Add(symshape.Const(k*c), symshape.Mul(t, symshape.Const(c+k))))
+		e = symshape.Max(e, wino)
+	}
 	return symshape.Mul(e, symshape.Const(int64(esz))), true
 }
 

@@ -157,7 +157,7 @@ func (p ConvParams) route(pw bool) string {
 	if p.C/g == 1 {
 		return "depthwise"
 	}
-	if p.Winograd() && p.C >= winoMinChannels && p.OutC >= winoMinChannels {
+	if p.WinogradRoute() {
 		return "wino"
 	}
 	plain1x1 := p.plain1x1()
@@ -219,6 +219,15 @@ const winoMinChannels = 16
 func (p ConvParams) Winograd() bool {
 	return p.KH == 3 && p.KW == 3 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
 		oneIfZero(p.DilationH) == 1 && oneIfZero(p.DilationW) == 1 && oneIfZero(p.Groups) == 1
+}
+
+// WinogradRoute reports whether p takes the "wino" route: a Winograd
+// convolution with at least winoMinChannels channels in and out. It
+// depends on the kernel, strides, dilations, groups and channel counts
+// only, not on the spatial size, so an engine can ask at Open with the
+// input's height and width still unknown.
+func (p ConvParams) WinogradRoute() bool {
+	return p.Winograd() && p.C >= winoMinChannels && p.OutC >= winoMinChannels
 }
 
 // winoTiles is the Winograd route's tiling: th x tw tiles of 2x2 outputs
