@@ -92,7 +92,8 @@ func TestConvWinograd(t *testing.T) {
 		p.Weight = F32
 		convForce, convPXForce = "wino", 0
 		pn, _ := p.norm()
-		got, want := convRun(t, F32, p, true, pn.winoElems()-1)
+		// alloc's buffers hold one element past the n asked for.
+		got, want := convRun(t, F32, p, true, pn.winoElems()-2)
 		laClose(t, c.name+"/short scratch", F32, got, want)
 	}
 }
@@ -184,5 +185,68 @@ func TestConvWinogradRoute(t *testing.T) {
 				t.Errorf("%s: ScratchElems %d, want %d", c.name, got, want)
 			}
 		}
+	}
+}
+
+// TestConvWinogradWeight runs the Winograd route on weights transformed
+// on the host (WinogradWeights, as an engine does at Open), fp32 and fp16,
+// GPU and CPU transform widths, and checks the refusals: a transformed
+// weight for a convolution off the route, and scratch short of the
+// route's (there is no other route to fall back to).
+func TestConvWinogradWeight(t *testing.T) {
+	defer func() { convForce, convPXForce = "", 0 }()
+	cases := []ConvParams{
+		{N: 2, C: 17, H: 7, W: 9, OutC: 19, KH: 3, KW: 3, PadTop: 1, PadLeft: 0, PadBottom: 2, PadRight: 1, Act: ConvActRelu},
+		{N: 1, C: 24, H: 10, W: 10, OutC: 20, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Act: ConvActSiLU},
+	}
+	for ci, p := range cases {
+		for _, s := range storages {
+			convPXForce = 4 * (1 + ci) // 4: the GPU build; 8: the CPU one
+			p.Weight, p.WinogradWeight = s, true
+			pn, err := p.norm()
+			if err != nil {
+				t.Fatal(err)
+			}
+			oh, ow := pn.OutSize()
+			x := laRand(11, p.N*p.C*p.H*p.W, s)
+			w := laRand(12, p.OutC*p.C*9, s)
+			bias := laRand(14, p.OutC, s)
+			u, err := WinogradWeights(w, p.OutC, p.C)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Bias = upload(t, s, bias)
+			ny := p.N * p.OutC * oh * ow
+			yb := alloc(t, s, ny)
+			xb, ub := upload(t, s, x), upload(t, s, u)
+			if err := testLib.Conv2D(s, xb, ub, yb, alloc(t, s, p.ScratchElems()), p); err != nil {
+				t.Fatal(err)
+			}
+			got := download(t, s, yb, ny)
+			ref := p
+			ref.WinogradWeight, ref.Act = false, ConvActNone
+			pre := make([]float32, ny)
+			if err := Conv2DRef(x, w, bias, pre, ref); err != nil {
+				t.Fatal(err)
+			}
+			ref.Act = p.Act
+			want := make([]float32, ny)
+			if err := Conv2DRef(x, w, bias, want, ref); err != nil {
+				t.Fatal(err)
+			}
+			winoClose(t, fmt.Sprintf("case %d/%s/px%d", ci, s, convPXForce), s, got, want, pre)
+			// alloc's buffers hold one element past the n asked for.
+			if err := testLib.Conv2D(s, xb, ub, yb, alloc(t, s, p.ScratchElems()-2), p); err == nil {
+				t.Errorf("case %d/%s: scratch one element short: no error", ci, s)
+			}
+		}
+	}
+	p := cases[0]
+	p.WinogradWeight, p.StrideW = true, 2
+	if err := testLib.Conv2D(F32, alloc(t, F32, 1), alloc(t, F32, 1), alloc(t, F32, 1), Buf{}, p); err == nil {
+		t.Error("a transformed weight on a stride-2 convolution: no error")
+	}
+	if _, err := WinogradWeights(make([]float32, 10), 1, 1); err == nil {
+		t.Error("WinogradWeights of 10 values for 1x1x3x3: no error")
 	}
 }
