@@ -29,10 +29,11 @@ func TestConvScratchCoversRoute(t *testing.T) {
 	}{
 		{"resnet 64@56", [4]int{1, 64, 56, 56}, 64, 3, 3, 1, 1, [4]int{1, 1, 1, 1}, "NOTSET", 1, true},
 		{"resnet 512@7 b2", [4]int{2, 512, 7, 7}, 512, 3, 3, 1, 1, [4]int{1, 1, 1, 1}, "NOTSET", 1, true},
-		{"odd asym", [4]int{2, 17, 13, 5}, 20, 3, 3, 1, 1, [4]int{0, 2, 1, 0}, "NOTSET", 1, true},
-		{"same upper", [4]int{1, 16, 9, 7}, 16, 3, 3, 1, 1, [4]int{}, "SAME_UPPER", 1, true},
-		{"valid", [4]int{1, 32, 6, 11}, 24, 3, 3, 1, 1, [4]int{5, 5, 5, 5}, "VALID", 1, true},
+		{"odd asym", [4]int{2, 37, 13, 5}, 33, 3, 3, 1, 1, [4]int{0, 2, 1, 0}, "NOTSET", 1, true},
+		{"same upper", [4]int{1, 32, 9, 7}, 32, 3, 3, 1, 1, [4]int{}, "SAME_UPPER", 1, true},
+		{"valid", [4]int{1, 32, 6, 11}, 40, 3, 3, 1, 1, [4]int{5, 5, 5, 5}, "VALID", 1, true},
 		{"few channels", [4]int{1, 3, 32, 32}, 64, 3, 3, 1, 1, [4]int{1, 1, 1, 1}, "NOTSET", 1, false},
+		{"16 channels", [4]int{1, 16, 32, 32}, 64, 3, 3, 1, 1, [4]int{1, 1, 1, 1}, "NOTSET", 1, false},
 		{"stride 2", [4]int{1, 64, 56, 56}, 128, 3, 3, 2, 1, [4]int{1, 1, 1, 1}, "NOTSET", 1, false},
 		{"dilation 2", [4]int{1, 64, 20, 20}, 64, 3, 3, 1, 2, [4]int{2, 2, 2, 2}, "NOTSET", 1, false},
 		{"groups 2", [4]int{1, 64, 20, 20}, 64, 3, 3, 1, 1, [4]int{1, 1, 1, 1}, "NOTSET", 2, false},
@@ -51,7 +52,7 @@ func TestConvScratchCoversRoute(t *testing.T) {
 			}
 			x := &vinfo{shape: shape(c.x[:]...)}
 			w := &vinfo{shape: shape(c.k, c.x[1]/c.groups, c.kh, c.kw)}
-			e, ok := convScratch(x, w, nil, sp, c.groups, esz)
+			e, ok := convScratch(x, w, nil, sp, c.groups, esz, false)
 			if !ok {
 				t.Fatalf("%s: no scratch asked", c.name)
 			}

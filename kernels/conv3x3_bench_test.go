@@ -4,7 +4,8 @@ import (
 	"testing"
 )
 
-// conv3x3Shapes are ResNet-18's stride-1 3x3 convolutions at batch 1.
+// conv3x3Shapes are ResNet-18's stride-1 3x3 convolutions at batch 1,
+// then the UNet's (bench13's vision/unet) narrow ones at large sizes.
 var conv3x3Shapes = []struct {
 	name string
 	p    ConvParams
@@ -13,6 +14,9 @@ var conv3x3Shapes = []struct {
 	{"c128-28", ConvParams{N: 1, C: 128, H: 28, W: 28, OutC: 128, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
 	{"c256-14", ConvParams{N: 1, C: 256, H: 14, W: 14, OutC: 256, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
 	{"c512-7", ConvParams{N: 1, C: 512, H: 7, W: 7, OutC: 512, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
+	{"c16-224", ConvParams{N: 1, C: 16, H: 224, W: 224, OutC: 16, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
+	{"c32-112", ConvParams{N: 1, C: 32, H: 112, W: 112, OutC: 32, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
+	{"c32-224-k16", ConvParams{N: 1, C: 32, H: 224, W: 224, OutC: 16, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1}},
 }
 
 // BenchmarkConv3x3 compares, on ResNet-18's 3x3 layers, the ways to run a

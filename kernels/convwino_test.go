@@ -196,8 +196,8 @@ func TestConvWinogradRoute(t *testing.T) {
 func TestConvWinogradWeight(t *testing.T) {
 	defer func() { convForce, convPXForce = "", 0 }()
 	cases := []ConvParams{
-		{N: 2, C: 17, H: 7, W: 9, OutC: 19, KH: 3, KW: 3, PadTop: 1, PadLeft: 0, PadBottom: 2, PadRight: 1, Act: ConvActRelu},
-		{N: 1, C: 24, H: 10, W: 10, OutC: 20, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Act: ConvActSiLU},
+		{N: 2, C: 33, H: 7, W: 9, OutC: 35, KH: 3, KW: 3, PadTop: 1, PadLeft: 0, PadBottom: 2, PadRight: 1, Act: ConvActRelu},
+		{N: 1, C: 40, H: 10, W: 10, OutC: 32, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Act: ConvActSiLU},
 	}
 	for ci, p := range cases {
 		for _, s := range storages {
