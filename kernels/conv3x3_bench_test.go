@@ -20,8 +20,10 @@ var conv3x3Shapes = []struct {
 }
 
 // BenchmarkConv3x3 compares, on ResNet-18's 3x3 layers, the ways to run a
-// stride-1 3x3 convolution: "flat" (conv_pad + conv_flat), "wino"
-// (Winograd F(2x2,3x3): Conv2D's own route), and two bare products for
+// stride-1 3x3 convolution: "flat" (conv_pad + conv_flat), "im2col" (the
+// gather into scratch, then the GEMM), "wino" (Winograd F(2x2,3x3), the
+// weight transformed on every call), "winopre" (the weight transformed
+// once, ConvParams.WinogradWeight, as the engine runs it), and two bare products for
 // reference: "gemm", the im2col product (M = OH*OW, N = OutC, K = C*9) on
 // the CPU's best GEMM without the gather, and "wgemm", Winograd's 16
 // batched products (M = tiles, N = OutC, K = C) without the transforms.
@@ -50,16 +52,27 @@ func BenchmarkConv3x3(b *testing.B) {
 			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
 		}
-		for _, route := range []string{"flat", "im2col", "wino"} {
+		for _, route := range []string{"flat", "im2col", "wino", "winopre"} {
 			b.Run(sh.name+"/"+route, func(b *testing.B) {
+				pr := p
 				x := uploadAligned(b, F32, laRand(1, p.N*p.C*p.H*p.W, F32))
-				wt := uploadAligned(b, F32, laRand(2, p.OutC*p.C*9, F32))
-				y := uploadAligned(b, F32, make([]float32, p.N*p.OutC*oh*ow))
-				scratch := uploadAligned(b, F32, make([]float32, max(1, p.ScratchElems())))
+				w := laRand(2, p.OutC*p.C*9, F32)
 				convForce = route
 				defer func() { convForce = "" }()
+				if route == "winopre" {
+					// The weight transformed once, as an engine does at
+					// Open: the route's own time without conv_wino_w.
+					u, err := WinogradWeights(w, p.OutC, p.C)
+					if err != nil {
+						b.Fatal(err)
+					}
+					w, pr.WinogradWeight, convForce = u, true, "wino"
+				}
+				wt := uploadAligned(b, F32, w)
+				y := uploadAligned(b, F32, make([]float32, p.N*p.OutC*oh*ow))
+				scratch := uploadAligned(b, F32, make([]float32, max(1, pr.ScratchElems())))
 				timeIt(b, func() {
-					if err := testLib.Conv2D(F32, x, wt, y, scratch, p); err != nil {
+					if err := testLib.Conv2D(F32, x, wt, y, scratch, pr); err != nil {
 						b.Fatal(err)
 					}
 				})
