@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/tlite"
@@ -46,6 +47,13 @@ func (lc *lowerCtx) winogradWeight(w *vinfo) bool {
 	}
 	k, c := dims[0], dims[1]
 	transform := func(dst, src []byte) error {
+		// In place on float32 views of the bytes where they are aligned
+		// (a host of the ONNX file's little-endian order, as words32
+		// assumes): a heap copy of both, 25/9 of the weight, would raise
+		// the peak RSS of a model's Open by its largest weight's.
+		if f, u := floats32(src), floats32(dst); f != nil && u != nil && isLittleEndian() {
+			return kernels.WinogradWeightsInto(u, f, k, c)
+		}
 		f := make([]float32, k*c*9)
 		for i := range f {
 			f[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
@@ -128,4 +136,21 @@ func readsAsWinogradWeight(c *compiler, n *graph.Node, v *graph.Value, dims []in
 	p := kernels.ConvParams{C: dims[1] * int(n.AttrInt("group", 1)), OutC: dims[0], KH: dims[2], KW: dims[3],
 		Groups: int(n.AttrInt("group", 1))}
 	return p.WinogradRoute()
+}
+
+// floats32 is b as float32s in host order, nil when b is not 4-byte
+// aligned (words32's view, as floats).
+func floats32(b []byte) []float32 {
+	w := words32(b)
+	if w == nil {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(w))), len(w))
+}
+
+// isLittleEndian reports whether the host stores the low byte first, the
+// ONNX file's order.
+func isLittleEndian() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
 }

@@ -272,10 +272,23 @@ func (p ConvParams) winoElems() int {
 // Winograd route's U [16][outC][c] (U[xi][k][c] = (G w[k][c] G^T)[xi],
 // conv.cl's conv_wino_w on the host), for ConvParams.WinogradWeight.
 func WinogradWeights(w []float32, outC, c int) ([]float32, error) {
-	if outC < 0 || c < 0 || len(w) != outC*c*9 {
-		return nil, fmt.Errorf("kernels: WinogradWeights: %d weights for %d x %d x 3 x 3", len(w), outC, c)
+	if outC < 0 || c < 0 {
+		return nil, fmt.Errorf("kernels: WinogradWeights: %d x %d channels", outC, c)
 	}
 	u := make([]float32, 16*outC*c)
+	if err := WinogradWeightsInto(u, w, outC, c); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// WinogradWeightsInto is WinogradWeights into u (16*outC*c values), for a
+// caller that writes the transform straight into its destination (an
+// engine's upload buffer) without a second copy on the heap.
+func WinogradWeightsInto(u, w []float32, outC, c int) error {
+	if outC < 0 || c < 0 || len(w) != outC*c*9 || len(u) != 16*outC*c {
+		return fmt.Errorf("kernels: WinogradWeights: %d weights and %d outputs for %d x %d x 3 x 3", len(w), len(u), outC, c)
+	}
 	step := outC * c
 	for k := 0; k < outC; k++ {
 		for ci := 0; ci < c; ci++ {
@@ -294,7 +307,7 @@ func WinogradWeights(w []float32, outC, c int) ([]float32, error) {
 			}
 		}
 	}
-	return u, nil
+	return nil
 }
 
 // convForce, set by tests, names the route every convolution takes.
