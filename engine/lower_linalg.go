@@ -465,7 +465,10 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 	// Scratch for conv_flat's padded copy of the input, about the input's
 	// size: every convolution but a depthwise or plain 1x1 one
 	// (kernels.ConvParams' routing).
-	if scratch, ok := convScratch(x, w, y, sp, groups, esz); ok {
+	// A constant weight of a convolution on the Winograd route is stored
+	// transformed (winogradWeight), once, at Open.
+	winoW := !sp.oneD && lc.winogradWeight(w)
+	if scratch, ok := convScratch(x, w, y, sp, groups, esz, winoW); ok {
 		sd.scratch = []symshape.Expr{scratch}
 	}
 	sd.run = func(ex *exec) error {
@@ -479,7 +482,7 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 		p := kernels.ConvParams{N: n, C: c, H: h, W: wd, OutC: ws[0], KH: kh, KW: kw,
 			StrideH: sp.sh, StrideW: sp.sw, DilationH: sp.dh, DilationW: sp.dw,
 			PadTop: pads[0], PadLeft: pads[1], PadBottom: pads[2], PadRight: pads[3],
-			Groups: groups, Weight: s, Act: act, ActA: actA, ActB: actB}
+			Groups: groups, Weight: s, Act: act, ActA: actA, ActB: actB, WinogradWeight: winoW}
 		var bref, sref *tref
 		if bias != nil {
 			r := ex.ref(bias)
@@ -518,8 +521,10 @@ func convActivation(lc *lowerCtx) (kernels.ConvAct, float32, float32, error) {
 // of the input (kernels.ConvParams' flatElems), for the convolutions that
 // take that route: all but depthwise and plain 1x1 ones. The phase planes
 // hold ceil((H+pads)/sh) * sh <= H+pads+sh-1 rows (columns alike), plus a
-// strip of slack.
-func convScratch(x, w, y *vinfo, sp spatial, groups, esz int) (symshape.Expr, bool) {
+// strip of slack. A convolution that takes the Winograd route gets the
+// larger of that and the Winograd route's scratch, which holds the
+// transformed weight too unless winoW (the weight is stored transformed).
+func convScratch(x, w, y *vinfo, sp spatial, groups, esz int, winoW bool) (symshape.Expr, bool) {
 	ws, ok := constShape(w.shape)
 	if !ok || groups <= 0 || len(ws) < 3 {
 		return symshape.Expr{}, false
@@ -549,6 +554,24 @@ func convScratch(x, w, y *vinfo, sp spatial, groups, esz int) (symshape.Expr, bo
 	wdim := symshape.Add(x.shape[len(x.shape)-1], symshape.Const(int64(padW+sp.sw-1)))
 	e := symshape.Mul(symshape.Mul(x.shape[0], x.shape[1]), symshape.Mul(hdim, wdim))
 	e = symshape.Add(e, symshape.Const(int64(16+(kw-1)*sp.dw)))
+	wp := kernels.ConvParams{C: ws[1] * groups, OutC: ws[0], KH: kh, KW: kw, StrideH: sp.sh, StrideW: sp.sw,
+		DilationH: sp.dh, DilationW: sp.dw, Groups: groups}
+	if !sp.oneD && wp.WinogradRoute() {
+		// The Winograd route's transformed weight, input and products
+		// (kernels.ConvParams.ScratchElems), over T = N * ceil(OH/2) *
+		// ceil(OW/2) tiles of 2x2 outputs, OH = H + padH - 2.
+		half := func(in symshape.Expr, pad int) symshape.Expr {
+			return symshape.FloorDiv(symshape.Add(in, symshape.Const(int64(pad-1))), symshape.Const(2))
+		}
+		t := symshape.Mul(x.shape[0], symshape.Mul(half(x.shape[2], padH), half(x.shape[3], padW)))
+		c, k := int64(wp.C), int64(wp.OutC)
+		u := k * c
+		if winoW {
+			u = 0
+		}
+		wino := symshape.Mul(symshape.Const(16), symshape.Add(symshape.Const(u), symshape.Mul(t, symshape.Const(c+k))))
+		e = symshape.Max(e, wino)
+	}
 	return symshape.Mul(e, symshape.Const(int64(esz))), true
 }
 

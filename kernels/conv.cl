@@ -150,26 +150,31 @@ typedef float4 cvec;
 #define CONV_ACT_SILU 5
 #define CONV_ACT_LEAKYRELU 6
 
-// conv_act applies activation act with parameters a and b (Clip's bounds;
-// HardSigmoid's alpha and beta; LeakyRelu's alpha in a).
-static inline cvec conv_act(cvec v, int act, float a, float b) {
-	switch (act) {
-	case CONV_ACT_RELU:
-		return fmax(v, (cvec)(0.0f));
-	case CONV_ACT_CLIP:
-		return fmin(fmax(v, (cvec)(a)), (cvec)(b));
-	case CONV_ACT_HARDSWISH:
-		return v * clamp(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
-	case CONV_ACT_HARDSIGMOID:
-		return clamp(v * a + b, 0.0f, 1.0f);
-	case CONV_ACT_SILU:
-		return v / (1.0f + exp(-v));
-	case CONV_ACT_LEAKYRELU:
-		return select(v * a, v, v >= (cvec)(0.0f));
-	default:
-		return v;
+// CONV_ACT_FN(name, T) defines name(v, act, a, b), activation act with
+// parameters a and b (Clip's bounds; HardSigmoid's alpha and beta;
+// LeakyRelu's alpha in a) on a value of type T (a vector or a float).
+#define CONV_ACT_FN(name, T)                                                   \
+	static inline T name(T v, int act, float a, float b) {                     \
+		switch (act) {                                                         \
+		case CONV_ACT_RELU:                                                    \
+			return fmax(v, (T)(0.0f));                                         \
+		case CONV_ACT_CLIP:                                                    \
+			return fmin(fmax(v, (T)(a)), (T)(b));                              \
+		case CONV_ACT_HARDSWISH:                                               \
+			return v * clamp(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);            \
+		case CONV_ACT_HARDSIGMOID:                                             \
+			return clamp(v * a + b, 0.0f, 1.0f);                               \
+		case CONV_ACT_SILU:                                                    \
+			return v / (1.0f + exp(-v));                                       \
+		case CONV_ACT_LEAKYRELU:                                               \
+			return select(v * a, v, v >= (T)(0.0f));                           \
+		default:                                                               \
+			return v;                                                          \
+		}                                                                      \
 	}
-}
+
+// conv_act is the activation on a strip.
+CONV_ACT_FN(conv_act, cvec)
 
 // conv_row_gather returns lanes iw, iw + sw, ... of an input row of W
 // elements, zero outside it: the window of a strip at the padding, and any
@@ -663,3 +668,213 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 __kernel void conv_flat_8(CONV_FLAT_PARAMS) { conv_flat(8, CONV_FLAT_ARGS); }
 #endif
 __kernel void conv_flat_4(CONV_FLAT_PARAMS) { conv_flat(4, CONV_FLAT_ARGS); }
+
+// ---------------------------------------------------------------------------
+// Winograd F(2x2, 3x3) for stride-1, dilation-1, ungrouped 3x3
+// convolutions: each 2x2 output tile is A^T [(G g G^T) . (B^T d B)] A over
+// the 4x4 input tile d, so the C*9 multiply-adds per output become C*4
+// (16 per tile of 4 outputs) in 16 independent products, one per element
+// xi of the 4x4 transformed tile, that matmul.cl's GEMM runs as a batch:
+//   M[xi][t][k] = sum over c of V[xi][t][c] * U[xi][k][c]
+// over tiles t (N*TH*TW of them, TH = ceil(OH/2), TW = ceil(OW/2)).
+//   G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
+//   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+//   A^T = [1 1 1 0; 0 1 -1 -1]
+// The transforms are additions only (and halvings of the weight), so the
+// rounding they add is a few ulps of the sums they form.
+
+// The transforms work on WV channels at once: 8 (one float8 per tile
+// element; AVX2 registers, AVX-512's halves) on CPUs, 1 on GPUs (CONV_PX 4),
+// where a tile of float8 would hold 128 registers. wvec is their type.
+#if CONV_PX >= 8
+#define WV 8
+typedef float8 wvec;
+#ifdef STORAGE_F16
+#define WV_LOAD(p) ((float8)(vload_half4(0, (p)), vload_half4(0, (p) + 4)))
+#define WV_STORE(v, p) (vstore_half4_rte((v).lo, 0, (p)), vstore_half4_rte((v).hi, 0, (p) + 4))
+#else
+#define WV_LOAD(p) vload8(0, (p))
+#define WV_STORE(v, p) vstore8((v), 0, (p))
+#endif
+// WV_BUILD(F) is the vector of F(0), ..., F(7).
+#define WV_BUILD(F) ((float8)(F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7)))
+#else
+#define WV 1
+typedef float wvec;
+#define WV_LOAD(p) LOAD((p), 0)
+#define WV_STORE(v, p) STORE((p), 0, (v))
+#define WV_BUILD(F) (F(0))
+#endif
+
+CONV_ACT_FN(conv_act_w, wvec)
+
+// wv_put stores the first n lanes of v at p[0], p[step], ...: the lanes
+// of a channel block, whole (n == WV, step 1: one vector store) or cut
+// short at the channel count.
+static inline void wv_put(__global store_t *p, int step, int n, wvec v) {
+	if (n == WV && step == 1) {
+		WV_STORE(v, p);
+		return;
+	}
+	float l[WV];
+#if WV == 8
+	vstore8(v, 0, l);
+#else
+	l[0] = v;
+#endif
+	for (int i = 0; i < n; i++) STORE(p, i * step, l[i]);
+}
+
+// conv_wino_w: U[xi][k][c] = (G g G^T)[xi] for the 3x3 weight g = W[k][c],
+// WV channels c per work-item. global (ceil(C / WV), K).
+__kernel void conv_wino_w(__global const wstore_t *Wt, int offW,
+                          __global store_t *U, int offU, int C, int K) {
+	const int c0 = get_global_id(0) * WV, k = get_global_id(1);
+	if (c0 >= C || k >= K) return;
+	const int nc = min(WV, C - c0);
+	__global const wstore_t *g = Wt + offW + (k * C + c0) * 9;
+	wvec t[4][3];
+	#pragma unroll
+	for (int j = 0; j < 3; j++) {
+#define WINO_G(l, r) ((l) < nc ? WLOAD(g, (l) * 9 + (r) * 3 + j) : 0.0f)
+#define WINO_G0(l) WINO_G(l, 0)
+#define WINO_G1(l) WINO_G(l, 1)
+#define WINO_G2(l) WINO_G(l, 2)
+		const wvec g0 = WV_BUILD(WINO_G0), g1 = WV_BUILD(WINO_G1), g2 = WV_BUILD(WINO_G2);
+#undef WINO_G
+#undef WINO_G0
+#undef WINO_G1
+#undef WINO_G2
+		t[0][j] = g0;
+		t[1][j] = 0.5f * (g0 + g1 + g2);
+		t[2][j] = 0.5f * (g0 - g1 + g2);
+		t[3][j] = g2;
+	}
+	__global store_t *u = U + offU + k * C + c0;
+	const int step = K * C;
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		wv_put(u + (4 * i) * step, 1, nc, t[i][0]);
+		wv_put(u + (4 * i + 1) * step, 1, nc, 0.5f * (t[i][0] + t[i][1] + t[i][2]));
+		wv_put(u + (4 * i + 2) * step, 1, nc, 0.5f * (t[i][0] - t[i][1] + t[i][2]));
+		wv_put(u + (4 * i + 3) * step, 1, nc, t[i][2]);
+	}
+}
+
+// conv_wino_in: V[xi][t][c] = (B^T d B)[xi] for the 4x4 input tile d of
+// tile t = (n*TH + ty)*TW + tx, plane c: rows 2*ty - pt .. +3, columns
+// 2*tx - pl .. +3, zero outside the input (the padding, whatever its
+// sides, and the overhang of a tile past an odd output edge). WV channels
+// per work-item, so that its 16 stores are vectors; each channel's tile
+// is read and transformed on its own (a tile inside the input without a
+// bounds test per element), into a private [16][WV] block. Gathering the
+// channels into vectors element by element, with a bounds test per lane,
+// cost several times the GEMMs on UNet's 32-channel 112x112 layers.
+// global (ceil(C / WV), T).
+__kernel void conv_wino_in(__global const store_t *X, int offX,
+                           __global store_t *V, int offV, int C, int H, int W,
+                           int TH, int TW, int T, int pt, int pl) {
+	const int c0 = get_global_id(0) * WV, t = get_global_id(1);
+	if (c0 >= C || t >= T) return;
+	const int nc = min(WV, C - c0);
+	const int n = t / (TH * TW), r = t - n * TH * TW, ty = r / TW, tx = r - ty * TW;
+	const int ih0 = 2 * ty - pt, iw0 = 2 * tx - pl, HW = H * W;
+	const bool inside = ih0 >= 0 && ih0 + 4 <= H && iw0 >= 0 && iw0 + 4 <= W;
+	float out[16 * WV];
+	for (int l = 0; l < WV; l++) {
+		__global const store_t *plane = X + offX + (n * C + c0 + l) * HW;
+		float d[4][4];
+		if (l >= nc) {
+			#pragma unroll
+			for (int i = 0; i < 4; i++)
+				#pragma unroll
+				for (int j = 0; j < 4; j++) d[i][j] = 0.0f;
+		} else if (inside) {
+			#pragma unroll
+			for (int i = 0; i < 4; i++)
+				#pragma unroll
+				for (int j = 0; j < 4; j++) d[i][j] = LOAD(plane, (ih0 + i) * W + iw0 + j);
+		} else {
+			#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const int ih = ih0 + i;
+				#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					const int iw = iw0 + j;
+					d[i][j] = ih >= 0 && ih < H && iw >= 0 && iw < W ? LOAD(plane, ih * W + iw) : 0.0f;
+				}
+			}
+		}
+		#pragma unroll
+		for (int i = 0; i < 4; i++) { // B^T d, then (B^T d) B
+			const float e0 = d[0][i] - d[2][i], e1 = d[1][i] + d[2][i];
+			const float e2 = d[2][i] - d[1][i], e3 = d[1][i] - d[3][i];
+			d[0][i] = e0, d[1][i] = e1, d[2][i] = e2, d[3][i] = e3;
+		}
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			out[(4 * i) * WV + l] = d[i][0] - d[i][2];
+			out[(4 * i + 1) * WV + l] = d[i][1] + d[i][2];
+			out[(4 * i + 2) * WV + l] = d[i][2] - d[i][1];
+			out[(4 * i + 3) * WV + l] = d[i][1] - d[i][3];
+		}
+	}
+	__global store_t *v = V + offV + t * C + c0;
+	const int step = T * C;
+	#pragma unroll
+	for (int xi = 0; xi < 16; xi++) {
+#if WV == 8
+		wv_put(v + xi * step, 1, nc, vload8(0, out + xi * WV));
+#else
+		wv_put(v + xi * step, 1, nc, out[xi]);
+#endif
+	}
+}
+
+// conv_wino_out: the 2x2 output tile A^T m A of the products m[xi] =
+// M[xi][t][k], + bias, then the activation, for WV channels k per
+// work-item; outputs past OH or OW (an odd edge's overhang) are not
+// stored. global (ceil(K / WV), T).
+__kernel void conv_wino_out(__global const store_t *M, int offM,
+                            __global const wstore_t *Bias, int offB,
+                            int hasBias, __global store_t *Y, int offY, int K,
+                            int OH, int OW, int TH, int TW, int T, int act,
+                            float actA, float actB) {
+	const int k0 = get_global_id(0) * WV, t = get_global_id(1);
+	if (k0 >= K || t >= T) return;
+	const int nk = min(WV, K - k0);
+	__global const store_t *m = M + offM + t * K + k0;
+	const int step = T * K;
+	wvec e[2][4]; // A^T m
+	#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		wvec mi[4];
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			__global const store_t *p = m + (4 * i + j) * step;
+			if (nk == WV) {
+				mi[i] = WV_LOAD(p);
+			} else {
+#define WINO_M(l) ((l) < nk ? LOAD(p, (l)) : 0.0f)
+				mi[i] = WV_BUILD(WINO_M);
+#undef WINO_M
+			}
+		}
+		e[0][j] = mi[0] + mi[1] + mi[2];
+		e[1][j] = mi[1] - mi[2] - mi[3];
+	}
+#define WINO_B(l) ((l) < nk ? WLOAD(Bias, offB + k0 + (l)) : 0.0f)
+	const wvec b = hasBias ? WV_BUILD(WINO_B) : (wvec)(0.0f);
+#undef WINO_B
+	const int n = t / (TH * TW), r = t - n * TH * TW, ty = r / TW, tx = r - ty * TW;
+	const int plane = OH * OW, ow = 2 * tx;
+	__global store_t *y = Y + offY + (n * K + k0) * plane;
+	#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		const int oh = 2 * ty + i;
+		if (oh >= OH) continue;
+		wv_put(y + oh * OW + ow, plane, nk, conv_act_w(e[i][0] + e[i][1] + e[i][2] + b, act, actA, actB));
+		if (ow + 1 < OW)
+			wv_put(y + oh * OW + ow + 1, plane, nk, conv_act_w(e[i][1] - e[i][2] - e[i][3] + b, act, actA, actB));
+	}
+}
