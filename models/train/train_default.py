@@ -473,6 +473,35 @@ def save_atomic(obj, path):
     os.replace(path + ".tmp", path)
 
 
+def resume(path, model, opt, gen, rng=None):
+    """Loads a stage's checkpoint into model, opt, gen (and rng) when path
+    exists; returns it (None when there is none), so the caller can take
+    its own extra state from it."""
+    if not os.path.exists(path):
+        return None
+    ck = torch.load(path)
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["opt"])
+    gen.set_state(ck["gen"])
+    if rng is not None:
+        rng.setstate(ck["rng"])
+    return ck
+
+
+def stage_state(model, opt, gen, rng, step, tokens, elapsed, a):
+    """The checkpoint fields every stage writes (rng: None for train)."""
+    ck = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step,
+          "tokens": tokens, "elapsed": elapsed, "config": dataclasses.asdict(CONFIG), "args": dataclasses.asdict(a)}
+    if rng is not None:
+        ck["rng"] = rng.getstate()
+    return ck
+
+
+def record_of(ck):
+    """A finished stage's record, as the stages after it keep it."""
+    return {"step": ck["step"], "tokens": ck["tokens"], "elapsed": ck["elapsed"], "args": ck["args"]}
+
+
 def train(work, a, time_budget):
     data = Data(work)
     require_sources("train", work, data, MIX_SHORT, MIX_TASKS, MIX_LONG)
@@ -482,11 +511,8 @@ def train(work, a, time_budget):
     gen = torch.Generator().manual_seed(SEED)
     step, tokens, elapsed_before = 0, 0, 0.0
     ckpt_path = os.path.join(work, "ckpt.pt")
-    if os.path.exists(ckpt_path):
-        ck = torch.load(ckpt_path)
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
-        gen.set_state(ck["gen"])
+    ck = resume(ckpt_path, model, opt, gen)
+    if ck is not None:
         step, tokens, elapsed_before = ck["step"], ck["tokens"], ck["elapsed"]
         log(f"train: resumed at step {step}")
     log(f"train: {n_params} parameters, config {dataclasses.asdict(CONFIG)}, args {dataclasses.asdict(a)}, "
@@ -494,10 +520,7 @@ def train(work, a, time_budget):
     log(f"train: sources {{{', '.join(f'{k}: {len(v)}' for k, v in data.streams.items())}}} tokens")
 
     def save(path, tag):
-        ck = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step,
-              "tokens": tokens, "elapsed": elapsed_before + time.time() - t0,
-              "config": dataclasses.asdict(CONFIG), "args": dataclasses.asdict(a)}
-        save_atomic(ck, path)
+        save_atomic(stage_state(model, opt, gen, None, step, tokens, elapsed_before + time.time() - t0, a), path)
         log(f"train: checkpoint ({tag}) at step {step}")
 
     model.train()
@@ -750,12 +773,8 @@ def induct(work, a, time_budget):
     prng, pgen, pname = None, None, None  # C1s's or C1f's own generators
     pool = sub_vocabulary(a)
     ckpt_path = os.path.join(work, "ckpt_induct.pt")
-    if os.path.exists(ckpt_path):
-        ck = torch.load(ckpt_path)
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
-        gen.set_state(ck["gen"])
-        rng.setstate(ck["rng"])
+    ck = resume(ckpt_path, model, opt, gen, rng)
+    if ck is not None:
         step, tokens, elapsed_before = ck["step"], ck["tokens"], ck["elapsed"]
         if "phase_rng" in ck:
             prng, pgen, pname = random.Random(), torch.Generator(), ck["phase"]
@@ -769,11 +788,8 @@ def induct(work, a, time_budget):
         f"from train's step {base['step']} ({base['tokens']} tokens)")
 
     def save(path, tag):
-        ck = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "rng": rng.getstate(),
-              "step": step, "tokens": tokens, "elapsed": elapsed_before + time.time() - t0,
-              "config": dataclasses.asdict(CONFIG), "args": dataclasses.asdict(a),
-              "train": {"step": base["step"], "tokens": base["tokens"], "elapsed": base["elapsed"],
-                        "args": base["args"]}}
+        ck = stage_state(model, opt, gen, rng, step, tokens, elapsed_before + time.time() - t0, a)
+        ck["train"] = record_of(base)
         if prng is not None:
             ck.update(phase=pname, phase_rng=prng.getstate(), phase_gen=pgen.get_state())
         save_atomic(ck, path)
@@ -933,24 +949,16 @@ def recall(work, a, time_budget):
     base = torch.load(os.path.join(work, "ckpt_induct.pt"))
     step, tokens, elapsed_before = 0, 0, 0.0
     ckpt_path = os.path.join(work, "ckpt_recall.pt")
-    if os.path.exists(ckpt_path):
-        ck = torch.load(ckpt_path)
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
-        gen.set_state(ck["gen"])
-        rng.setstate(ck["rng"])
+    ck = resume(ckpt_path, model, opt, gen, rng)
+    if ck is not None:
         step, tokens, elapsed_before = ck["step"], ck["tokens"], ck["elapsed"]
         log(f"recall: resumed at step {step}")
     log(f"recall: args {dataclasses.asdict(a)}, threads {torch.get_num_threads()}, "
         f"from induct's step {base['step']}")
 
     def save(path, tag):
-        ck = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "rng": rng.getstate(),
-              "step": step, "tokens": tokens, "elapsed": elapsed_before + time.time() - t0,
-              "config": dataclasses.asdict(CONFIG), "args": dataclasses.asdict(a),
-              "train": base["train"],
-              "induct": {"step": base["step"], "tokens": base["tokens"], "elapsed": base["elapsed"],
-                         "args": base["args"]}}
+        ck = stage_state(model, opt, gen, rng, step, tokens, elapsed_before + time.time() - t0, a)
+        ck.update(train=base["train"], induct=record_of(base))
         save_atomic(ck, path)
         log(f"recall: checkpoint ({tag}) at step {step}")
 
