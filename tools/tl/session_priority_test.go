@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/opencl"
 )
@@ -23,12 +24,7 @@ func TestPriorityFlag(t *testing.T) {
 		{[]string{"--priority", "normal", "--flush-every", "8"}, opencl.PriorityDefault, false},
 		{[]string{"--priority", "urgent"}, 0, true},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		sf := addSessionFlags(fs)
-		if err := fs.Parse(tc.args); err != nil {
-			t.Fatal(err)
-		}
-		opts, err := sf.options()
+		opts, err := parseSessionFlags(t, tc.args)
 		if tc.bad {
 			if err == nil || !strings.Contains(err.Error(), "--priority") {
 				t.Errorf("%v: error %v", tc.args, err)
@@ -62,12 +58,7 @@ func TestAttnPrecisionFlag(t *testing.T) {
 		{[]string{"--attn-precision", "auto"}, kernels.AttnAuto, false},
 		{[]string{"--attn-precision", "bf16"}, 0, true},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		sf := addSessionFlags(fs)
-		if err := fs.Parse(tc.args); err != nil {
-			t.Fatal(err)
-		}
-		opts, err := sf.options()
+		opts, err := parseSessionFlags(t, tc.args)
 		if tc.bad {
 			if err == nil || !strings.Contains(err.Error(), "--attn-precision") {
 				t.Errorf("%v: error %v", tc.args, err)
@@ -81,4 +72,17 @@ func TestAttnPrecisionFlag(t *testing.T) {
 			t.Errorf("%v: attention precision %v, want %v", tc.args, opts.AttentionPrecision, tc.want)
 		}
 	}
+}
+
+// parseSessionFlags parses args with the shared session flags and returns
+// the engine options they give (a parse failure fails the test: the cases
+// check what options() makes of flags that parse).
+func parseSessionFlags(t *testing.T, args []string) (engine.Options, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	sf := addSessionFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return sf.options()
 }
