@@ -31,6 +31,22 @@ type elasticMeta struct {
 	} `json:"levels"`
 }
 
+// openBound opens dir's model.onnx with opts and binds its elastic layers
+// as meta describes; the session closes when the test ends.
+func openBound(t testing.TB, dir string, meta elasticMeta, opts Options) (*Session, *ElasticBinding) {
+	t.Helper()
+	s, err := Open(filepath.Join(dir, "model.onnx"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	b, err := s.BindElastic(meta.layers(), meta.HeadDim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, b
+}
+
 func readElasticMeta(t testing.TB, dir string) elasticMeta {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(dir, "elastic.json"))
@@ -215,15 +231,7 @@ func TestElasticLevels(t *testing.T) {
 			}
 			defer plain.Close()
 			full := elasticLogits(t, plain, ids)
-			s, err := Open(filepath.Join(dir, "model.onnx"), d.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			b, err := s.BindElastic(meta.layers(), meta.HeadDim)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, b := openBound(t, dir, meta, d.opts)
 			if got := elasticLogits(t, s, ids); maxAbsDiff(got, full) != 0 {
 				t.Fatalf("bound at full width: max |diff| %g from the unbound session; want 0", maxAbsDiff(got, full))
 			}
@@ -279,15 +287,7 @@ func TestElasticSwitchIsFree(t *testing.T) {
 	dir := filepath.Join(elasticDir, "llama")
 	meta := readElasticMeta(t, dir)
 	ids := readNpyI64(t, filepath.Join(dir, "input_ids.npy"))
-	s, err := Open(filepath.Join(dir, "model.onnx"), Options{Kernels: testLib})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	b, err := s.BindElastic(meta.layers(), meta.HeadDim)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, b := openBound(t, dir, meta, Options{Kernels: testLib})
 	elasticLogits(t, s, ids) // builds the kernels
 	pristine := weightsHash(t, s)
 	levels := make([][]ElasticWidth, len(meta.Levels))
@@ -410,15 +410,7 @@ func TestLoRADeviceMemory(t *testing.T) {
 		size int64
 	}{{"fp32", Options{Kernels: testLib}, 4}, {"fp16", Options{Kernels: testLib, Precision: FP16}, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := Open(filepath.Join(dir, "model.onnx"), tc.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			b, err := s.BindElastic(meta.layers(), meta.HeadDim)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, b := openBound(t, dir, meta, tc.opts)
 			before := s.DeviceMemory()
 			if before.Adapters != 0 || before.AdapterScratch != 0 {
 				t.Fatalf("before any set: %+v", before)
@@ -460,15 +452,7 @@ func TestElasticLoRASwitchIsFree(t *testing.T) {
 	dir := filepath.Join(elasticDir, "llama")
 	meta := readElasticMeta(t, dir)
 	ids := readNpyI64(t, filepath.Join(dir, "input_ids.npy"))
-	s, err := Open(filepath.Join(dir, "model.onnx"), Options{Kernels: testLib})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	b, err := s.BindElastic(meta.layers(), meta.HeadDim)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, b := openBound(t, dir, meta, Options{Kernels: testLib})
 	pristine := weightsHash(t, s)
 	plain := elasticLogits(t, s, ids)
 	ida, err := b.AddLoRA(randomLoRA(b, 8, 1))
