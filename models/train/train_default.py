@@ -901,6 +901,7 @@ class RecallArgs:
     long_every: int = 4
     answer_weight: float = 4.0
     copy_weight: float = 0.0
+    data_seed: int = SEED + 9   # the row draw's generator; the copy rows' rng is data_seed + 1
     lr: float = 5e-4
     min_lr: float = 5e-5
     decay_steps: int = 400      # linear decay over the last steps
@@ -944,8 +945,8 @@ def recall(work, a, time_budget):
     model = build_model()
     model.load_state_dict(torch.load(os.path.join(work, "model_induct.pt")))
     opt = make_optimizer(model, a)
-    gen = torch.Generator().manual_seed(SEED + 9)
-    rng = random.Random(SEED + 10)
+    gen = torch.Generator().manual_seed(a.data_seed)
+    rng = random.Random(a.data_seed + 1)
     base = torch.load(os.path.join(work, "ckpt_induct.pt"))
     step, tokens, elapsed_before = 0, 0, 0.0
     ckpt_path = os.path.join(work, "ckpt_recall.pt")
@@ -1090,6 +1091,8 @@ def main():
     p.add_argument("--decay-steps", type=int, default=RecallArgs.decay_steps)
     p.add_argument("--answer-weight", type=float, default=RecallArgs.answer_weight)
     p.add_argument("--copy-weight", type=float, default=RecallArgs.copy_weight)
+    p.add_argument("--data-seed", type=int, default=RecallArgs.data_seed,
+                   help="seed of the row draw (another seed to continue a finished stage on other windows)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
     p = sub.add_parser("export")
@@ -1121,7 +1124,7 @@ def main():
         induct(args.work, a, args.time_budget)
     elif args.cmd == "recall":
         a = RecallArgs(steps=args.steps, decay_steps=args.decay_steps, answer_weight=args.answer_weight,
-                       copy_weight=args.copy_weight)
+                       copy_weight=args.copy_weight, data_seed=args.data_seed)
         recall(args.work, a, args.time_budget)
     elif args.cmd == "export":
         import export_default
