@@ -71,6 +71,23 @@ func TestConvScratchCoversRoute(t *testing.T) {
 			if need := int64(p.ScratchElems() * esz); got < need {
 				t.Errorf("%s: scratch %d bytes, the route needs %d", what, got, need)
 			}
+			if !c.wantWinograd {
+				continue
+			}
+			// The weight stored transformed at Open (winogradWeight): the
+			// route then needs no room for U, and has no fallback.
+			e, ok = convScratch(x, w, nil, sp, c.groups, esz, true)
+			if !ok {
+				t.Fatalf("%s: no scratch asked with a transformed weight", what)
+			}
+			got, ok = e.Const()
+			if !ok {
+				t.Fatalf("%s: scratch %v not constant for constant shapes", what, e)
+			}
+			p.WinogradWeight = true
+			if need := int64(p.ScratchElems() * esz); got < need {
+				t.Errorf("%s/transformed weight: scratch %d bytes, the route needs %d", what, got, need)
+			}
 		}
 	}
 }

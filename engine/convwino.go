@@ -24,76 +24,41 @@ func (lc *lowerCtx) winogradWeight(w *vinfo) bool {
 	if lc.host || lc.c.s.dev.WeightLayout() == kernels.AnyLayout || w == nil || w.v == nil || len(w.shape) != 4 {
 		return false
 	}
-	name := w.name + "/winograd"
-	if r := w.root; r != w {
-		return r.v == nil && r.kind == vkConst && r.name == name
-	}
-	dims, ok := constShape(w.shape)
-	if w.kind != vkConst || w.konst == nil || !ok || !w.isFloat() || hostSize(w.dt) != 4 {
-		return false
-	}
-	if w.derive == nil && len(w.konst.data) != 4*numel(dims) || w.derive != nil && w.konst.data != nil {
-		return false
-	}
-	for _, o := range lc.c.g.Outputs {
-		if o == w.v {
-			return false
-		}
-	}
-	for _, n := range w.v.Consumers {
-		if !readsAsWinogradWeight(lc.c, n, w.v, dims) {
-			return false
-		}
-	}
+	return lc.storeDerived(w, "/winograd", func(dims []int) []int { return []int{16, dims[0], dims[1]} },
+		func(n *graph.Node, dims []int) bool { return readsAsWinogradWeight(lc.c, n, w.v, dims) },
+		winogradInto)
+}
+
+// winogradInto writes the Winograd transform of the fp32 weight src
+// (little-endian bytes, the ONNX file's order), [K][C][3][3] as dims say,
+// into dst, [16][K][C] alike. It works on float32 views of the bytes
+// where they are aligned (words32's), and otherwise through a temporary
+// of src's size alone: a heap copy of both, 25/9 of the weight, would
+// raise the peak RSS of a model's Open by its largest weight's.
+func winogradInto(dst, src []byte, dims []int) error {
 	k, c := dims[0], dims[1]
-	transform := func(dst, src []byte) error {
-		// In place on float32 views of the bytes where they are aligned
-		// (a host of the ONNX file's little-endian order, as words32
-		// assumes): a heap copy of both, 25/9 of the weight, would raise
-		// the peak RSS of a model's Open by its largest weight's.
-		if f, u := floats32(src), floats32(dst); f != nil && u != nil && isLittleEndian() {
-			return kernels.WinogradWeightsInto(u, f, k, c)
-		}
-		f := make([]float32, k*c*9)
+	if len(dst) != 4*16*k*c || len(src) != 4*9*k*c {
+		return fmt.Errorf("winograd weight: %d and %d bytes for %d x %d x 3 x 3", len(dst), len(src), k, c)
+	}
+	le := isLittleEndian()
+	f := floats32(src)
+	if f == nil || !le {
+		f = make([]float32, k*c*9)
 		for i := range f {
 			f[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 		}
-		u, err := kernels.WinogradWeights(f, k, c)
-		if err != nil {
-			return err
-		}
-		if len(dst) != 4*len(u) {
-			return fmt.Errorf("winograd weight %s: %d bytes for %d values", name, len(dst), len(u))
-		}
-		for i, v := range u {
-			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
-		}
-		return nil
 	}
-	// Deferred to the upload, as productWeight's transposition is: the
-	// copy is written straight into the device buffer.
-	src := w.konst.data
-	t := lc.newConst(name, &hostTensor{dt: w.dt, shape: []int{16, k, c}})
-	t.derive = func(dst []byte) error { return transform(dst, src) }
-	t.derivedFrom = src
-	if widen := w.derive; widen != nil {
-		// A float16 initializer still to be widened: widen it into a
-		// temporary, dropped once transformed.
-		t.derive = func(dst []byte) error {
-			tmp := make([]byte, 4*k*c*9)
-			if err := widen(tmp); err != nil {
-				return err
-			}
-			return transform(dst, tmp)
-		}
-		t.derivedFrom = w.derivedFrom
+	if u := floats32(dst); u != nil && le {
+		return kernels.WinogradWeightsInto(u, f, k, c)
 	}
-	// w becomes an alias of the copy (buffers, uploads and lifetimes go
-	// to it) but keeps its own [K, C, 3, 3] shape, which the convolution's
-	// run reads; every reader is one of the convolutions checked above,
-	// each of which sets ConvParams.WinogradWeight.
-	w.root = t
-	return true
+	u, err := kernels.WinogradWeights(f, k, c)
+	if err != nil {
+		return err
+	}
+	for i, v := range u {
+		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+	}
+	return nil
 }
 
 // readsAsWinogradWeight reports whether node n is a 2-D convolution

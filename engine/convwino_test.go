@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand"
 	"testing"
 
@@ -119,5 +121,43 @@ func TestWinogradWeightAtOpen(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWinogradInto checks the upload-time transform against
+// kernels.WinogradWeights bit for bit, with source and destination
+// aligned and not (the fallback through a temporary), and that sizes off
+// the shape are refused.
+func TestWinogradInto(t *testing.T) {
+	const K, C = 3, 5
+	r := rand.New(rand.NewSource(4))
+	w := make([]float32, K*C*9)
+	for i := range w {
+		w[i] = r.Float32()*2 - 1
+	}
+	want, err := kernels.WinogradWeights(w, K, C)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := f32Raw(w...)
+	for _, off := range [][2]int{{0, 0}, {1, 0}, {0, 1}, {3, 2}} {
+		// off bytes in: a buffer of 4-aligned backing shifted by off.
+		src := make([]byte, len(raw)+4)[off[0]:][:len(raw)]
+		copy(src, raw)
+		dst := make([]byte, 4*16*K*C+4)[off[1]:][:4*16*K*C]
+		if err := winogradInto(dst, src, []int{K, C, 3, 3}); err != nil {
+			t.Fatalf("offsets %v: %v", off, err)
+		}
+		for i, v := range want {
+			if got := math.Float32frombits(binary.LittleEndian.Uint32(dst[4*i:])); math.Float32bits(got) != math.Float32bits(v) {
+				t.Fatalf("offsets %v: U[%d] = %v, want %v", off, i, got, v)
+			}
+		}
+	}
+	if err := winogradInto(make([]byte, 4*16*K*C), raw[4:], []int{K, C, 3, 3}); err == nil {
+		t.Error("a source one weight short: no error")
+	}
+	if err := winogradInto(make([]byte, 4*16*K*C-4), raw, []int{K, C, 3, 3}); err == nil {
+		t.Error("a destination one value short: no error")
 	}
 }

@@ -82,59 +82,75 @@ func (lc *lowerCtx) productWeight(b *vinfo, transB bool) weightLayout {
 	if lc.host || wl == kernels.AnyLayout || b == nil || b.v == nil || len(b.shape) != 2 || (wl == kernels.LayoutNK) == transB {
 		return weightLayout{}
 	}
-	name := b.name + "/transposed"
-	if r := b.root; r != b {
+	ok := lc.storeDerived(b, "/transposed", func(dims []int) []int { return []int{dims[1], dims[0]} },
+		func(n *graph.Node, _ []int) bool { return readsAsWeight(lc.c, n, b.v, transB) },
+		func(dst, src []byte, dims []int) error {
+			transpose32Into(dst, src, dims[0], dims[1])
+			return nil
+		})
+	return weightLayout{flipped: ok}
+}
+
+// storeDerived stores the constant weight w, at Open, as a derived copy
+// of the given shape (of w's constant dims) named w's name + suffix, which
+// xform writes from w's fp32 bytes: productWeight's transposition and
+// winogradWeight's transform. The copy is made only when w is a constant
+// fp32 (or fp16 still to be widened) weight of constant shape, no graph
+// output, whose every consumer reads accepts; it then replaces the
+// original, which is never uploaded. The first reader lowered makes the
+// copy; the others find it. storeDerived reports whether w is an alias of
+// such a copy.
+func (lc *lowerCtx) storeDerived(w *vinfo, suffix string, shape func(dims []int) []int,
+	reads func(n *graph.Node, dims []int) bool, xform func(dst, src []byte, dims []int) error) bool {
+	name := w.name + suffix
+	if r := w.root; r != w {
 		// An alias: of a copy this function made for another reader, or of
 		// some other value, whose layout it leaves alone.
-		return weightLayout{flipped: r.v == nil && r.kind == vkConst && r.name == name}
+		return r.v == nil && r.kind == vkConst && r.name == name
 	}
-	dims, ok := constShape(b.shape)
-	if b.kind != vkConst || b.konst == nil || !ok || !b.isFloat() || hostSize(b.dt) != 4 {
-		return weightLayout{}
+	dims, ok := constShape(w.shape)
+	if w.kind != vkConst || w.konst == nil || !ok || !w.isFloat() || hostSize(w.dt) != 4 {
+		return false
 	}
-	if b.derive == nil && len(b.konst.data) != 4*numel(dims) || b.derive != nil && b.konst.data != nil {
-		return weightLayout{}
+	if w.derive == nil && len(w.konst.data) != 4*numel(dims) || w.derive != nil && w.konst.data != nil {
+		return false
 	}
 	for _, o := range lc.c.g.Outputs {
-		if o == b.v {
-			return weightLayout{}
+		if o == w.v {
+			return false
 		}
 	}
-	for _, n := range b.v.Consumers {
-		if !readsAsWeight(lc.c, n, b.v, transB) {
-			return weightLayout{}
+	for _, n := range w.v.Consumers {
+		if !reads(n, dims) {
+			return false
 		}
 	}
-	rows, cols := dims[0], dims[1]
-	// The transposition is deferred to the upload (Session.allocate), which
-	// writes it straight into the device buffer: a copy here would keep a
-	// second host copy of nearly every weight alive until the session ends.
-	src := b.konst.data
-	t := lc.newConst(name, &hostTensor{dt: b.dt, shape: []int{cols, rows}})
-	t.derive = func(dst []byte) error {
-		transpose32Into(dst, src, rows, cols)
-		return nil
-	}
+	// The copy is deferred to the upload (Session.allocate), which writes
+	// it straight into the device buffer: a copy here would keep a second
+	// host copy of nearly every weight alive until the session ends.
+	src := w.konst.data
+	t := lc.newConst(name, &hostTensor{dt: w.dt, shape: shape(dims)})
+	t.derive = func(dst []byte) error { return xform(dst, src, dims) }
 	t.derivedFrom = src
-	if widen := b.derive; widen != nil {
+	if widen := w.derive; widen != nil {
 		// A float16 initializer still to be widened (deferWiden): widen
-		// it into a temporary, dropped once transposed.
+		// it into a temporary, dropped once the copy is written.
 		t.derive = func(dst []byte) error {
-			tmp := make([]byte, len(dst))
+			tmp := make([]byte, 4*numel(dims))
 			if err := widen(tmp); err != nil {
 				return err
 			}
-			transpose32Into(dst, tmp, rows, cols)
-			return nil
+			return xform(dst, tmp, dims)
 		}
-		t.derivedFrom = b.derivedFrom
+		t.derivedFrom = w.derivedFrom
 	}
-	// b becomes an alias of the copy, so uploads, buffers and lifetimes all
-	// go to the copy. Unlike a view's alias it does not share b's layout:
-	// that is safe only because every reader is one of the products checked
-	// above, each of which flips TransB.
-	b.root = t
-	return weightLayout{flipped: true}
+	// w becomes an alias of the copy, so uploads, buffers and lifetimes all
+	// go to the copy. Unlike a view's alias it does not share w's layout
+	// (nor, for winogradWeight, its shape): that is safe only because
+	// every reader is one of the nodes reads accepted, each of which reads
+	// the copy's layout.
+	w.root = t
+	return true
 }
 
 // readsAsWeight reports whether node n is a product computed on the device

@@ -232,8 +232,8 @@ const winoMinChannels = 32
 // computes: a 3x3 kernel, stride 1, dilation 1 and one group, any padding
 // (the input transform reads zeros outside the input on every side).
 // Such a convolution with at least winoMinChannels channels in and out takes the
-// "wino" route; an engine sizing scratch at Open asks this to know
-// whether ScratchElems may exceed conv_flat's padded copy.
+// "wino" route (WinogradRoute, which an engine sizing scratch at Open
+// asks); Conv2D asks this of a route forced by a test.
 func (p ConvParams) Winograd() bool {
 	return p.KH == 3 && p.KW == 3 && oneIfZero(p.StrideH) == 1 && oneIfZero(p.StrideW) == 1 &&
 		oneIfZero(p.DilationH) == 1 && oneIfZero(p.DilationW) == 1 && oneIfZero(p.Groups) == 1
@@ -396,10 +396,7 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		if p.C > 0 && p.Winograd() && scratch.Mem != nil && scratch.Off >= 0 && scratch.Mem.Size()/s.Size()-scratch.Off >= p.winoElems() {
 			return l.convWino(s, x, w, y, scratch, p, oh, ow)
 		}
-		if p.WinogradWeight {
-			if p.C == 0 {
-				return l.convTile(s, x, w, y, p, oh, ow) // bias and activation only
-			}
+		if p.WinogradWeight { // C >= winoMinChannels: norm checked WinogradRoute
 			return fmt.Errorf("scratch short of the Winograd route's %d elements, the only route a transformed weight can take", p.winoElems())
 		}
 		route = "flat"
@@ -667,8 +664,8 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 // and the input transformed into scratch, the 16 products as one batched
 // GEMM (transposed B, so CPUs take their dot kernels and GPUs mm_reg),
 // and the output transform with the bias and activation. The weight is
-// transformed on every call: Conv2D cannot know that a weight buffer
-// stays constant.
+// transformed on every call (Conv2D cannot know that a weight buffer
+// stays constant) unless p.WinogradWeight says the caller did it once.
 func (l *Lib) convWino(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int) error {
 	opts := l.convOptions(s, p.Weight)
 	var ks [3]*opencl.Kernel

@@ -250,3 +250,33 @@ func TestConvWinogradWeight(t *testing.T) {
 		t.Error("WinogradWeights of 10 values for 1x1x3x3: no error")
 	}
 }
+
+// TestWinogradWeightsMatchKernel checks that the host transform an engine
+// stores at Open (WinogradWeights) is the one conv_wino_w writes into the
+// scratch on every call (its first 16*OutC*C elements), on the CPU and
+// GPU transform widths: the two are written separately, and a drift
+// between them would make a pre-transformed weight compute a different
+// convolution from the same weight transformed on the device.
+func TestWinogradWeightsMatchKernel(t *testing.T) {
+	defer func() { convForce, convPXForce = "", 0 }()
+	p := ConvParams{N: 1, C: 33, H: 4, W: 5, OutC: 34, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Weight: F32}
+	w := laRand(12, p.OutC*p.C*9, F32)
+	want, err := WinogradWeights(w, p.OutC, p.C)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, px := range []int{4, 8} {
+		convForce, convPXForce = "wino", px
+		scratch := alloc(t, F32, p.ScratchElems())
+		if err := testLib.Conv2D(F32, upload(t, F32, laRand(11, p.N*p.C*p.H*p.W, F32)), upload(t, F32, w),
+			alloc(t, F32, p.N*p.OutC*p.H*p.W), scratch, p); err != nil {
+			t.Fatal(err)
+		}
+		got := download(t, F32, scratch, len(want))
+		for i := range want {
+			if d := math.Abs(float64(got[i] - want[i])); d > 1e-6*math.Max(1, math.Abs(float64(want[i]))) {
+				t.Fatalf("px %d: U[%d] is %v on the device, %v on the host", px, i, got[i], want[i])
+			}
+		}
+	}
+}
