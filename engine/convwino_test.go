@@ -9,7 +9,6 @@ import (
 
 	"gorgonia.org/tensor"
 
-	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/graph/graphtest"
 	"github.com/tlite/tlite/kernels"
@@ -80,19 +79,7 @@ func TestWinogradWeightAtOpen(t *testing.T) {
 		{"go-fp32", Options{Device: "go"}, 1e-5},
 	} {
 		t.Run(bc.name, func(t *testing.T) {
-			m, err := graph.Parse(model, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := OpenModel(m, bc.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			got, err := s.Run(in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, m, got := runPB(t, model, bc.opts, in)
 			for o, wv := range want {
 				g := floats(t, got[o])
 				if len(g) != len(wv) {

@@ -133,19 +133,7 @@ func TestWeightLayoutAtOpen(t *testing.T) {
 		{"go-fp32", Options{Device: "go"}, 1e-5},
 	} {
 		t.Run(bc.name, func(t *testing.T) {
-			m, err := graph.Parse(model, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := OpenModel(m, bc.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			got, err := s.Run(in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, m, got := runPB(t, model, bc.opts, in)
 			for _, o := range outs {
 				g := floats(t, got[o])
 				if len(g) != len(want[o]) {
@@ -206,4 +194,25 @@ func TestTranspose32(t *testing.T) {
 			t.Errorf("%dx%d: byte-wise transpose differs", rows, cols)
 		}
 	}
+}
+
+// runPB parses an encoded model, opens it with opts and runs it once on
+// in; the session stays open for the test to inspect and closes when the
+// test ends.
+func runPB(t *testing.T, model []byte, opts Options, in map[string]*tensor.Dense) (*Session, *graph.Model, map[string]*tensor.Dense) {
+	t.Helper()
+	m, err := graph.Parse(model, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenModel(m, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	got, err := s.Run(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, m, got
 }
