@@ -358,9 +358,12 @@ func (c attnHalfCase) data(seed int64, qScale float32) (p AttentionParams, q, k,
 // the half path's sequence of roundings; tools/kernelgate.sh compiles and
 // register-checks the real half build. Shapes: head sizes 40, 64 and 80
 // (runs of 16 leave a partial run at 40 and 80), GQA groups 1 and 2 in
-// attn_wg (which serves groups above 4) and 2 and 4 in the grouped kernels
-// (three programs: each (head size, group) is one, about 8 s of CPU to
-// build cold on PoCL, 20-45 s of wall time on a loaded machine; 0.4 s warm),
+// attn_wg (which serves groups above 4), 2 and 4 in attn_split and 1, 2
+// and 4 in attn_qtile (at group 1 a tile is four rows of one head; head
+// size 80 leaves some lanes one dimension of the two they may take)
+// (four programs: each (head size, group) of the grouped kernels is one,
+// attn_wg's head size another, about 8 s of CPU to build cold on PoCL,
+// 20-45 s of wall time on a loaded machine; 0.4 s warm),
 // key counts that are not multiples of a 64-key block or a 16-key run,
 // split-K ranges of 256 with a causal limit that cuts one short and
 // leaves the last one empty,
@@ -375,6 +378,9 @@ func TestAttentionHalfBitExact(t *testing.T) {
 		{"attn_qtile", AttentionParams{Batch: 1, Heads: 4, KVHeads: 1, SeqQ: 3, SeqKV: 150, HeadDim: 64}, 0, true},
 		{"attn_split", AttentionParams{Batch: 2, Heads: 4, KVHeads: 2, SeqQ: 1, SeqKV: 300, HeadDim: 40}, 0, true},
 		{"attn_qtile", AttentionParams{Batch: 1, Heads: 4, KVHeads: 2, SeqQ: 5, SeqKV: 100, HeadDim: 40, Causal: true, Past: 94}, 110, false},
+		// Group 1: four query rows of one head per tile.
+		{"attn_qtile", AttentionParams{Batch: 1, Heads: 2, KVHeads: 2, SeqQ: 6, SeqKV: 131, HeadDim: 80, Causal: true, Past: 125}, 140, false},
+		{"attn_qtile", AttentionParams{Batch: 2, Heads: 2, KVHeads: 2, SeqQ: 7, SeqKV: 69, HeadDim: 80}, 0, true},
 	}
 	withHalfEmu(t, func() {
 		for n, c := range cases {

@@ -159,7 +159,9 @@ func qmtR1HalfSim(a []float32, p *quant.Packed, n int, bias *float32) float32 {
 // number of chunks above and not a multiple of the 64 lanes (some lanes
 // add two chunks' sums, the rest one): groups of 32 (K = 2240, 70 groups:
 // new parameters every chunk; the options of TestHalfPathsBitExact's
-// qmt_mm builds, so the two share their programs) and INT4 groups of 128
+// qmt_mm builds, so the two share their programs), INT4 groups of 64
+// (K = 2112, 33 groups of two chunks each; TestHalfPathsBitExact's INT4
+// qmt_mm at group 64 shares this program) and INT4 groups of 128
 // (K = 2176, 17 groups of four chunks each). K must be a multiple of the
 // group (MatMulQ refuses others), so no shape has a partial group.
 func TestQmtR1HalfBitExact(t *testing.T) {
@@ -172,6 +174,7 @@ func TestQmtR1HalfBitExact(t *testing.T) {
 		}{
 			{quant.E0M4, 2, 2240, 32},
 			{quant.Int4, 3, 2240, 32},
+			{quant.Int4, 2, 2112, 64},
 			{quant.Int4, 3, 2176, 128},
 		} {
 			const n = 7

@@ -121,30 +121,37 @@ func TestHalfPathsBitExact(t *testing.T) {
 		}
 		// qmt_mm: E0M4 and INT4 in fp16 storage (the formats and storage
 		// that have a half path), 13 rows, 7 columns, 3 groups of 32 (3
-		// chunks), with an fp16 bias and then with none (INT4: with one).
+		// chunks, 2 x 2 outputs per work-item), with an fp16 bias and then
+		// with none (INT4: with one); and INT4 at 3 groups of 64 (6 chunks,
+		// parameters every second chunk, 4 x 2 outputs per work-item), with
+		// an fp16 bias: the program TestQmtR1HalfBitExact builds at group 64.
 		for _, fc := range []struct {
 			f      quant.Format
+			group  int
 			biases []bool
-		}{{quant.E0M4, []bool{true, false}}, {quant.Int4, []bool{true}}} {
-			_, wp := qWeight(t, 43, fc.f, 96, 7, 32)
+		}{{quant.E0M4, 32, []bool{true, false}}, {quant.Int4, 32, []bool{true}}, {quant.Int4, 64, []bool{true}}} {
+			const m, n = 13, 7
+			k := 3 * fc.group
+			lda := k + 5
+			_, wp := qWeight(t, 43, fc.f, k, n, fc.group)
 			wq := uploadQTile4(t, wp)
 			for _, withBias := range fc.biases {
-				p := QMatMulParams{M: 13, N: 7, K: 96, LDA: 101, BiasStorage: F16}
+				p := QMatMulParams{M: m, N: n, K: k, LDA: lda, BiasStorage: F16}
 				got, want := qRun(t, F16, wq, wp, p, withBias)
-				a := laRand(11, 13*101, F16)
-				bias := laRand(13, 7, F16)
-				for i := 0; i < 13; i++ {
-					for j := 0; j < 7; j++ {
+				a := laRand(11, m*lda, F16)
+				bias := laRand(13, n, F16)
+				for i := 0; i < m; i++ {
+					for j := 0; j < n; j++ {
 						var bp *float32
 						if withBias {
 							bp = &bias[j]
 						}
-						want[i*7+j] = roundTrip(F16, qmtHalfSim(a[i*101:i*101+96], wp, j, bp))
+						want[i*n+j] = roundTrip(F16, qmtHalfSim(a[i*lda:i*lda+k], wp, j, bp))
 					}
 				}
 				for i := range got {
 					if got[i] != want[i] {
-						t.Fatalf("qmt_mm %s (bias %v): output %d: kernel %g, Go emulation %g", fc.f, withBias, i, got[i], want[i])
+						t.Fatalf("qmt_mm %s group %d (bias %v): output %d: kernel %g, Go emulation %g", fc.f, fc.group, withBias, i, got[i], want[i])
 					}
 				}
 			}

@@ -77,9 +77,10 @@ func TestMatMulQTile4(t *testing.T) {
 	}
 	// One program per (format, group, storage): to keep the builds few,
 	// E0M4 runs every group in fp32 storage, both formats run groups of
-	// 128 in both storages, and INT4 runs groups of 32 in fp16 storage,
-	// so that tools/kernelgate.sh records INT4's half path (under the
-	// gpu-fp16 profile) where its group parameters change every chunk.
+	// 128 in both storages, and INT4 runs groups of 32 and 64 in fp16
+	// storage, so that tools/kernelgate.sh records INT4's half path (under
+	// the gpu-fp16 profile) where its group parameters change every chunk
+	// and every second chunk, in qmt_r1 (M 1 and 3) and qmt_mm (M 6).
 	keep := func(f quant.Format, group int, s Storage) bool {
 		switch {
 		case group == 128:
@@ -87,7 +88,7 @@ func TestMatMulQTile4(t *testing.T) {
 		case f == quant.E0M4:
 			return s == F32
 		}
-		return group == 32 && s == F16
+		return (group == 32 || group == 64) && s == F16
 	}
 	for _, f := range qFormats {
 		for _, sh := range shapes {
