@@ -759,6 +759,15 @@ def repeat_probe(model, val, n=8, rng=None):
     return {k: tuple(v) for k, v in sums.items()}
 
 
+def log_probe(stage, step, model, data, val):
+    """Logs the repeat probe and the validation loss at 512 (the line
+    induct_log.txt and recall_log.txt quote)."""
+    p = repeat_probe(model, val)
+    v = evaluate(model, data, 512, n_windows=4)
+    log(f"{stage} probe step {step} repeat " + " ".join(f"{k} {x:.3f}->{y:.3f}" for k, (x, y) in p.items()) +
+        " | val (seq 512) " + " ".join(f"{k} {x:.4f}" for k, x in v.items()))
+
+
 def induct(work, a, time_budget):
     data = Data(work)
     val = data.val["fortunes"]
@@ -851,10 +860,7 @@ def induct(work, a, time_budget):
                 f"elapsed {elapsed_before + now - t0:.0f}s {(tokens - tok_last) / max(now - t_last, 1e-9):.0f} tok/s")
             t_last, tok_last = now, tokens
         if step % a.probe_every == 0 or step == a.max_steps:
-            p = repeat_probe(model, val)
-            v = evaluate(model, data, 512, n_windows=4)
-            log(f"induct probe step {step} repeat " + " ".join(f"{k} {x:.3f}->{y:.3f}" for k, (x, y) in p.items()) +
-                " | val (seq 512) " + " ".join(f"{k} {x:.4f}" for k, x in v.items()))
+            log_probe("induct", step, model, data, val)
         if step % a.ckpt_every == 0:
             save(ckpt_path, "periodic")
     save(ckpt_path, "final")
@@ -1013,10 +1019,7 @@ def recall(work, a, time_budget):
             t_last, tok_last = now, tokens
             ans_sum, ans_n = 0.0, 0
         if step % a.probe_every == 0 or step == a.steps:
-            p = repeat_probe(model, val)
-            v = evaluate(model, data, 512, n_windows=4)
-            log(f"recall probe step {step} repeat " + " ".join(f"{k} {x:.3f}->{y:.3f}" for k, (x, y) in p.items()) +
-                " | val (seq 512) " + " ".join(f"{k} {x:.4f}" for k, x in v.items()))
+            log_probe("recall", step, model, data, val)
         if step % a.ckpt_every == 0:
             save(ckpt_path, "periodic")
     save(ckpt_path, "final")
