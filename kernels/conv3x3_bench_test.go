@@ -36,22 +36,6 @@ func BenchmarkConv3x3(b *testing.B) {
 		p.Weight = F32
 		oh, ow := p.OutSize()
 		flops := 2 * float64(p.N*p.OutC*oh*ow*p.C*9)
-		timeIt := func(b *testing.B, run func()) {
-			run()
-			if err := testLib.Device().Finish(); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			cpu0 := cpuTime()
-			for i := 0; i < b.N; i++ {
-				run()
-			}
-			if err := testLib.Device().Finish(); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
-		}
 		for _, route := range []string{"flat", "im2col", "wino", "winopre"} {
 			if route == "winopre" && !p.WinogradRoute() {
 				continue // a transformed weight is refused off the route
@@ -74,7 +58,7 @@ func BenchmarkConv3x3(b *testing.B) {
 				wt := uploadAligned(b, F32, w)
 				y := uploadAligned(b, F32, make([]float32, p.N*p.OutC*oh*ow))
 				scratch := uploadAligned(b, F32, make([]float32, max(1, pr.ScratchElems())))
-				timeIt(b, func() {
+				timeLaunches(b, flops, func() {
 					if err := testLib.Conv2D(F32, x, wt, y, scratch, pr); err != nil {
 						b.Fatal(err)
 					}
@@ -87,7 +71,7 @@ func BenchmarkConv3x3(b *testing.B) {
 			w := uploadAligned(b, F32, laRand(2, bLen, F32))
 			bc, _ := mp.Batch.counts()
 			c := uploadAligned(b, F32, make([]float32, bc*mp.M*mp.N))
-			timeIt(b, func() {
+			timeLaunches(b, flops, func() {
 				if err := testLib.MatMul(F32, a, w, c, mp); err != nil {
 					b.Fatal(err)
 				}

@@ -120,25 +120,33 @@ func BenchmarkConvRoutes(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				run()
-				if err := testLib.Device().Finish(); err != nil {
-					b.Fatal(err)
-				}
-				b.ResetTimer()
-				cpu0 := cpuTime()
-				for i := 0; i < b.N; i++ {
-					run()
-				}
-				if err := testLib.Device().Finish(); err != nil {
-					b.Fatal(err)
-				}
-				gf := flops * float64(b.N) / b.Elapsed().Seconds() / 1e9
-				b.ReportMetric(gf, "GFLOP/s")
+				gf := timeLaunches(b, flops, run)
 				b.ReportMetric(100*gf/peak, "%peak")
-				// CPU time of all the process's threads: on the shared
-				// machine wall time counts other processes' slices too.
-				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
 			})
 		}
 	}
+}
+
+// timeLaunches runs run once to build and warm up, then b.N times between
+// device syncs, and reports GFLOP/s (flops a run) and the CPU time a run
+// of all the process's threads: on the shared machine wall time counts
+// other processes' slices too. It returns the GFLOP/s.
+func timeLaunches(b *testing.B, flops float64, run func()) float64 {
+	b.Helper()
+	run()
+	if err := testLib.Device().Finish(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		run()
+	}
+	if err := testLib.Device().Finish(); err != nil {
+		b.Fatal(err)
+	}
+	gf := flops * float64(b.N) / b.Elapsed().Seconds() / 1e9
+	b.ReportMetric(gf, "GFLOP/s")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+	return gf
 }
