@@ -502,6 +502,14 @@ def record_of(ck):
     return {"step": ck["step"], "tokens": ck["tokens"], "elapsed": ck["elapsed"], "args": ck["args"]}
 
 
+def optimizer_step(model, opt, loss, clip):
+    """One update: gradients of loss, clipped to norm clip, then AdamW."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+
+
 def train(work, a, time_budget):
     data = Data(work)
     require_sources("train", work, data, MIX_SHORT, MIX_TASKS, MIX_LONG)
@@ -538,10 +546,7 @@ def train(work, a, time_budget):
         x, y = data.batch(gen, seq, a.tokens_per_step // seq, mix)
         logits = forward_logits(model, x)
         loss = F.cross_entropy(logits.reshape(-1, CONFIG.vocab), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-        opt.step()
+        optimizer_step(model, opt, loss, a.grad_clip)
         step += 1
         tokens += x.numel()
         smooth = loss.item() if smooth is None else 0.9 * smooth + 0.1 * loss.item()
@@ -847,10 +852,7 @@ def induct(work, a, time_budget):
             loss = copy + text
         else:
             copy, loss = None, text
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-        opt.step()
+        optimizer_step(model, opt, loss, a.grad_clip)
         step += 1
         tokens += x.numel()
         if step % 5 == 0 or step == 1:
@@ -1004,10 +1006,7 @@ def recall(work, a, time_budget):
         if am.any():
             ans_sum += l[n_copy:][am].sum().item()
             ans_n += int(am.sum())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-        opt.step()
+        optimizer_step(model, opt, loss, a.grad_clip)
         step += 1
         tokens += x.numel()
         if step % 5 == 0 or step == 1:
