@@ -59,8 +59,8 @@ func (f *File) Commit() error {
 		os.Remove(tmp)
 		return fmt.Errorf("atomicfile: writing %s: %w", f.path, err)
 	}
-	if err := syncDir(filepath.Dir(f.path)); err != nil {
-		return fmt.Errorf("atomicfile: writing %s: %w", f.path, err)
+	if err := SyncDir(filepath.Dir(f.path)); err != nil {
+		return fmt.Errorf("writing %s: %w", f.path, err)
 	}
 	return nil
 }
@@ -89,19 +89,20 @@ func WriteFile(path string, data []byte, perm fs.FileMode) error {
 	return f.Commit()
 }
 
-// syncDir makes a rename in dir durable. Some file systems cannot sync a
-// folder (EINVAL); the rename is then as durable as they make it.
-func syncDir(dir string) error {
+// SyncDir makes a rename or removal in dir durable. Some file systems
+// cannot sync a folder (EINVAL); the change is then as durable as they
+// make it.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("atomicfile: syncing folder: %w", err)
 	}
 	err = d.Sync()
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
-	if errors.Is(err, syscall.EINVAL) {
-		return nil
+	if err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("atomicfile: syncing folder: %w", err)
 	}
-	return err
+	return nil
 }

@@ -98,3 +98,13 @@ func TestCreateMissingFolder(t *testing.T) {
 		t.Fatalf("Create in a missing folder: %v; want ErrNotExist naming the path", err)
 	}
 }
+
+func TestSyncDir(t *testing.T) {
+	if err := SyncDir(t.TempDir()); err != nil {
+		t.Fatalf("SyncDir of a folder: %v", err)
+	}
+	p := filepath.Join(t.TempDir(), "gone")
+	if err := SyncDir(p); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), p) {
+		t.Fatalf("SyncDir of a missing folder: %v; want ErrNotExist naming it", err)
+	}
+}

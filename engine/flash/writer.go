@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/tlite/tlite/engine/atomicfile"
 )
 
 // writerBuf is the Writer's aligned staging buffer: large enough that a
@@ -107,7 +109,7 @@ func (w *Writer) Commit() error {
 		os.Remove(w.tmp)
 		return fmt.Errorf("flash: commit %s: %w", w.path, err)
 	}
-	return syncDir(filepath.Dir(w.path))
+	return atomicfile.SyncDir(filepath.Dir(w.path))
 }
 
 // Abort discards the temporary file; the target is untouched.
@@ -120,19 +122,6 @@ func (w *Writer) Abort() error {
 	rerr := os.Remove(w.tmp)
 	if err := errors.Join(cerr, rerr); err != nil {
 		return fmt.Errorf("flash: abort %s: %w", w.path, err)
-	}
-	return nil
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("flash: sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("flash: sync directory %s: %w", dir, err)
 	}
 	return nil
 }

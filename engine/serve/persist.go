@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/tlite/tlite/engine/atomicfile"
 )
 
 // record is a context's memory-resident fragment as stored on disk: its
@@ -146,7 +148,7 @@ func (d disk) save(r *record) error {
 		return fmt.Errorf("serve: saving context %s: %w", r.ID, err)
 	}
 	saveHook("renamed")
-	return syncDir(d.ctxDir())
+	return atomicfile.SyncDir(d.ctxDir())
 }
 
 // remove deletes id's file durably.
@@ -154,19 +156,7 @@ func (d disk) remove(id string) error {
 	if err := os.Remove(d.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("serve: deleting context %s: %w", id, err)
 	}
-	return syncDir(d.ctxDir())
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("serve: syncing %s: %w", dir, err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("serve: syncing %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.SyncDir(d.ctxDir())
 }
 
 // decode reads one file's bytes back into a record.
