@@ -329,14 +329,7 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 // checkAttentionPrecision refuses an Options.AttentionPrecision the
 // session's device cannot honour in activation storage fs.
 func (s *Session) checkAttentionPrecision(p kernels.AttnPrecision, fs kernels.Storage) error {
-	if p == kernels.AttnAuto || p == kernels.AttnFP32 {
-		return nil
-	}
-	lib, ok := s.dev.(*kernels.Lib)
-	if !ok {
-		return fmt.Errorf("engine: Options.AttentionPrecision %v: the %s backend has no fp16 attention (want auto or fp32)", p, s.dev.Name())
-	}
-	if err := lib.CheckAttentionPrecision(fs, p); err != nil {
+	if err := s.dev.CheckAttentionPrecision(fs, p); err != nil {
 		return fmt.Errorf("engine: Options.AttentionPrecision %v: %w", p, err)
 	}
 	return nil

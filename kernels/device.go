@@ -39,6 +39,10 @@ type Device interface {
 	// Supports reports whether this device computes on activations
 	// stored as s.
 	Supports(s Storage) bool
+	// CheckAttentionPrecision reports whether attention launches on
+	// activations stored as s can have arithmetic p (AttnAuto and
+	// AttnFP32 always can); sessions call it at Open.
+	CheckAttentionPrecision(s Storage, p AttnPrecision) error
 	// WeightLayout is the constant-weight layout MatMul runs fastest on;
 	// the engine stores weights so at load when it can.
 	WeightLayout() WeightLayout

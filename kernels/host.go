@@ -31,6 +31,16 @@ func (h *HostDevice) Name() string { return "pure-Go" }
 // Supports reports whether s is F32, the only float storage of the host.
 func (h *HostDevice) Supports(s Storage) bool { return s == F32 }
 
+// CheckAttentionPrecision refuses AttnFP16: the reference attention
+// computes in float only.
+func (h *HostDevice) CheckAttentionPrecision(s Storage, p AttnPrecision) error {
+	switch p {
+	case AttnAuto, AttnFP32:
+		return nil
+	}
+	return fmt.Errorf("kernels: attention precision %v: the pure-Go backend has no fp16 attention (want auto or fp32)", p)
+}
+
 // WeightLayout is AnyLayout: the reference product reads B as stored, and
 // converting weights at load would only cost memory.
 func (h *HostDevice) WeightLayout() WeightLayout { return AnyLayout }

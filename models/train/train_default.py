@@ -1030,8 +1030,9 @@ def recall(work, a, time_budget):
 def recall_evals(work, out, n):
     """Writes a larger recall set than prepare's 40 items a distance, for a
     tighter estimate (one standard error at 40 items is ~0.07): n items a
-    distance, drawn from a seed of its own, so no item repeats the shipped
-    set's by construction of the draw (same eval names and held-out filler)."""
+    distance, drawn from a seed of its own (the same eval names and
+    held-out filler as the shipped set, so an item can coincide with one
+    of its 40 only by chance)."""
     enc, _ = load_encoder(work)
     with open(os.path.join(work, "held_docs.json"), encoding="utf-8") as f:
         hd = json.load(f)
