@@ -74,9 +74,10 @@ def scrub_hosts(text):
 
 # The weights and checkpoint each stage leaves in WORK: train's, the
 # induction stage's that continues from it (train_default.py induct), or
-# the recall stage's after that (train_default.py recall).
+# the recall stage's after that (train_default.py recall), or the lookup
+# stage's after recall (train_default.py lookup).
 STAGES = {"train": ("model_final.pt", "ckpt.pt"), "induct": ("model_induct.pt", "ckpt_induct.pt"),
-          "recall": ("model_recall.pt", "ckpt_recall.pt")}
+          "recall": ("model_recall.pt", "ckpt_recall.pt"), "lookup": ("model_lookup.pt", "ckpt_lookup.pt")}
 
 
 def load_model(work, stage="train"):
@@ -96,11 +97,17 @@ def training_record(work, stage):
     rec = {"steps": base["step"] + ind["step"], "tokens_seen": base["tokens"] + ind["tokens"],
            "train_seconds": base["elapsed"] + ind["elapsed"],
            "args": base["args"], "induct_steps": ind["step"], "induct_args": ind["args"]}
-    if stage == "recall":
+    if stage in ("recall", "lookup"):
+        rc = ck if stage == "recall" else ck["recall"]
+        rec["steps"] += rc["step"]
+        rec["tokens_seen"] += rc["tokens"]
+        rec["train_seconds"] += rc["elapsed"]
+        rec.update(recall_steps=rc["step"], recall_args=rc["args"])
+    if stage == "lookup":
         rec["steps"] += ck["step"]
         rec["tokens_seen"] += ck["tokens"]
         rec["train_seconds"] += ck["elapsed"]
-        rec.update(recall_steps=ck["step"], recall_args=ck["args"])
+        rec.update(lookup_steps=ck["step"], lookup_args=ck["args"])
     rec["train_seconds"] = round(rec["train_seconds"])
     return rec
 

@@ -1027,6 +1027,240 @@ def recall(work, a, time_budget):
         log(f"recall: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
 
 
+@dataclasses.dataclass
+class LookupArgs:
+    """The lookup stage, run after recall from WORK/model_recall.pt.
+
+    recall left the model choosing among the codes in context at chance,
+    even with no filler and two facts: it had learned to copy a code's
+    later pieces once the first was given, never which code a name asks
+    for. Its rows mixed recall documents of 4-10 facts with long filler,
+    where the choice is a few tokens in hundreds. This stage generates its
+    lookup rows on the fly (training names only, 4-digit codes) as a
+    curriculum: phase A packs short documents with no filler, from 2 facts
+    up to 8, every fact asked once in shuffled order; phase B puts 0 to
+    b_filler tokens of training text between facts and questions at
+    b_seq; phase C does the same at long_seq with up to c_filler, so the
+    eval distances (256, 1024, 2000) are inside what was trained. The
+    codes in the fact list get loss weight 0 (random digits teach
+    nothing), the answers answer_weight; a quarter of each step's rows
+    (every text_every-th step in phase C) is plain text.
+
+    A 300-step probe of phase A alone (2026-11-24, from model_recall.pt at
+    1e-3) stayed at chance for 100 steps, then reached 0.74 with two
+    training names and 0.54 / 0.50 with four training / unseen names at
+    step 200.
+    """
+    a_steps: int = 400
+    b_steps: int = 600
+    c_steps: int = 300
+    a_seq: int = 256
+    b_seq: int = 512
+    long_seq: int = MAX_CONTEXT
+    tokens_per_step: int = 2048
+    grow_facts: int = 130       # phase A: max facts rises from 2 to 8 over these steps
+    max_facts: int = 8
+    b_filler: int = 400
+    c_filler: int = 1900
+    text_every: int = 4
+    answer_weight: float = 4.0
+    data_seed: int = SEED + 21
+    lr: float = 1e-3
+    min_lr: float = 5e-5
+    decay_steps: int = 300      # linear decay over the last steps
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    probe_every: int = 100
+    ckpt_every: int = 10
+
+    @property
+    def steps(self):
+        return self.a_steps + self.b_steps + self.c_steps
+
+
+def text_documents(work):
+    """The token lists of WORK's fortunes and pydoc training documents
+    (without BOS/EOS): the filler prepare_tasks and lookup draw from."""
+    _, vocab = load_encoder(work)
+    bos, eos = vocab[BOS], vocab[EOS]
+    docs = []
+    for src in ("fortunes", "pydoc"):
+        st = np.load(os.path.join(work, f"{src}_train.npy")).astype(np.int64)
+        cut = np.flatnonzero(st == bos)
+        for a, b in zip(cut, list(cut[1:]) + [len(st)]):
+            body = st[a + 1:b]
+            if len(body) and body[-1] == eos:
+                body = body[:-1]
+            docs.append(body.tolist())
+    return docs
+
+
+class LookupRows:
+    """Generates lookup rows: (ids of seq + 1 tokens, target weights of seq)."""
+
+    def __init__(self, work, rng, answer_weight):
+        self.enc, vocab = load_encoder(work)
+        self.bos, self.eos = vocab[BOS], vocab[EOS]
+        self.names, _ = corpus.split_names(random.Random(SEED))
+        self.docs = text_documents(work)
+        self.rng, self.aw = rng, answer_weight
+        self.sep = self.enc.encode("\n\n")
+
+    def filler(self, n):
+        out = []
+        while len(out) < n:
+            out += (self.sep if out else []) + self.docs[self.rng.randrange(len(self.docs))]
+        return out[:n]
+
+    def document(self, n_facts, filler):
+        rng, enc = self.rng, self.enc
+        keys = rng.sample(self.names, n_facts)
+        vals = [str(rng.randint(1000, 9999)) for _ in keys]
+        ids, w = [self.bos], [1.0]
+        def put(text, weight):
+            e = enc.encode(text)
+            ids.extend(e)
+            w.extend([weight] * len(e))
+        put("Remember these codes.", 1.0)
+        for k, v in zip(keys, vals):
+            put(f" The code for {k} is", 1.0)
+            put(f" {v}", 0.0)
+            put(".", 1.0)
+        if filler:
+            put("\n\n", 1.0)
+            f = self.filler(filler)
+            ids.extend(f)
+            w.extend([1.0] * len(f))
+        for qi in rng.sample(range(n_facts), n_facts):
+            put(f"\n\nQuestion: What is the code for {keys[qi]}?\nAnswer:", 1.0)
+            put(f" {vals[qi]}.", self.aw)
+        ids.append(self.eos)
+        w.append(1.0)
+        return ids, w  # w[i] weighs the prediction of ids[i] (from ids[i - 1])
+
+    def row(self, seq, max_facts, max_filler):
+        ids, w = [], []
+        while len(ids) < seq + 1:
+            n = self.rng.randint(2, max_facts)
+            d, dw = self.document(n, self.rng.randint(0, max_filler) if max_filler else 0)
+            ids += d
+            w += dw
+        return torch.tensor(ids[:seq + 1]), torch.tensor(w[1:seq + 1], dtype=torch.float32)
+
+
+@torch.no_grad()
+def lookup_accuracy(model, rows, names, n_facts, n=50, seed=5):
+    """Share of n zero-distance questions (n_facts facts, then one question)
+    whose true code scores highest among the document's codes."""
+    was = model.training
+    model.eval()
+    rng, enc, ok = random.Random(seed), rows.enc, 0
+    for _ in range(n):
+        keys, vals, head = corpus.recall_parts(rng, names, n_facts)
+        qi = rng.randrange(n_facts)
+        ids = [rows.bos] + enc.encode(head + f"\n\nQuestion: What is the code for {keys[qi]}?\nAnswer:")
+        cands = [enc.encode(f" {v}.") for v in vals]
+        scores = []
+        for c in cands:
+            lp = F.log_softmax(forward_logits(model, torch.tensor([ids + c[:-1]]))[0, len(ids) - 1:], -1)
+            scores.append(sum(lp[j, c[j]].item() for j in range(len(c))))
+        ok += max(range(n_facts), key=scores.__getitem__) == qi
+    model.train(was)
+    return ok / n
+
+
+def lookup_phase(step, a):
+    """(seq, lookup rows, text rows, max facts, max filler) of a step."""
+    if step < a.a_steps:
+        facts = min(a.max_facts, 2 + (a.max_facts - 2) * step // max(1, a.grow_facts))
+        n = a.tokens_per_step // a.a_seq
+        return a.a_seq, n - n // 4, n // 4, facts, 0
+    if step < a.a_steps + a.b_steps:
+        n = a.tokens_per_step // a.b_seq
+        grow = min(1.0, (step - a.a_steps + 1) / (a.b_steps / 2))
+        return a.b_seq, n - n // 4, n // 4, a.max_facts, int(a.b_filler * grow)
+    text = (step + 1) % a.text_every == 0
+    return a.long_seq, 0 if text else 1, 1 if text else 0, a.max_facts, a.c_filler
+
+
+def lookup(work, a, time_budget):
+    data = Data(work)
+    val = data.val["fortunes"]
+    model = build_model()
+    model.load_state_dict(torch.load(os.path.join(work, "model_recall.pt")))
+    opt = make_optimizer(model, a)
+    gen = torch.Generator().manual_seed(a.data_seed)
+    rng = random.Random(a.data_seed + 1)
+    rows = LookupRows(work, rng, a.answer_weight)
+    train_names, eval_names = corpus.split_names(random.Random(SEED))
+    base = torch.load(os.path.join(work, "ckpt_recall.pt"))
+    step, tokens, elapsed_before = 0, 0, 0.0
+    ckpt_path = os.path.join(work, "ckpt_lookup.pt")
+    ck = resume(ckpt_path, model, opt, gen, rng)
+    if ck is not None:
+        step, tokens, elapsed_before = ck["step"], ck["tokens"], ck["elapsed"]
+        log(f"lookup: resumed at step {step}")
+    log(f"lookup: args {dataclasses.asdict(a)}, threads {torch.get_num_threads()}, from recall's step {base['step']}")
+
+    def save(path, tag):
+        ck = stage_state(model, opt, gen, rng, step, tokens, elapsed_before + time.time() - t0, a)
+        ck.update(train=base["train"], induct=base["induct"], recall=record_of(base))
+        save_atomic(ck, path)
+        log(f"lookup: checkpoint ({tag}) at step {step}")
+
+    def probe():
+        log_probe("lookup", step, model, data, val)
+        log(f"lookup probe step {step} zero-distance accuracy: 2 training names "
+            f"{lookup_accuracy(model, rows, train_names, 2):.2f}, 4 training "
+            f"{lookup_accuracy(model, rows, train_names, 4):.2f}, 4 unseen {lookup_accuracy(model, rows, eval_names, 4):.2f}")
+
+    model.train()
+    t0 = time.time()
+    t_last, tok_last = t0, tokens
+    while step < a.steps:
+        if time_budget and elapsed_before + time.time() - t0 > time_budget:
+            log(f"lookup: time budget {time_budget:.0f}s reached at step {step} (run cut short)")
+            break
+        for g in opt.param_groups:
+            g["lr"] = recall_lr(step, a)
+        seq, n_look, n_text, facts, fill = lookup_phase(step, a)
+        xs, ys, ws = [], [], []
+        for _ in range(n_look):
+            ids, w = rows.row(seq, facts, fill)
+            xs.append(ids[:-1])
+            ys.append(ids[1:])
+            ws.append(w)
+        if n_text:
+            xt, yt = data.batch(gen, seq, n_text, MIX_COPY_TEXT)
+            xs += list(xt)
+            ys += list(yt)
+            ws += [torch.ones(seq)] * n_text
+        x, y, w = torch.stack(xs), torch.stack(ys), torch.stack(ws)
+        l = F.cross_entropy(forward_logits(model, x).reshape(-1, CONFIG.vocab), y.reshape(-1),
+                            reduction="none").reshape(y.shape)
+        loss = (l * w).sum() / w.sum()
+        optimizer_step(model, opt, loss, a.grad_clip)
+        step += 1
+        tokens += x.numel()
+        if step % 10 == 0 or step == 1:
+            now = time.time()
+            am = w[:n_look] == a.answer_weight
+            ans = l[:n_look][am].mean().item() if am.any() else float("nan")
+            txt = l[n_look:].mean().item() if n_text else float("nan")
+            log(f"lookup step {step}/{a.steps} seq {seq} facts {facts} filler {fill} answer {ans:.4f} "
+                f"text {txt:.4f} lr {recall_lr(step - 1, a):.2e} tokens {tokens} "
+                f"elapsed {elapsed_before + now - t0:.0f}s {(tokens - tok_last) / max(now - t_last, 1e-9):.0f} tok/s")
+            t_last, tok_last = now, tokens
+        if step % a.probe_every == 0 or step == a.steps:
+            probe()
+        if step % a.ckpt_every == 0:
+            save(ckpt_path, "periodic")
+    save(ckpt_path, "final")
+    if step == a.steps:
+        save_atomic(model.state_dict(), os.path.join(work, "model_lookup.pt"))
+        log(f"lookup: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
+
+
 def recall_evals(work, out, n):
     """Writes a larger recall set than prepare's 40 items a distance, for a
     tighter estimate (one standard error at 40 items is ~0.07): n items a
@@ -1098,10 +1332,18 @@ def main():
                    help="seed of the row draw (another seed to continue a finished stage on other windows)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
+    p = sub.add_parser("lookup", help="the lookup stage after recall (from WORK/model_recall.pt)")
+    p.add_argument("--work", required=True)
+    p.add_argument("--a-steps", type=int, default=LookupArgs.a_steps)
+    p.add_argument("--b-steps", type=int, default=LookupArgs.b_steps)
+    p.add_argument("--c-steps", type=int, default=LookupArgs.c_steps)
+    p.add_argument("--decay-steps", type=int, default=LookupArgs.decay_steps)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
     p = sub.add_parser("export")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--stage", choices=("train", "induct", "recall"), default="train",
+    p.add_argument("--stage", choices=("train", "induct", "recall", "lookup"), default="train",
                    help="whose weights: train's (model_final.pt), the induction stage's (model_induct.pt) "
                         "or the recall stage's (model_recall.pt)")
     p = sub.add_parser("recall-evals", help="a larger recall eval set than prepare's, for tighter estimates")
@@ -1129,6 +1371,9 @@ def main():
         a = RecallArgs(steps=args.steps, decay_steps=args.decay_steps, answer_weight=args.answer_weight,
                        copy_weight=args.copy_weight, data_seed=args.data_seed)
         recall(args.work, a, args.time_budget)
+    elif args.cmd == "lookup":
+        a = LookupArgs(a_steps=args.a_steps, b_steps=args.b_steps, c_steps=args.c_steps, decay_steps=args.decay_steps)
+        lookup(args.work, a, args.time_budget)
     elif args.cmd == "export":
         import export_default
         export_default.export(args.work, args.out, args.stage)
