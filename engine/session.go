@@ -191,7 +191,10 @@ type Session struct {
 	dev      kernels.Device
 	// cl is the OpenCL device behind dev (nil on the host device): its
 	// profile is the session's, and the session closes it when ownCL.
+	// lib is dev when dev is the OpenCL kernel library (nil otherwise):
+	// recording and replaying launches need its fault counter.
 	cl    *opencl.Device
+	lib   *kernels.Lib
 	ownCL bool
 	// labels names each step's launches (Options.Profile or Labels).
 	labels  bool
@@ -288,7 +291,7 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 	}
 	switch {
 	case opts.Kernels != nil:
-		s.dev, s.cl = opts.Kernels, opts.Kernels.Device()
+		s.dev, s.lib, s.cl = opts.Kernels, opts.Kernels, opts.Kernels.Device()
 	case opts.Device == "go":
 		if fs != kernels.F32 {
 			return nil, fmt.Errorf("engine: the pure-Go backend stores floats as float32 only; open it with Precision FP32")
@@ -306,7 +309,8 @@ func OpenModel(m *graph.Model, opts Options) (*Session, error) {
 		if err != nil {
 			return nil, errNoDevice(err)
 		}
-		s.dev, s.cl, s.ownCL = kernels.New(dev), dev, true
+		s.lib = kernels.New(dev)
+		s.dev, s.cl, s.ownCL = s.lib, dev, true
 	}
 	if err := s.checkAttentionPrecision(opts.AttentionPrecision, fs); err != nil {
 		s.release()
@@ -827,12 +831,11 @@ func (s *Session) Replayed() int64 {
 // a callback runs between steps (attention hook, layer gate) or attention
 // statistics are gathered.
 func (s *Session) replayAllowed() bool {
-	_, lib := s.dev.(*kernels.Lib)
 	// Runs with statistics switched off replay: their only host-side
 	// effect (marking the statistics stale) is made by the recording run,
 	// and a run gathering them starts a new recording generation (run), so
 	// what is replayed was recorded with them off.
-	return lib && s.cl != nil && !s.noReplay && s.attnHook == nil && s.layerGate == nil && (!s.kvStats || s.statsOff)
+	return s.lib != nil && !s.noReplay && s.attnHook == nil && s.layerGate == nil && (!s.kvStats || s.statsOff)
 }
 
 // replayable reports whether in is a device step that a replaying run
@@ -869,7 +872,7 @@ func (s *Session) runDevice(in *instr) error {
 		s.replayed++
 		return nil
 	}
-	lib := s.dev.(*kernels.Lib)
+	lib := s.lib
 	if in.rec == nil {
 		in.rec = &opencl.Recording{}
 	}
