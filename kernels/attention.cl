@@ -490,6 +490,46 @@ __kernel void attn_lanes(ATT_PARAMS) {
 
 #ifdef ATT_GPU
 #define ATT_WG 64
+
+// ATT_SCORE_ROWS adds q_r . k to sr[r] for the N query rows qv[r][.] that
+// share the key at kp; ATT_PV_ROWS adds sum_u pr[r][u] v_u[d] over the
+// block's cnt keys (from j0) to acc[r][c]. Under AH each is runs of AH_RUN
+// terms summed in half and added to the float, otherwise fp32 fma. The
+// grouped-query (attn_split, N = ATT_G) and query-tile (attn_qtile,
+// N = ATT_R) kernels share them, so their arithmetic cannot drift apart.
+#ifdef AH
+#define ATT_SCORE_ROWS(N, qv, kp, sr) \
+	for (int d0 = 0; d0 < HD; d0 += AH_RUN) { \
+		hreal hs_[N]; \
+		_Pragma("unroll") for (int r = 0; r < N; r++) hs_[r] = HZERO; \
+		_Pragma("unroll 1") for (int d = d0; d < min(d0 + AH_RUN, HD); d++) { \
+			const hreal kd_ = AHL(kp, d); \
+			_Pragma("unroll") for (int r = 0; r < N; r++) hs_[r] = AHFMA(qv[r][d], kd_, hs_[r]); \
+		} \
+		_Pragma("unroll") for (int r = 0; r < N; r++) sr[r] += HTOF(hs_[r]); \
+	}
+#define ATT_PV_ROWS(N, pr, V, vs, j0, cnt, d, acc, c) \
+	for (int u0 = 0; u0 < (cnt); u0 += AH_RUN) { \
+		hreal hv_[N]; \
+		_Pragma("unroll") for (int r = 0; r < N; r++) hv_[r] = HZERO; \
+		_Pragma("unroll 1") for (int u = u0; u < min(u0 + AH_RUN, (cnt)); u++) { \
+			const hreal vd_ = AHL(V, ((j0) + u) * (vs) + (d)); \
+			_Pragma("unroll") for (int r = 0; r < N; r++) hv_[r] = AHFMA(pr[r][u], vd_, hv_[r]); \
+		} \
+		_Pragma("unroll") for (int r = 0; r < N; r++) acc[r][c] += HTOF(hv_[r]); \
+	}
+#else
+#define ATT_SCORE_ROWS(N, qv, kp, sr) \
+	for (int d = 0; d < HD; d++) { \
+		const float kd_ = LOAD(kp, d); \
+		_Pragma("unroll") for (int r = 0; r < N; r++) sr[r] = fma(qv[r][d], kd_, sr[r]); \
+	}
+#define ATT_PV_ROWS(N, pr, V, vs, j0, cnt, d, acc, c) \
+	for (int u = 0; u < (cnt); u++) { \
+		const float vd_ = LOAD(V, ((j0) + u) * (vs) + (d)); \
+		_Pragma("unroll") for (int r = 0; r < N; r++) acc[r][c] = fma(pr[r][u], vd_, acc[r][c]); \
+	}
+#endif
 #define DPT ((HD + ATT_WG - 1) / ATT_WG) // head dims per work-item
 
 // attn_wg: global (Sq*ATT_WG, H, B), local (ATT_WG, 1, 1).
@@ -620,27 +660,7 @@ attn_split(ATT_PARAMS, int splitLen, __global float *Part) {
 			__global const store_t *kp = K + (j0 + t) * ks;
 			#pragma unroll
 			for (int r = 0; r < ATT_G; r++) sr[r] = 0.0f;
-#ifdef AH
-			for (int d0 = 0; d0 < HD; d0 += AH_RUN) {
-				hreal hs[ATT_G];
-				#pragma unroll
-				for (int r = 0; r < ATT_G; r++) hs[r] = HZERO;
-				#pragma unroll 1
-				for (int d = d0; d < min(d0 + AH_RUN, HD); d++) {
-					const hreal kd = AHL(kp, d);
-					#pragma unroll
-					for (int r = 0; r < ATT_G; r++) hs[r] = AHFMA(qv[r][d], kd, hs[r]);
-				}
-				#pragma unroll
-				for (int r = 0; r < ATT_G; r++) sr[r] += HTOF(hs[r]);
-			}
-#else
-			for (int d = 0; d < HD; d++) {
-				const float kd = LOAD(kp, d);
-				#pragma unroll
-				for (int r = 0; r < ATT_G; r++) sr[r] = fma(qv[r][d], kd, sr[r]);
-			}
-#endif
+			ATT_SCORE_ROWS(ATT_G, qv, kp, sr);
 			if (hasMask) {
 				#pragma unroll
 				for (int r = 0; r < ATT_G; r++) {
@@ -676,27 +696,7 @@ attn_split(ATT_PARAMS, int splitLen, __global float *Part) {
 		for (int c = 0; c < DPT; c++) {
 			const int d = t + c * ATT_WG;
 			if (d < HD) {
-#ifdef AH
-				for (int u0 = 0; u0 < cnt; u0 += AH_RUN) {
-					hreal hv[ATT_G];
-					#pragma unroll
-					for (int r = 0; r < ATT_G; r++) hv[r] = HZERO;
-					#pragma unroll 1
-					for (int u = u0; u < min(u0 + AH_RUN, cnt); u++) {
-						const hreal vd = AHL(V, (j0 + u) * vs + d);
-						#pragma unroll
-						for (int r = 0; r < ATT_G; r++) hv[r] = AHFMA(pr[r][u], vd, hv[r]);
-					}
-					#pragma unroll
-					for (int r = 0; r < ATT_G; r++) acc[r][c] += HTOF(hv[r]);
-				}
-#else
-				for (int u = 0; u < cnt; u++) {
-					const float vd = LOAD(V, (j0 + u) * vs + d);
-					#pragma unroll
-					for (int r = 0; r < ATT_G; r++) acc[r][c] = fma(pr[r][u], vd, acc[r][c]);
-				}
-#endif
+				ATT_PV_ROWS(ATT_G, pr, V, vs, j0, cnt, d, acc, c);
 			}
 		}
 		barrier(CLK_LOCAL_MEM_FENCE); // sc and pr are rewritten next
@@ -792,27 +792,7 @@ attn_qtile(ATT_PARAMS) {
 			__global const store_t *kp = K + j * ks;
 			#pragma unroll
 			for (int r = 0; r < ATT_R; r++) sr[r] = 0.0f;
-#ifdef AH
-			for (int d0 = 0; d0 < HD; d0 += AH_RUN) {
-				hreal hs[ATT_R];
-				#pragma unroll
-				for (int r = 0; r < ATT_R; r++) hs[r] = HZERO;
-				#pragma unroll 1
-				for (int d = d0; d < min(d0 + AH_RUN, HD); d++) {
-					const hreal kd = AHL(kp, d);
-					#pragma unroll
-					for (int r = 0; r < ATT_R; r++) hs[r] = AHFMA(qv[r][d], kd, hs[r]);
-				}
-				#pragma unroll
-				for (int r = 0; r < ATT_R; r++) sr[r] += HTOF(hs[r]);
-			}
-#else
-			for (int d = 0; d < HD; d++) {
-				const float kd = LOAD(kp, d);
-				#pragma unroll
-				for (int r = 0; r < ATT_R; r++) sr[r] = fma(qv[r][d], kd, sr[r]);
-			}
-#endif
+			ATT_SCORE_ROWS(ATT_R, qv, kp, sr);
 			#pragma unroll
 			for (int r = 0; r < ATT_R; r++) {
 				const int h = h0 + r / ATT_TQ, i = min(i0 + r % ATT_TQ, Sq - 1);
@@ -849,27 +829,7 @@ attn_qtile(ATT_PARAMS) {
 		for (int c = 0; c < DPT; c++) {
 			const int d = t + c * ATT_WG;
 			if (d < HD) {
-#ifdef AH
-				for (int u0 = 0; u0 < cnt; u0 += AH_RUN) {
-					hreal hv[ATT_R];
-					#pragma unroll
-					for (int r = 0; r < ATT_R; r++) hv[r] = HZERO;
-					#pragma unroll 1
-					for (int u = u0; u < min(u0 + AH_RUN, cnt); u++) {
-						const hreal vd = AHL(V, (j0 + u) * vs + d);
-						#pragma unroll
-						for (int r = 0; r < ATT_R; r++) hv[r] = AHFMA(pr[r][u], vd, hv[r]);
-					}
-					#pragma unroll
-					for (int r = 0; r < ATT_R; r++) acc[r][c] += HTOF(hv[r]);
-				}
-#else
-				for (int u = 0; u < cnt; u++) {
-					const float vd = LOAD(V, (j0 + u) * vs + d);
-					#pragma unroll
-					for (int r = 0; r < ATT_R; r++) acc[r][c] = fma(pr[r][u], vd, acc[r][c]);
-				}
-#endif
+				ATT_PV_ROWS(ATT_R, pr, V, vs, j0, cnt, d, acc, c);
 			}
 		}
 		barrier(CLK_LOCAL_MEM_FENCE);
