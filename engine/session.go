@@ -220,8 +220,12 @@ type Session struct {
 	lastRows []string
 	// kvStats asks cache-reading attention for statistics
 	// (KVConfig.AttentionStats); attnStats are their buffers.
-	kvStats    bool
-	statsOff   bool // SetAttentionStats(false): Runs skip the statistics
+	kvStats  bool
+	statsOff bool // SetAttentionStats(false): Runs skip the statistics
+	// statsAcc holds the device totals of AccumulateAttentionStats;
+	// statsW is its weight, 0 while the statistics are per run.
+	statsAcc   *statsTotals
+	statsW     float32
 	kvCacheSet map[*vinfo]bool
 	kvCap      int
 	attnStats  []*attnStat
