@@ -17,13 +17,15 @@ import (
 )
 
 // BenchmarkDecodeStores is the paper's "inference speed with and without
-// LLMS" (spec §1b, target: within 5%) on testdata/longctx: three services
+// LLMS" (spec §1b, target: within 5%) on testdata/longctx: four services
 // in one process, each over its own model session and holding one context
 // of about 1,000 tokens, decode 64 tokens per call in turn for 3 rounds
 // (the order rotating each round): the device store (no statistics, the
 // session opened without them, as tl serve does), the llms store sampling
-// one decode step in 8 (tl serve's default --stats-every) and the llms
-// store gathering statistics at every step. It reports each system's
+// one decode step in 8 (tl serve's default --stats-every) with the
+// statistics accumulated on the device, the same reading them back after
+// every sampled step (llms.Config.HostStats, the earlier path: llms-host)
+// and the llms store gathering statistics at every step. It reports each system's
 // median decode tokens/s, the per-round ratios to the device store (min
 // and max) and the 1-minute load average before and after. Contexts do
 // not switch: decode speed only (the switch is BenchmarkExperiment's).
@@ -49,8 +51,9 @@ func BenchmarkDecodeStores(b *testing.B) {
 	maxCtx := 1100 + rounds*(tokens+8)
 	systems := []struct {
 		name  string
-		every int // 0: the device store
-	}{{"device", 0}, {"llms", 8}, {"llms-every", 1}}
+		every int  // 0: the device store
+		host  bool // llms.Config.HostStats
+	}{{"device", 0, false}, {"llms", 8, false}, {"llms-host", 8, true}, {"llms-every", 1, false}}
 	svcs := make([]*Service, len(systems))
 	ids := make([]string, len(systems))
 	bg := context.Background()
@@ -64,7 +67,7 @@ func BenchmarkDecodeStores(b *testing.B) {
 		dir := b.TempDir()
 		var store ContextStore
 		if sys.every > 0 {
-			m, err := llms.NewManager(st, filepath.Join(dir, "kv"), llms.Config{Cost: &testCost, BudgetBytes: 1 << 30, StatsEvery: sys.every})
+			m, err := llms.NewManager(st, filepath.Join(dir, "kv"), llms.Config{Cost: &testCost, BudgetBytes: 1 << 30, StatsEvery: sys.every, HostStats: sys.host})
 			if err != nil {
 				b.Fatal(err)
 			}
