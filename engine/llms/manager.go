@@ -368,6 +368,17 @@ func topLevel(cfg Config) Level {
 	return Level8
 }
 
+// Wait waits for the ahead-of-time swap-out a Commit started in the
+// background (the next Install, Commit or Drop waits for it anyway) and
+// returns its error: a caller timing other work on the same machine
+// keeps the write out of it.
+func (m *Manager) Wait() error {
+	if err := m.waitBG(); err != nil {
+		return fmt.Errorf("llms: background swap-out failed: %w", err)
+	}
+	return nil
+}
+
 // Close waits for background writes and stops the reader pool.
 func (m *Manager) Close() error {
 	err := m.waitBG()
