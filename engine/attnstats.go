@@ -26,6 +26,7 @@ type attnStat struct {
 	heads, capacity int
 	lse, sum, count *buffer
 	skv             int // kv_len of the last run; 0 before any, -1 when it skipped the statistics, -2 when it accumulated them
+	accSkv          int // kv_len of the last accumulating launch lowered
 }
 
 // ErrNoAttentionStats is returned (wrapped) by AttentionStats when the last
@@ -197,6 +198,10 @@ func (s *Session) AccumulateAttentionStats(weight float64) error {
 	if weight < 0 || math.IsNaN(weight) || math.IsInf(weight, 0) || float32(weight) == 0 && weight != 0 {
 		return fmt.Errorf("engine: attention statistics weight %g", weight)
 	}
+	if float32(weight) != s.statsW {
+		// Recorded launches carry the weight.
+		s.replayGen++
+	}
 	if weight == 0 {
 		s.statsW = 0
 		if s.statsAcc != nil {
@@ -226,6 +231,46 @@ func (s *Session) AccumulateAttentionStats(weight float64) error {
 	return nil
 }
 
+// statsMode is 1 while Runs accumulate statistics on the device (on,
+// AccumulateAttentionStats with a weight, no command buffers), else 0. In
+// mode 1 a Run's launches depend only on the binding and the weight (a new
+// weight starts a new replay generation), so its device steps replay like
+// those of a Run without statistics, from recordings of their own; the
+// host-side bookkeeping of the statistics is made per Run (statsRan), not
+// by the lowered steps, so that a replayed Run makes it too.
+func (s *Session) statsMode() int {
+	if s.accumulating() && !s.cmdbuf {
+		return 1
+	}
+	return 0
+}
+
+// accumulating reports whether Runs add their statistics into the totals.
+func (s *Session) accumulating() bool {
+	return len(s.attnStats) > 0 && !s.statsOff && s.statsW > 0
+}
+
+// statsRan makes the statistics' host bookkeeping of a Run that
+// completed its device steps: off, every attention's are stale;
+// accumulated, the totals count the Run and the attended lengths the
+// steps last lowered under this binding.
+func (s *Session) statsRan() {
+	switch {
+	case len(s.attnStats) == 0:
+	case s.statsOff:
+		for _, st := range s.attnStats {
+			st.skv = -1
+		}
+	case s.accumulating():
+		t := s.statsAcc
+		t.runs++
+		for _, st := range s.attnStats {
+			t.skv = max(t.skv, st.accSkv)
+			st.skv = -2
+		}
+	}
+}
+
 // zeroTotals clears the totals' slots written since the last take.
 func (s *Session) zeroTotals() error {
 	t := s.statsAcc
@@ -249,13 +294,9 @@ func (st *attnStat) accumulate(s *Session, stor kernels.Storage, q, k kernels.Bu
 	if p.Batch != 1 || p.Heads != st.heads || p.SeqQ > st.capacity || p.SeqKV > st.capacity {
 		return fmt.Errorf("attention statistics sized for batch 1, %d heads, %d rows: got batch %d, %d heads, %d rows over %d slots", st.heads, st.capacity, p.Batch, p.Heads, p.SeqQ, p.SeqKV)
 	}
-	first := st == s.attnStats[0]
-	st.skv = -2
-	if first {
-		t.runs++
-	}
-	t.skv = max(t.skv, p.SeqKV)
-	return s.dev.AttentionStatsAcc(stor, q, k, st.lse.m, t.sum.m, t.count.m, p, w, first)
+	// The Run's bookkeeping is statsRan's (a replayed Run makes it too).
+	st.accSkv = p.SeqKV
+	return s.dev.AttentionStatsAcc(stor, q, k, st.lse.m, t.sum.m, t.count.m, p, w, st == s.attnStats[0])
 }
 
 // TakeAttentionStats returns the statistics accumulated since the last
@@ -279,6 +320,9 @@ func (s *Session) TakeAttentionStats() (AttnStatsTotal, error) {
 		b   *buffer
 		dst []float32
 	}{{t.sum, out.Sum}, {t.count, out.Count}} {
+		if t.skv == 0 {
+			break
+		}
 		if err := s.dev.Read(f.b.m, 0, raw); err != nil {
 			return AttnStatsTotal{}, fmt.Errorf("engine: reading the accumulated attention statistics: %w", err)
 		}

@@ -1,9 +1,12 @@
 package kv
 
 import (
+	"errors"
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/tlite/tlite/engine"
 )
 
 // TestAccumulatedStatsMatchHost: a state accumulating its attention
@@ -145,5 +148,88 @@ func TestAccumulatedStatsMatchHost(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAccumulatedStatsReplay: decode steps that accumulate statistics on
+// the device replay their recorded launches (their own recordings, apart
+// from those of the steps without statistics), and a replaying state
+// gives bit for bit the logits and totals of a state that lowers every
+// step: over 40 steps sampled 1 in 4 at weight 4, a weight change midway
+// (a new recording), takes every 8 steps and a binding change (kv_len
+// padded to 16 crosses 32 and 48). The per-run bookkeeping holds on
+// replayed steps: AttentionStats reports ErrNoAttentionStats after a step
+// without statistics and refuses after one that accumulated.
+func TestAccumulatedStatsReplay(t *testing.T) {
+	path := benchModels()["llama"]
+	var sts [2]*State
+	for i, noReplay := range []bool{false, true} {
+		st, err := Open(path, engine.Options{Kernels: testLib, NoReplay: noReplay}, Config{MaxContext: 64, Pad: 16, AttentionStats: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Session().Close()
+		if err := st.AccumulateAttentionStats(1); err != nil {
+			t.Fatal(err)
+		}
+		sts[i] = st
+	}
+	onReplays := int64(0)
+	for step := 0; step < 40; step++ {
+		on, w := step%4 == 0, 4.0
+		if step >= 20 {
+			w = 2
+		}
+		toks, pos := []int{(step*37 + 5) % 256}, []int{9 + step}
+		if step == 0 {
+			toks, pos, w = seq(1, 11), seq(0, 10), 1
+		}
+		var logits [2][]float32
+		for i, st := range sts {
+			if err := st.SetAttentionStats(on); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.AccumulateAttentionStats(w); err != nil {
+				t.Fatal(err)
+			}
+			before := st.Session().Replayed()
+			l, err := st.Forward(toks, pos, pos)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if on && i == 0 {
+				onReplays += st.Session().Replayed() - before
+			}
+			logits[i] = l
+			_, err = st.AttentionStats()
+			if errors.Is(err, engine.ErrNoAttentionStats) == on || err == nil {
+				t.Fatalf("step %d (statistics on %v), state %d: AttentionStats gave %v", step, on, i, err)
+			}
+		}
+		for j := range logits[0] {
+			if math.Float32bits(logits[0][j]) != math.Float32bits(logits[1][j]) {
+				t.Fatalf("step %d: logit %d is %v replaying, %v lowered", step, j, logits[0][j], logits[1][j])
+			}
+		}
+		if step%8 == 7 {
+			var tot [2]engine.AttnStatsTotal
+			for i, st := range sts {
+				var err error
+				if tot[i], err = st.TakeAttentionStats(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tot[0].Runs != tot[1].Runs || tot[0].Slots != tot[1].Slots || tot[0].Runs == 0 {
+				t.Fatalf("step %d: replaying state took %d runs over %d slots, lowered %d over %d", step, tot[0].Runs, tot[0].Slots, tot[1].Runs, tot[1].Slots)
+			}
+			for j := range tot[0].Sum {
+				if math.Float32bits(tot[0].Sum[j]) != math.Float32bits(tot[1].Sum[j]) || tot[0].Count[j] != tot[1].Count[j] {
+					t.Fatalf("step %d slot %d: totals %v/%v replaying, %v/%v lowered", step, j, tot[0].Sum[j], tot[0].Count[j], tot[1].Sum[j], tot[1].Count[j])
+				}
+			}
+		}
+	}
+	if onReplays == 0 {
+		t.Fatal("no step accumulating statistics was replayed")
 	}
 }
