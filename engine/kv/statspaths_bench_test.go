@@ -17,7 +17,8 @@ import (
 // gathered in each of the ways the engine offers, each over its own
 // session, interleaved finely so that a burst of load on a shared
 // machine falls on every system alike: blocks of 8 decode steps, the
-// systems in turn (the order rotating), 8 blocks making a 64-step call.
+// systems in turn (the order rotating, and reversed every other block),
+// 8 blocks making a 64-step call.
 // The systems:
 //
 //   - device: the session opened without statistics (the device store);
@@ -140,6 +141,11 @@ func BenchmarkStatsDecodePaths(b *testing.B) {
 		d := make([]time.Duration, len(systems))
 		for k := 0; k < blocks; k++ {
 			for u := range systems {
+				// Rotated, and reversed every other block, so that no
+				// system always follows the same one.
+				if (k+r)%2 == 1 {
+					u = len(systems) - 1 - u
+				}
 				i := (u + k + r) % len(systems)
 				d[i] += runBlock(systems[i], k)
 			}
