@@ -222,10 +222,15 @@ func (l *Lib) AttentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p Attentio
 }
 
 // statsAccKeys is the number of keys one work-item of attn_colstats_acc
-// takes on CPUs: enough work per item that PoCL's per-item cost is small
-// next to it, few enough items left over to spread on every core (32
-// items for a 1,024-key decode step).
+// takes on CPUs, a multiple of its tile (RT, 16 keys whose exps are one
+// vector exp): enough work per item that PoCL's per-item cost is small
+// next to it, enough items to spread on every core (32 for a 1,024-key
+// decode step).
 const statsAccKeys = 32
+
+// statsAccGPU, set by tests, launches attn_colstats_acc as on a GPU (its
+// ATT_GPU form, one key per work-item) whatever the device.
+var statsAccGPU = false
 
 // checkStatsAcc validates what only the accumulating form asks.
 func checkStatsAcc(p AttentionParams, weight float32) error {
@@ -258,7 +263,7 @@ func (l *Lib) attentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p Attentio
 		masked = MaskedF16
 	}
 	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef", s.define(), p.HeadDim, float32(masked))
-	gpu := l.info().Type == "GPU"
+	gpu := l.info().Type == "GPU" || statsAccGPU
 	if gpu {
 		opts += " -DATT_GPU"
 	}

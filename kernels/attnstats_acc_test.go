@@ -28,12 +28,13 @@ var statsAccCases = []statsAccCase{
 
 // TestAttentionStatsAcc: two accumulating calls (weight 8 with the
 // counts, then weight 1 without) onto non-zero totals give, on OpenCL in
-// both storages and on the host device, the totals computed from a full
+// both storages (the CPU kernel, and the GPU one launched on this device)
+// and on the host device, the totals computed from a full
 // probability dump: the column sums added over heads, head 0's counts,
 // and keys past Skv untouched.
 func TestAttentionStatsAcc(t *testing.T) {
 	for _, c := range statsAccCases {
-		for _, dev := range []string{"opencl", "go"} {
+		for _, dev := range []string{"opencl", "opencl-gpu-launch", "go"} {
 			for _, s := range storages {
 				if dev == "go" && s == F16 {
 					continue
@@ -50,6 +51,8 @@ func TestAttentionStatsAcc(t *testing.T) {
 }
 
 func testStatsAcc(t *testing.T, c statsAccCase, dev string, s Storage) {
+	statsAccGPU = dev == "opencl-gpu-launch"
+	defer func() { statsAccGPU = false }()
 	d, capacity := c.dim, c.capacity
 	if capacity == 0 {
 		capacity = c.skv
