@@ -847,10 +847,11 @@ func (s *Session) Replayed() int64 {
 // statistics are gathered per run (accumulated ones replay: statsMode).
 func (s *Session) replayAllowed() bool {
 	_, lib := s.dev.(*kernels.Lib)
-	// Runs with statistics switched off replay: their only host-side
-	// effect (marking the statistics stale) is made by the recording run,
-	// and a run gathering them starts a new recording generation (run), so
-	// what is replayed was recorded with them off.
+	// Runs with statistics switched off replay, and so do runs that
+	// accumulate them (statsMode 1): each mode replays recordings made in
+	// it (run swaps them when the mode changes), and the statistics'
+	// host-side bookkeeping is made per run (statsRan). A run gathering
+	// per-run statistics starts a new recording generation (run).
 	return lib && s.cl != nil && !s.noReplay && s.attnHook == nil && s.layerGate == nil && (!s.kvStats || s.statsOff || s.statsMode() == 1)
 }
 
