@@ -682,6 +682,18 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 	tm.AoTWait = time.Since(t0)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if bgErr != nil {
+		return tm, fmt.Errorf("llms: background swap-out failed: %w", bgErr)
+	}
+	// Rows a call gathered statistics for but did not commit (it failed)
+	// count for the installed context, as they did when statistics were
+	// read per forward; the slots they are keyed by may change below.
+	if err := m.flush(m.ctxs[m.active]); err != nil {
+		return tm, err
+	}
+	if err := m.setWeight(1); err != nil {
+		return tm, err
+	}
 	// The install's own forwards (a new tail) are not counted in density,
 	// as when statistics were read per observed forward: what they added
 	// to the device totals is dropped (a failed take leaves it pending,
@@ -693,23 +705,11 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 			}
 		}
 	}()
-	if bgErr != nil {
-		return tm, fmt.Errorf("llms: background swap-out failed: %w", bgErr)
-	}
 	if !ValidID(id) {
 		return tm, fmt.Errorf("llms: bad context id %q", id)
 	}
 	if len(tokens) > m.st.MaxContext() {
 		return tm, fmt.Errorf("llms: context %s of %d tokens exceeds the cache's %d", id, len(tokens), m.st.MaxContext())
-	}
-	// Rows a call gathered statistics for but did not commit (it failed)
-	// count for the installed context, as they did when statistics were
-	// read per forward; the slots they are keyed by change below.
-	if err := m.flush(m.ctxs[m.active]); err != nil {
-		return tm, err
-	}
-	if err := m.setWeight(1); err != nil {
-		return tm, err
 	}
 	c := m.ctxs[id]
 	if c == nil {

@@ -337,8 +337,9 @@ func testPrepareSamplesDecode(t *testing.T, host bool) {
 // sampled forward (Config.HostStats), over two calls of a context (37
 // tokens installed, prefills of 10 and 3 tokens, 21 and 9 decode steps
 // sampled 1 in 4: lengths off every multiple of 16 and of the stride), a
-// failed call between them whose rows count for the context either way,
-// and a second context; and the chunk levels Commit picks agree.
+// failed call between them whose rows count for the context either way
+// (an Install refused in between loses none), and a second context; and
+// the chunk levels Commit picks agree.
 func TestDeviceStatsMatchHostStats(t *testing.T) {
 	toks := heldoutTokens(t, 120)
 	var dens [2]map[string]Density
@@ -370,6 +371,9 @@ func TestDeviceStatsMatchHostStats(t *testing.T) {
 		}
 		call("a", 37, 10, 21, true)
 		call("a", 68, 2, 5, false) // fails: no Commit
+		if _, err := m.Install("../a", toks[:3]); err == nil {
+			t.Fatal("Install of a bad id: no error")
+		}
 		call("a", 68, 3, 9, true)
 		call("b", 19, 4, 13, true)
 		dens[k], levels[k] = map[string]Density{}, map[string][]Level{}
