@@ -42,6 +42,16 @@ type instr struct {
 	rec    *opencl.Recording
 	recGen uint64
 	recOK  bool
+	// alt is the recording of the other statistics mode (Session.recMode),
+	// swapped with rec when the mode changes.
+	alt recording
+}
+
+// recording is a device step's recording kept aside (instr.alt).
+type recording struct {
+	rec *opencl.Recording
+	gen uint64
+	ok  bool
 }
 
 // compiler turns the inferred graph into a program.

@@ -399,6 +399,9 @@ func lowerAttention(lc *lowerCtx) (*stepDef, error) {
 			if err := ex.dev.Attention(s, ex.ref(q).buf(), ex.ref(k).buf(), ex.ref(v).buf(), ex.ref(o).buf(), p); err != nil {
 				return err
 			}
+			if w := ex.c.s.statsW; w > 0 {
+				return stats.accumulate(ex.c.s, s, ex.ref(q).buf(), ex.ref(k).buf(), p, w)
+			}
 			return stats.run(ex.dev, s, ex.ref(q).buf(), ex.ref(k).buf(), p)
 		}
 		if hook != nil && ex.c.s.layerGate != nil {

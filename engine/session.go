@@ -223,8 +223,15 @@ type Session struct {
 	lastRows []string
 	// kvStats asks cache-reading attention for statistics
 	// (KVConfig.AttentionStats); attnStats are their buffers.
-	kvStats    bool
-	statsOff   bool // SetAttentionStats(false): Runs skip the statistics
+	kvStats  bool
+	statsOff bool // SetAttentionStats(false): Runs skip the statistics
+	// statsAcc holds the device totals of AccumulateAttentionStats;
+	// statsW is its weight, 0 while the statistics are per run.
+	statsAcc *statsTotals
+	statsW   float32
+	// recMode is the statistics mode the instructions' current
+	// recordings belong to (statsMode), the other mode's kept in alt.
+	recMode    int
 	kvCacheSet map[*vinfo]bool
 	kvCap      int
 	attnStats  []*attnStat
@@ -719,6 +726,17 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 	if !keep {
 		x.shapesBind = maps.Clone(bind)
 	}
+	mode := s.statsMode()
+	if mode != s.recMode {
+		// A run accumulating statistics launches more kernels than one
+		// without: each mode replays its own recordings.
+		for _, in := range c.prog {
+			cur := recording{in.rec, in.recGen, in.recOK}
+			in.rec, in.recGen, in.recOK = in.alt.rec, in.alt.gen, in.alt.ok
+			in.alt = cur
+		}
+		s.recMode = mode
+	}
 	replay := s.replayAllowed()
 	if !keep || !replay {
 		// Recordings hold for one binding and one configuration.
@@ -787,6 +805,7 @@ func (s *Session) run(hosts []*hostTensor, bind symshape.Binding) (map[string]*t
 		// run's data only.
 		x.shapesBind = nil
 	}
+	s.statsRan()
 	if err := s.dev.Finish(); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -829,13 +848,14 @@ func (s *Session) Replayed() int64 {
 // replayAllowed reports whether device steps may be replayed from their
 // recordings this run: on OpenCL, unless Options.NoReplay, and not while
 // a callback runs between steps (attention hook, layer gate) or attention
-// statistics are gathered.
+// statistics are gathered per run (accumulated ones replay: statsMode).
 func (s *Session) replayAllowed() bool {
-	// Runs with statistics switched off replay: their only host-side
-	// effect (marking the statistics stale) is made by the recording run,
-	// and a run gathering them starts a new recording generation (run), so
-	// what is replayed was recorded with them off.
-	return s.lib != nil && !s.noReplay && s.attnHook == nil && s.layerGate == nil && (!s.kvStats || s.statsOff)
+	// Runs with statistics switched off replay, and so do runs that
+	// accumulate them (statsMode 1): each mode replays recordings made in
+	// it (run swaps them when the mode changes), and the statistics'
+	// host-side bookkeeping is made per run (statsRan). A run gathering
+	// per-run statistics starts a new recording generation (run).
+	return s.lib != nil && !s.noReplay && s.attnHook == nil && s.layerGate == nil && (!s.kvStats || s.statsOff || s.statsMode() == 1)
 }
 
 // replayable reports whether in is a device step that a replaying run

@@ -896,3 +896,127 @@ __kernel void attn_colstats(
 	Sum[offS + (b * H + h) * Skv + j] = sum;
 	Cnt[offC + (b * H + h) * Skv + j] = cnt;
 }
+
+// attn_colstats_acc: global (ceil(Skv / per)) on CPUs (one work-item per
+// per consecutive keys) or ceil(Skv / 64) * 64 with per = 1 on GPUs, batch
+// 1. For key j it adds, to Sum[j], w times the softmax probability every
+// query head and row gave the key (exp(score - Lse) as in attn_colstats,
+// summed over heads and rows), and when addCnt, to Cnt[j], w times the
+// number of head 0's rows that may attend it. One work-item owns a key
+// across all heads, so the sums over heads need no atomics, and launches
+// for the layers of a step add into the same buffers in queue order: the
+// statistics of many steps stay on the device until they are read. On
+// CPUs (per a multiple of RT) the keys go in tiles of RT, each row's RT
+// scores exponentiated as one vector.
+#ifdef ATT_GPU
+__kernel void attn_colstats_acc(
+    __global const store_t *Q, int offQ, int qh, int qs,
+    __global const store_t *K, int offK, int kh, int ks,
+    __global const store_t *Mask, int offM, int mh, int mq, int mk,
+    int hasMask, __global const float *Lse, int offL, __global float *Sum,
+    int offS, __global float *Cnt, int offC, int H, int Hkv, int Sq, int Skv,
+    int past, int causal, float scale, float w, int addCnt, int per) {
+	const int j0 = get_global_id(0) * per;
+	const int j1 = min(j0 + per, Skv);
+	const int group = H / Hkv;
+	for (int j = j0; j < j1; j++) {
+		float sum = 0.0f, cnt = 0.0f;
+		const int i0 = causal ? max(j - past, 0) : 0;
+		for (int g = 0; g < Hkv; g++) {
+			__global const store_t *kp = K + offK + g * kh + j * ks;
+			vt kv[NV];
+			#pragma unroll
+			for (int c = 0; c < NV; c++) kv[c] = VL(kp, c * VW);
+			for (int h = g * group; h < (g + 1) * group; h++) {
+				for (int i = i0; i < Sq; i++) {
+					__global const store_t *q = Q + offQ + h * qh + i * qs;
+					vt t = (vt)(0.0f);
+					#pragma unroll
+					for (int c = 0; c < NV; c++) t = fma(VL(q, c * VW), kv[c], t);
+					float s = vsum(t) * scale;
+					bool open = true;
+					if (hasMask) {
+						const float mv = LOAD(Mask, offM + h * mh + i * mq + j * mk);
+						if (mv <= MASKED_AT) {
+							s = mv;
+							open = false;
+						} else {
+							s += mv;
+						}
+					}
+					if (h == 0 && open && s > -INFINITY) cnt += 1.0f;
+					const float lse = Lse[offL + h * Sq + i];
+					if (lse > -INFINITY && s > -INFINITY) sum += exp(s - lse);
+				}
+			}
+		}
+		Sum[offS + j] += w * sum;
+		if (addCnt) Cnt[offC + j] += w * cnt;
+	}
+}
+#else
+__kernel void attn_colstats_acc(
+    __global const store_t *Q, int offQ, int qh, int qs,
+    __global const store_t *K, int offK, int kh, int ks,
+    __global const store_t *Mask, int offM, int mh, int mq, int mk,
+    int hasMask, __global const float *Lse, int offL, __global float *Sum,
+    int offS, __global float *Cnt, int offC, int H, int Hkv, int Sq, int Skv,
+    int past, int causal, float scale, float w, int addCnt, int per) {
+	const int j0 = get_global_id(0) * per;
+	const int j1 = min(j0 + per, Skv);
+	const int group = H / Hkv;
+	for (int jt = j0; jt < j1; jt += RT) {
+		float16 sum = (float16)(0.0f);
+		float cnt[RT];
+		#pragma unroll
+		for (int u = 0; u < RT; u++) cnt[u] = 0.0f;
+		// The first row any key of the tile may attend.
+		const int i0 = causal ? max(jt - past, 0) : 0;
+		for (int h = 0; h < H; h++) {
+			__global const store_t *kt = K + offK + (h / group) * kh;
+			for (int i = i0; i < Sq; i++) {
+				const float lse = Lse[offL + h * Sq + i];
+				if (!(lse > -INFINITY)) continue; // the row attends nothing
+				__global const store_t *qp = Q + offQ + h * qh + i * qs;
+				vt q[NV];
+				#pragma unroll
+				for (int c = 0; c < NV; c++) q[c] = VL(qp, c * VW);
+				float sc[RT];
+				#pragma unroll
+				for (int u = 0; u < RT; u++) {
+					const int j = jt + u;
+					// Keys past the tile's end read row j1-1 and are dropped.
+					__global const store_t *kp = kt + min(j, j1 - 1) * ks;
+					vt t = q[0] * VL(kp, 0);
+					#pragma unroll
+					for (int c = 1; c < NV; c++) t = fma(q[c], VL(kp, c * VW), t);
+					float s = vsum(t) * scale;
+					bool open = j < j1 && !(causal && j > past + i);
+					if (open && hasMask) {
+						const float mv = LOAD(Mask, offM + h * mh + i * mq + j * mk);
+						if (mv <= MASKED_AT) {
+							s = mv;
+							open = false;
+						} else {
+							s += mv;
+						}
+					}
+					if (open && h == 0 && s > -INFINITY) cnt[u] += 1.0f;
+					// A masked key keeps its replacement score, as in
+					// attention (exp of it underflows to 0 unless the row
+					// sees nothing better); one out of the tile or of the
+					// causal window gets 0.
+					sc[u] = j < j1 && !(causal && j > past + i) ? s : -INFINITY;
+				}
+				sum += exp(vload16(0, sc) - lse);
+			}
+		}
+		float sv[RT];
+		vstore16(sum, 0, sv);
+		for (int u = 0; u < min(RT, j1 - jt); u++) {
+			Sum[offS + jt + u] += w * sv[u];
+			if (addCnt) Cnt[offC + jt + u] += w * cnt[u];
+		}
+	}
+}
+#endif

@@ -181,3 +181,186 @@ func (h *HostDevice) AttentionStats(s Storage, q, k, lse, sum, count Buf, p Atte
 	}
 	return AttentionStatsRef(hostF32(q), hostF32(k), hostF32(p.Mask), hostF32(lse), hostF32(sum), hostF32(count), p)
 }
+
+// Accumulated statistics: AttentionStatsAcc adds what AttentionStats
+// computes, summed over the query heads, into per-key totals that stay
+// on the device across calls (and across the layers of a step), so that a
+// caller gathering statistics over many decode steps reads them once
+// instead of per step.
+
+// statsAccOperands lists what AttentionStatsAcc reads and writes.
+func (p AttentionParams) statsAccOperands(s Storage, q, k, lse, sum, count Buf, hasMask bool) []bufUse {
+	if p.empty() || p.SeqKV == 0 {
+		return nil
+	}
+	ops := p.statsOperands(s, q, k, lse, sum, count, hasMask)
+	for i := range ops {
+		switch ops[i].name {
+		case "sum", "count":
+			ops[i].end = p.SeqKV
+		}
+	}
+	return ops
+}
+
+// AttentionStatsAcc adds, for the attention p describes (batch 1; Q, K,
+// mask, scale and causality as Attention took them with p.LSE set; p.LSE
+// itself is ignored, lse is passed), weight times each key's statistics
+// summed over the query heads:
+//
+//	sum[j]   += weight · Σ_h Σ_i exp(score(h,i,j) - lse[h,i])
+//	count[j] += weight · #{i : row i of head 0 may attend key j}   (when addCount)
+//
+// sum and count are fp32 [SeqKV] (keys beyond SeqKV untouched). Calls run
+// in queue order, so the launches of several layers and steps may add into
+// the same buffers; the caller zeroes them when it reads them.
+func (l *Lib) AttentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p AttentionParams, weight float32, addCount bool) error {
+	if err := l.attentionStatsAcc(s, q, k, lse, sum, count, p, weight, addCount); err != nil {
+		return fmt.Errorf("kernels: AttentionStatsAcc H=%d/%d Sq=%d Skv=%d D=%d: %w", p.Heads, p.KVHeads, p.SeqQ, p.SeqKV, p.HeadDim, err)
+	}
+	return nil
+}
+
+// statsAccKeys is the number of keys one work-item of attn_colstats_acc
+// takes on CPUs, a multiple of its tile (RT, 16 keys whose exps are one
+// vector exp): enough work per item that PoCL's per-item cost is small
+// next to it, enough items to spread on every core (32 for a 1,024-key
+// decode step).
+const statsAccKeys = 32
+
+// statsAccGPU, set by tests, launches attn_colstats_acc as on a GPU (its
+// ATT_GPU form, one key per work-item) whatever the device.
+var statsAccGPU = false
+
+// checkStatsAcc validates what only the accumulating form asks.
+func checkStatsAcc(p AttentionParams, weight float32) error {
+	if p.Batch != 1 {
+		return fmt.Errorf("accumulated statistics need batch 1, got %d", p.Batch)
+	}
+	if !(weight > 0) || math.IsInf(float64(weight), 0) {
+		return fmt.Errorf("statistics weight %g", weight)
+	}
+	return nil
+}
+
+func (l *Lib) attentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p AttentionParams, weight float32, addCount bool) error {
+	p, err := p.norm()
+	if err != nil {
+		return err
+	}
+	if err := checkStatsAcc(p, weight); err != nil {
+		return err
+	}
+	hasMask := p.Mask.Mem != nil
+	if err := checkBufUses(p.statsAccOperands(s, q, k, lse, sum, count, hasMask)); err != nil {
+		return err
+	}
+	if p.empty() || p.SeqKV == 0 {
+		return nil
+	}
+	masked := MaskedF32
+	if s == F16 {
+		masked = MaskedF16
+	}
+	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef", s.define(), p.HeadDim, float32(masked))
+	gpu := l.info().Type == "GPU" || statsAccGPU
+	if gpu {
+		opts += " -DATT_GPU"
+	}
+	kern, err := l.kernel("attention", attentionProgSrc, opts, "attn_colstats_acc")
+	if err != nil {
+		return err
+	}
+	mask, hm := p.Mask, int32(1)
+	if !hasMask {
+		mask, hm = q, 0 // placeholder, never read
+	}
+	causal, addC := int32(0), int32(0)
+	if p.Causal {
+		causal = 1
+	}
+	if addCount {
+		addC = 1
+	}
+	per, global, local := statsAccKeys, []int{(p.SeqKV + statsAccKeys - 1) / statsAccKeys}, []int{1}
+	if gpu {
+		per, global, local = 1, []int{(p.SeqKV + 63) / 64 * 64}, []int{64}
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	ms := p.MaskStrides
+	return l.dev.Launch(kern, global, local,
+		q.Mem, i32(q.Off), i32(p.Q.Head), i32(p.Q.Seq),
+		k.Mem, i32(k.Off), i32(p.K.Head), i32(p.K.Seq),
+		mask.Mem, i32(mask.Off), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
+		lse.Mem, i32(lse.Off), sum.Mem, i32(sum.Off), count.Mem, i32(count.Off),
+		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale,
+		weight, addC, i32(per))
+}
+
+// AttentionStatsAccRef is the pure-Go reference for AttentionStatsAcc on
+// host tensors (mask nil for none; p.Mask is ignored), in float64 over
+// fp32 tensors, adding into sum and count.
+func AttentionStatsAccRef(q, k, mask, lse, sum, count []float32, p AttentionParams, weight float32, addCount bool) error {
+	p, err := p.norm()
+	if err != nil {
+		return fmt.Errorf("kernels: AttentionStatsAccRef: %w", err)
+	}
+	if err := checkStatsAcc(p, weight); err != nil {
+		return fmt.Errorf("kernels: AttentionStatsAccRef: %w", err)
+	}
+	have := map[string]int{"Q": len(q), "K": len(k), "LSE": len(lse), "sum": len(sum), "count": len(count), "mask": len(mask)}
+	for _, op := range p.statsAccOperands(F32, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil) {
+		if op.end > have[op.name] {
+			return fmt.Errorf("kernels: AttentionStatsAccRef: %s needs %d elements, slice holds %d", op.name, op.end, have[op.name])
+		}
+	}
+	if p.empty() || p.SeqKV == 0 {
+		return nil
+	}
+	group := p.Heads / p.KVHeads
+	for j := 0; j < p.SeqKV; j++ {
+		var s, c float64
+		for h := 0; h < p.Heads; h++ {
+			ko := (h/group)*p.K.Head + j*p.K.Seq
+			for i := 0; i < p.SeqQ; i++ {
+				if p.Causal && j > p.Past+i {
+					continue
+				}
+				qo := h*p.Q.Head + i*p.Q.Seq
+				var dot float64
+				for d := 0; d < p.HeadDim; d++ {
+					dot += float64(q[qo+d]) * float64(k[ko+d])
+				}
+				sc, open := dot*float64(p.Scale), true
+				if mask != nil {
+					ms := p.MaskStrides
+					m := float64(mask[h*ms[1]+i*ms[2]+j*ms[3]])
+					if m <= MaskedF32 {
+						sc, open = m, false
+					} else {
+						sc += m
+					}
+				}
+				if h == 0 && open && !math.IsInf(sc, -1) {
+					c++
+				}
+				if l := float64(lse[h*p.SeqQ+i]); !math.IsInf(l, -1) && !math.IsInf(sc, -1) {
+					s += math.Exp(sc - l)
+				}
+			}
+		}
+		sum[j] += float32(float64(weight) * s)
+		if addCount {
+			count[j] += float32(float64(weight) * c)
+		}
+	}
+	return nil
+}
+
+// AttentionStatsAcc runs AttentionStatsAccRef.
+func (h *HostDevice) AttentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p AttentionParams, weight float32, addCount bool) error {
+	if err := f32only(s); err != nil {
+		return err
+	}
+	return AttentionStatsAccRef(hostF32(q), hostF32(k), hostF32(p.Mask), hostF32(lse), hostF32(sum), hostF32(count), p, weight, addCount)
+}

@@ -400,6 +400,29 @@ func (st *State) SetAttentionStats(on bool) error {
 	return nil
 }
 
+// AccumulateAttentionStats makes the following Forwards that compute
+// attention statistics add them, weighted by weight and summed over layers
+// and query heads, into per-slot totals kept on the device, read by
+// TakeAttentionStats (engine.Session.AccumulateAttentionStats); weight 0
+// returns to per-forward statistics (AttentionStats). Take the totals
+// before freeing slots or writing other tokens into them.
+func (st *State) AccumulateAttentionStats(weight float64) error {
+	if err := st.s.AccumulateAttentionStats(weight); err != nil {
+		return fmt.Errorf("kv: %w", err)
+	}
+	return nil
+}
+
+// TakeAttentionStats returns the statistics accumulated since the last
+// take and zeroes them (engine.Session.TakeAttentionStats).
+func (st *State) TakeAttentionStats() (engine.AttnStatsTotal, error) {
+	t, err := st.s.TakeAttentionStats()
+	if err != nil {
+		return t, fmt.Errorf("kv: %w", err)
+	}
+	return t, nil
+}
+
 func grow(b []int64, n int) []int64 {
 	if cap(b) < n {
 		return make([]int64, n)

@@ -81,6 +81,12 @@ func (m *Manager) Commit(id string, tokens []int) error {
 			return fmt.Errorf("llms: Commit %s: %w", id, err)
 		}
 	}
+	if err := m.flush(c); err != nil {
+		return fmt.Errorf("llms: Commit %s: %w", id, err)
+	}
+	if err := m.setWeight(1); err != nil {
+		return err
+	}
 	m.observed, m.step = false, 0
 	if err := m.setStats(m.ranks()); err != nil {
 		return err
@@ -236,6 +242,9 @@ func (m *Manager) Drop(id string) error {
 	}
 	delete(m.ctxs, id)
 	if m.active == id {
+		if err := m.flush(nil); err != nil {
+			return err
+		}
 		m.active = ""
 		m.st.Reset()
 	}

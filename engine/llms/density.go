@@ -90,6 +90,33 @@ func (d *Density) AddWeighted(stats []engine.AttnStats, slotToken func(int) int,
 	return nil
 }
 
+// AddTotal accumulates statistics the session added up on the device
+// over one or more forwards (kv.State.TakeAttentionStats: weights already
+// applied, sums over layers and heads), where slot j holds token
+// slotToken(j) (-1: not this context's).
+func (d *Density) AddTotal(t engine.AttnStatsTotal, slotToken func(int) int) error {
+	if t.LH <= 0 {
+		return fmt.Errorf("llms: density from no attention statistics")
+	}
+	if d.LH != 0 && d.LH != t.LH {
+		return fmt.Errorf("llms: attention statistics over %d layer-heads; the context's density has %d", t.LH, d.LH)
+	}
+	if len(t.Sum) != t.Slots || len(t.Count) != t.Slots {
+		return fmt.Errorf("llms: accumulated attention statistics have %d sums and %d counts for %d slots", len(t.Sum), len(t.Count), t.Slots)
+	}
+	d.LH = t.LH
+	for j := 0; j < t.Slots; j++ {
+		tk := slotToken(j)
+		if tk < 0 {
+			continue
+		}
+		d.Grow(tk + 1)
+		d.Sum[tk] += float64(t.Sum[j])
+		d.Count[tk] += float64(t.Count[j])
+	}
+	return nil
+}
+
 // Token is d(t): 0 for a token no row has attended yet.
 func (d *Density) Token(t int) float64 {
 	if t >= len(d.Sum) || d.Count[t] == 0 || d.LH == 0 {

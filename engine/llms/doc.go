@@ -68,9 +68,18 @@
 //     values; a level change re-quantizes from the device's current values.
 //   - Density is accumulated from the forwards the caller reports: call
 //     Prepare before and Observe after each forward of a call (prefill and
-//     every decode step); otherwise Commit takes only the last forward's
-//     statistics. Restore forwards (recompute) run without statistics and
-//     are never counted, to avoid counting rows twice.
+//     every decode step). Restore forwards (recompute) run without
+//     statistics and are never counted, to avoid counting rows twice, and
+//     neither are the forwards of an Install.
+//   - The statistics are added up on the device (kv.State.
+//     AccumulateAttentionStats: one small kernel per layer adds each key's
+//     probability, summed over the query heads and weighted, into per-slot
+//     totals) and Commit reads the totals once per call, so a sampled
+//     decode step makes no host read, sync or conversion. Every forward of
+//     a call that gathers statistics then counts, announced or not.
+//     Config.HostStats reads them back after every observed forward
+//     instead (the earlier path; then Commit without Observe takes only the
+//     last forward's), the benchmarks' control.
 //   - Decode rows are sampled (Config.StatsEvery; tl serve's default 8):
 //     statistics cost a second attention-sized kernel per layer, which
 //     halved decode speed when gathered at every step. Prefill forwards

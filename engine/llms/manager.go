@@ -93,6 +93,14 @@ type Config struct {
 	// over the rows observed, now a systematic sample of the decode rows
 	// (a deviation from the spec's "every row", named in doc.go).
 	StatsEvery int
+	// HostStats reads the attention statistics back to the host after
+	// every forward that gathers them (per layer and head, converted and
+	// added to density at once): the path before statistics were
+	// accumulated on the device, kept as the benchmarks' A/B control. By
+	// default the session adds them up on the device
+	// (kv.State.AccumulateAttentionStats, each sampled step weighted by
+	// StatsEvery there) and density takes the totals once per call.
+	HostStats bool
 	// Ungated restores with the spec's "cheaper variant" instead of the
 	// per-layer I/O gate: the chunks positioned before the last recomputed
 	// one are installed before the recompute forward, and only later
@@ -222,6 +230,11 @@ type Manager struct {
 	hasStats, statsOn bool
 	step              int
 	rowWeight         float64
+	// accum: the statistics are accumulated on the device (not
+	// Config.HostStats); accW is the weight last given to the session and
+	// pending whether its totals may hold rows not yet in density.
+	accum, pending bool
+	accW           float64
 
 	reader *flash.Pool
 	stats  *flash.Stats
@@ -300,6 +313,22 @@ func NewManager(st *kv.State, dir string, cfg Config) (*Manager, error) {
 	if err := m.setStats(m.ranks()); err != nil {
 		return nil, err
 	}
+	if m.hasStats {
+		// Totals another manager of the state left are discarded, and a
+		// manager that reads per forward (HostStats) gets the per-forward
+		// statistics back.
+		w := 0.0
+		if m.ranks() && !cfg.HostStats {
+			w = 1
+		}
+		if err := st.AccumulateAttentionStats(0); err != nil {
+			return nil, fmt.Errorf("llms: %w", err)
+		}
+		if err := st.AccumulateAttentionStats(w); err != nil {
+			return nil, fmt.Errorf("llms: %w", err)
+		}
+		m.accum, m.accW = w > 0, w
+	}
 	metas, bad, err := loadMetas(dir)
 	if err != nil {
 		return nil, err
@@ -337,6 +366,17 @@ func topLevel(cfg Config) Level {
 		return LevelFP
 	}
 	return Level8
+}
+
+// Wait waits for the ahead-of-time swap-out a Commit started in the
+// background (the next Install, Commit or Drop waits for it anyway) and
+// returns its error: a caller timing other work on the same machine
+// keeps the write out of it.
+func (m *Manager) Wait() error {
+	if err := m.waitBG(); err != nil {
+		return fmt.Errorf("llms: background swap-out failed: %w", err)
+	}
+	return nil
 }
 
 // Close waits for background writes and stops the reader pool.
@@ -491,6 +531,12 @@ func (m *Manager) observe() error {
 		m.observed = true
 		return nil
 	}
+	if m.accum {
+		// The session added the forward's statistics to its totals on
+		// the device; Commit takes them (flush).
+		m.observed = true
+		return nil
+	}
 	stats, err := m.st.AttentionStats()
 	if errors.Is(err, engine.ErrNoAttentionStats) {
 		// The last forward ran without statistics: a restore's recompute
@@ -538,7 +584,55 @@ func (m *Manager) prepare(rows int) error {
 		m.step++
 		m.rowWeight = float64(every)
 	}
+	if on {
+		if err := m.setWeight(m.rowWeight); err != nil {
+			return err
+		}
+	}
 	return m.setStats(on)
+}
+
+// setWeight gives the session the weight of the rows of the forwards that
+// follow (device accumulation only).
+func (m *Manager) setWeight(w float64) error {
+	if !m.accum {
+		return nil
+	}
+	m.pending = true
+	if m.accW == w {
+		return nil
+	}
+	if err := m.st.AccumulateAttentionStats(w); err != nil {
+		return fmt.Errorf("llms: %w", err)
+	}
+	m.accW = w
+	return nil
+}
+
+// flush adds the statistics the session accumulated on the device since
+// the last flush to c's density (nil: they are discarded), slot j standing
+// for token j where the slot holds position j. It runs at the end of a
+// call and before anything frees or rewrites the slots the totals are
+// keyed by (an install, a drop): one read for the call's every sampled
+// forward, where Config.HostStats reads after each.
+func (m *Manager) flush(c *context) error {
+	if !m.accum || !m.pending {
+		return nil
+	}
+	tot, err := m.st.TakeAttentionStats()
+	if err != nil {
+		return fmt.Errorf("llms: %w", err)
+	}
+	m.pending = false
+	if c == nil || tot.Runs == 0 {
+		return nil
+	}
+	return c.meta.Density.AddTotal(tot, func(j int) int {
+		if p, ok := m.st.Position(j); ok && p == j {
+			return j
+		}
+		return -1
+	})
 }
 
 // setStats sets the session's statistics switch (a no-op for a session
@@ -591,6 +685,26 @@ func (m *Manager) Install(id string, tokens []int) (SwitchTimings, error) {
 	if bgErr != nil {
 		return tm, fmt.Errorf("llms: background swap-out failed: %w", bgErr)
 	}
+	// Rows a call gathered statistics for but did not commit (it failed)
+	// count for the installed context, as they did when statistics were
+	// read per forward; the slots they are keyed by may change below.
+	if err := m.flush(m.ctxs[m.active]); err != nil {
+		return tm, err
+	}
+	if err := m.setWeight(1); err != nil {
+		return tm, err
+	}
+	// The install's own forwards (a new tail) are not counted in density,
+	// as when statistics were read per observed forward: what they added
+	// to the device totals is dropped (a failed take leaves it pending,
+	// counted at the next flush).
+	defer func() {
+		if m.accum && m.pending {
+			if _, err := m.st.TakeAttentionStats(); err == nil {
+				m.pending = false
+			}
+		}
+	}()
 	if !ValidID(id) {
 		return tm, fmt.Errorf("llms: bad context id %q", id)
 	}

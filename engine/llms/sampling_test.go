@@ -2,8 +2,10 @@ package llms
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"sort"
 	"testing"
 
@@ -210,8 +212,33 @@ func ranks(v []float64) []float64 {
 // and a Commit right after it counts nothing more; a mode that ranks
 // nothing never turns them on.
 func TestPrepareSamplesDecode(t *testing.T) {
+	for _, host := range []bool{false, true} {
+		t.Run(fmt.Sprintf("HostStats=%v", host), func(t *testing.T) { testPrepareSamplesDecode(t, host) })
+	}
+}
+
+// gathered reports whether err, from AttentionStats after a forward, says
+// the forward computed statistics: per forward (nil), or into the device
+// totals (an error other than ErrNoAttentionStats) when host is false.
+func gathered(t *testing.T, err error, host bool) bool {
+	t.Helper()
+	switch {
+	case err == nil:
+		if !host {
+			t.Errorf("per-forward statistics while the manager accumulates them on the device")
+		}
+		return true
+	case errors.Is(err, engine.ErrNoAttentionStats):
+		return false
+	case host:
+		t.Fatal(err)
+	}
+	return true
+}
+
+func testPrepareSamplesDecode(t *testing.T, host bool) {
 	st := openDefault(t, 128)
-	m := newManager(t, st, t.TempDir(), Config{StatsEvery: 4})
+	m := newManager(t, st, t.TempDir(), Config{StatsEvery: 4, HostStats: host})
 	toks := heldoutTokens(t, 80)
 	if _, err := m.Install("a", toks[:30]); err != nil {
 		t.Fatal(err)
@@ -232,17 +259,14 @@ func TestPrepareSamplesDecode(t *testing.T) {
 		}
 	}
 	step(30, 40)
-	if _, err := st.AttentionStats(); err != nil {
+	if _, err := st.AttentionStats(); !gathered(t, err, host) {
 		t.Fatalf("after the prefill: %v", err)
 	}
 	for i := 0; i < 10; i++ {
 		step(40+i, 41+i)
 		_, err := st.AttentionStats()
-		if sampled := i%4 == 0; sampled != (err == nil) {
+		if sampled := i%4 == 0; sampled != gathered(t, err, host) {
 			t.Fatalf("decode step %d: statistics error %v; sampled %v", i, err, sampled)
-		}
-		if err != nil && !errors.Is(err, engine.ErrNoAttentionStats) {
-			t.Fatal(err)
 		}
 	}
 	if err := m.Commit("a", toks[:50]); err != nil {
@@ -304,5 +328,82 @@ func TestPrepareSamplesDecode(t *testing.T) {
 	}
 	if _, err := st2.AttentionStats(); !errors.Is(err, engine.ErrNoAttentionStats) {
 		t.Errorf("mode swap ranks nothing, yet the forward computed statistics (%v)", err)
+	}
+}
+
+// TestDeviceStatsMatchHostStats: the manager's density from statistics
+// accumulated on the device and taken once per call equals, within fp32
+// rounding, the density of a manager that reads them back after every
+// sampled forward (Config.HostStats), over two calls of a context (37
+// tokens installed, prefills of 10 and 3 tokens, 21 and 9 decode steps
+// sampled 1 in 4: lengths off every multiple of 16 and of the stride), a
+// failed call between them whose rows count for the context either way
+// (an Install refused in between loses none), and a second context; and
+// the chunk levels Commit picks agree.
+func TestDeviceStatsMatchHostStats(t *testing.T) {
+	toks := heldoutTokens(t, 120)
+	var dens [2]map[string]Density
+	var levels [2]map[string][]Level
+	for k, host := range []bool{false, true} {
+		st := openDefault(t, 128)
+		m := newManager(t, st, t.TempDir(), Config{StatsEvery: 4, HostStats: host})
+		if m.accum == host {
+			t.Fatalf("HostStats %v: accumulating on the device %v", host, m.accum)
+		}
+		call := func(id string, have, prompt, decode int, commit bool) {
+			t.Helper()
+			if _, err := m.Install(id, toks[:have]); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Forward(toks[have:have+prompt], seq(have + prompt)[have:], seq(have + prompt)[have:]); err != nil {
+				t.Fatal(err)
+			}
+			for p := have + prompt; p < have+prompt+decode; p++ {
+				if _, err := m.Forward(toks[p:p+1], []int{p}, []int{p}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if commit {
+				if err := m.Commit(id, toks[:have+prompt+decode]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		call("a", 37, 10, 21, true)
+		call("a", 68, 2, 5, false) // fails: no Commit
+		if _, err := m.Install("../a", toks[:3]); err == nil {
+			t.Fatal("Install of a bad id: no error")
+		}
+		call("a", 68, 3, 9, true)
+		call("b", 19, 4, 13, true)
+		dens[k], levels[k] = map[string]Density{}, map[string][]Level{}
+		m.mu.Lock()
+		for id, c := range m.ctxs {
+			dens[k][id] = c.meta.Density
+			for _, ch := range c.meta.Chunks {
+				levels[k][id] = append(levels[k][id], ch.Level)
+			}
+		}
+		m.mu.Unlock()
+	}
+	for _, id := range []string{"a", "b"} {
+		dev, host := dens[0][id], dens[1][id]
+		if dev.LH != host.LH || len(dev.Sum) != len(host.Sum) || len(dev.Sum) == 0 {
+			t.Fatalf("%s: device density over %d tokens, %d layer-heads; host %d, %d", id, len(dev.Sum), dev.LH, len(host.Sum), host.LH)
+		}
+		for j := range dev.Sum {
+			if math.Abs(dev.Sum[j]-host.Sum[j]) > 1e-5*(1+math.Abs(host.Sum[j])) || dev.Count[j] != host.Count[j] {
+				t.Fatalf("%s token %d: device sum %g over %g rows, host %g over %g", id, j, dev.Sum[j], dev.Count[j], host.Sum[j], host.Count[j])
+			}
+		}
+		if !slices.Equal(levels[0][id], levels[1][id]) {
+			t.Errorf("%s: levels %v from device statistics, %v from host ones", id, levels[0][id], levels[1][id])
+		}
+	}
+	// Token 0 of a: 10 + 3 prefill rows, 6 + 2 + 3 sampled decode steps
+	// of 4 rows each (21, 5 and 9 steps), and 2 rows of the failed
+	// call's prefill.
+	if c := dens[0]["a"].Count[0]; c != 10+3+2+4*(6+2+3) {
+		t.Errorf("token 0 of a counted %g times; want %d", c, 10+3+2+4*(6+2+3))
 	}
 }
