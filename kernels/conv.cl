@@ -175,6 +175,8 @@ typedef float4 cvec;
 
 // conv_act is the activation on a strip.
 CONV_ACT_FN(conv_act, cvec)
+// conv_act1 is the activation on one value.
+CONV_ACT_FN(conv_act1, float)
 
 // conv_row_gather returns lanes iw, iw + sw, ... of an input row of W
 // elements, zero outside it: the window of a strip at the padding, and any
@@ -469,6 +471,70 @@ __kernel void conv_pw2_4(CONV_PW_PARAMS) { conv_pw(4, 2, CONV_PW_ARGS); }
 #endif
 __kernel void conv_pw_4(CONV_PW_PARAMS) { conv_pw(4, 1, CONV_PW_ARGS); }
 __kernel void conv_pw_1(CONV_PW_PARAMS) { conv_pw(1, 1, CONV_PW_ARGS); }
+
+// conv_pwdot: a 1x1 convolution over 1x1 maps (P = 1: squeeze-excite's
+// two fully connected layers), where conv_pw's strips would use one lane
+// of CONV_PX and read that lane by lane. Each output is a dot product of
+// a weight row with the image's Cg inputs, both contiguous: a work-item
+// computes 4 output channels in CONV_PX-lane vectors along c (one input
+// load and 4 weight loads per 4 FMAs), reduced once at the end, then bias
+// and activation. The last block of channels is shifted back to end at
+// OCg (clamped where OCg < 4). global (ceil(OCg / 4), N*G).
+#ifdef WEIGHT_F16
+#define CV_WLOAD(p) CV_LOADH(p)
+#else
+#define CV_WLOAD(p) CV_LOADF(p)
+#endif
+static inline float cv_hsum(cvec v) {
+#if CONV_PX == 16
+	const float8 a = v.lo + v.hi;
+	const float4 b = a.lo + a.hi;
+#elif CONV_PX == 8
+	const float4 b = v.lo + v.hi;
+#else
+	const float4 b = v;
+#endif
+	return (b.x + b.y) + (b.z + b.w);
+}
+__kernel void conv_pwdot(__global const store_t *X, int offX, __global const wstore_t *Wt,
+                         int offW, __global const wstore_t *Bias, int offB, int hasBias,
+                         __global store_t *Y, int offY, int C, int OC, int G, int act,
+                         float actA, float actB) {
+	const int Cg = C / G, OCg = OC / G;
+	const int ocb1 = get_global_id(0) * 4;
+	if (ocb1 >= OCg) return;
+	const int ocb = max(0, min(ocb1, OCg - 4));
+	const int z = get_global_id(1), n = z / G, g = z - n * G;
+	__global const store_t *xp = X + offX + n * C + g * Cg;
+	__global const wstore_t *wr[4];
+	#pragma unroll
+	for (int r = 0; r < 4; r++) wr[r] = Wt + offW + (g * OCg + min(ocb + r, OCg - 1)) * Cg;
+	cvec acc[4];
+	#pragma unroll
+	for (int r = 0; r < 4; r++) acc[r] = (cvec)(0.0f);
+	int k = 0;
+	for (; k + CONV_PX <= Cg; k += CONV_PX) {
+		const cvec xv = CV_LOAD(xp + k);
+		#pragma unroll
+		for (int r = 0; r < 4; r++) acc[r] = fma(CV_WLOAD(wr[r] + k), xv, acc[r]);
+	}
+	float sum[4];
+	#pragma unroll
+	for (int r = 0; r < 4; r++) sum[r] = cv_hsum(acc[r]);
+	for (; k < Cg; k++) {
+		const float xv = LOAD(xp, k);
+		#pragma unroll
+		for (int r = 0; r < 4; r++) sum[r] = fma(WLOAD(wr[r], k), xv, sum[r]);
+	}
+	#pragma unroll
+	for (int r = 0; r < 4; r++) {
+		const int oc = ocb + r;
+		if (oc < ocb1 || oc >= OCg) continue;
+		float v = sum[r];
+		if (hasBias) v += WLOAD(Bias, offB + g * OCg + oc);
+		STORE(Y, offY + n * OC + g * OCg + oc, conv_act1(v, act, actA, actB));
+	}
+}
 
 // cv_shift is lanes s .. s+CONV_PX-1 of the concatenation v, t (s from 0
 // to 4, a constant once conv_dw_reg's kw loop is unrolled): a row window

@@ -628,6 +628,12 @@ func (l *Lib) convPW(s Storage, x, w, y Buf, p ConvParams, np int) error {
 	}
 	bias, hasBias := p.biasArg(w)
 	i32 := func(v int) int32 { return int32(v) }
+	if name == "conv_pwdot" {
+		global, local := l.cpuGroups([]int{(ocg + 3) / 4, p.N * p.Groups})
+		return l.dev.Launch(k, global, local,
+			x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+			y.Mem, i32(y.Off), i32(p.C), i32(p.OutC), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+	}
 	global, local := l.cpuGroups([]int{(np + vb*px - 1) / (vb * px), (ocg + rb - 1) / rb, p.N * p.Groups})
 	return l.dev.Launch(k, global, local,
 		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
@@ -643,8 +649,12 @@ var convPWForce string
 // is shifted back to end at the group's last channel, so rb <= ocg).
 // With 8- and 16-lane vectors (CPUs), 6 channels x 2 vectors where the
 // plane holds two vectors, 8 x 1 on narrower planes; else 4 x 1 or 1 x 1.
+// A 1x1 plane (squeeze-excite) takes conv_pwdot, dot products along the
+// channels.
 func pwKernel(ocg, np, px int) (name string, rb, vb int) {
 	switch {
+	case np == 1 && convPWForce == "":
+		return "conv_pwdot", 4, 1
 	case convPWForce != "":
 		fmt.Sscanf(convPWForce, "conv_pw%d_%d", &vb, &rb)
 		if vb == 0 {

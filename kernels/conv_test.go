@@ -251,8 +251,9 @@ func TestConvDepthwiseFlat(t *testing.T) {
 }
 
 // TestConvPointwise runs 1x1 convolutions through conv_pw at every strip
-// width, both storages and with an epilogue: planes narrower than a strip
-// (squeeze-excite's 1x1), sizes off multiples of the strip, channel counts
+// width, both storages and with an epilogue: 1x1 planes (squeeze-excite's,
+// conv_pwdot, with channels off multiples of the strip and fewer than 4
+// outputs a group), planes narrower than a strip, sizes off multiples of the strip, channel counts
 // off multiples of 8 and 4 (the shifted last block), groups, batch 2.
 func TestConvPointwise(t *testing.T) {
 	defer func() { convForce, convPXForce = "", 0 }()
@@ -261,6 +262,8 @@ func TestConvPointwise(t *testing.T) {
 		p    ConvParams
 	}{
 		{"se 1x1 map", ConvParams{N: 2, C: 24, H: 1, W: 1, OutC: 6, KH: 1, KW: 1}},
+		{"se 1x1 odd", ConvParams{N: 2, C: 37, H: 1, W: 1, OutC: 11, KH: 1, KW: 1}},
+		{"se 1x1 3 out groups", ConvParams{N: 1, C: 42, H: 1, W: 1, OutC: 6, KH: 1, KW: 1, Groups: 2}},
 		{"odd map 13 out", ConvParams{N: 1, C: 19, H: 7, W: 9, OutC: 13, KH: 1, KW: 1}},
 		{"wide 5 out b2", ConvParams{N: 2, C: 8, H: 3, W: 37, OutC: 5, KH: 1, KW: 1}},
 		{"3 out", ConvParams{N: 1, C: 6, H: 5, W: 5, OutC: 3, KH: 1, KW: 1}},
