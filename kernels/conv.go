@@ -144,8 +144,9 @@ func (p ConvParams) OutSize() (oh, ow int) {
 
 // route says how a convolution runs: "gemm1x1" (a 1x1 convolution is a
 // product straight on the NCHW input: no gather, no scratch), "depthwise"
-// (one input channel per group: conv_dw, or conv_tile with a channel
-// multiplier), "flat" (every other geometry: the input copied once into
+// (one input channel per group: on CPUs given the scratch, conv_dwf over
+// conv_pad's padded copy; else conv_dw_reg or conv_dw, or conv_tile with a
+// channel multiplier), "flat" (every other geometry: the input copied once into
 // zero-padded phase planes in scratch, then conv_flat's implicit GEMM with
 // every load a vector) or "tile" (a 1x1 convolution with an activation
 // epilogue, and "flat" without scratch: conv_tile's implicit GEMM,
@@ -157,8 +158,10 @@ func (p ConvParams) OutSize() (oh, ow int) {
 // A 3x3 convolution Winograd computes (Winograd) with at least
 // winoMinChannels channels in and out takes "wino": conv_wino_in,
 // batched GEMMs and conv_wino_out, on CPUs and GPUs alike.
-// Every route but "flat", "wino" and "im2col" needs no scratch, so
-// ScratchElems asks without pw.
+// Every route but "flat", "wino", "im2col" and "depthwise" (conv_dwf's
+// copy) needs no scratch, so ScratchElems asks without pw. The tests'
+// "dwf" and "dwfgen" force conv_dwf (fixed-size or generic) on any
+// device.
 func (p ConvParams) route(pw bool) string {
 	if p.WinogradWeight {
 		return "wino" // the weight is only usable there
