@@ -12,8 +12,8 @@ import (
 // the memory plan at Open is at least what kernels.Conv2D's route needs
 // (ScratchElems) for the geometry, in fp32 and fp16 storage: the Winograd
 // route's transforms (ResNet's 3x3 layers, odd and asymmetric padding,
-// SAME and VALID) and conv_flat's copy (too few channels for Winograd,
-// stride 2, groups). Scratch short of Winograd's would silently run
+// SAME and VALID), conv_flat's copy (too few channels for Winograd,
+// stride 2, groups) and conv_dwf's (depthwise). Scratch short of Winograd's would silently run
 // conv_flat instead.
 func TestConvScratchCoversRoute(t *testing.T) {
 	for _, c := range []struct {
@@ -37,6 +37,11 @@ func TestConvScratchCoversRoute(t *testing.T) {
 		{"stride 2", [4]int{1, 64, 56, 56}, 128, 3, 3, 2, 1, [4]int{1, 1, 1, 1}, "NOTSET", 1, false},
 		{"dilation 2", [4]int{1, 64, 20, 20}, 64, 3, 3, 1, 2, [4]int{2, 2, 2, 2}, "NOTSET", 1, false},
 		{"groups 2", [4]int{1, 64, 20, 20}, 64, 3, 3, 1, 1, [4]int{1, 1, 1, 1}, "NOTSET", 2, false},
+		// Depthwise: conv_dwf's padded copy (kernels' ScratchElems asks it
+		// whatever the device; CPUs use it).
+		{"depthwise 3x3 s2", [4]int{1, 72, 56, 56}, 72, 3, 3, 2, 1, [4]int{1, 1, 1, 1}, "NOTSET", 72, false},
+		{"depthwise 5x5 odd b2", [4]int{2, 13, 7, 9}, 13, 5, 5, 1, 1, [4]int{2, 2, 2, 2}, "NOTSET", 13, false},
+		{"depthwise same s2", [4]int{1, 24, 15, 15}, 24, 5, 5, 2, 1, [4]int{}, "SAME_UPPER", 24, false},
 	} {
 		for _, esz := range []int{4, 2} {
 			sp := spatial{kh: c.kh, kw: c.kw, sh: c.sh, sw: c.sh, dh: c.dh, dw: c.dh, pads: c.pads, autoPad: c.autoPad}

@@ -535,9 +535,10 @@ func convActivation(lc *lowerCtx) (kernels.ConvAct, float32, float32, error) {
 
 // convScratch is the size in bytes of conv_flat's zero-padded phase copy
 // of the input (kernels.ConvParams' flatElems), for the convolutions that
-// take that route: all but depthwise and plain 1x1 ones. The phase planes
-// hold ceil((H+pads)/sh) * sh <= H+pads+sh-1 rows (columns alike), plus a
-// strip of slack. A convolution that takes the Winograd route gets the
+// take that route or conv_dwf's (depthwise with one output channel per
+// input channel): all but plain 1x1 ones and depthwise ones with a channel
+// multiplier. The phase planes hold ceil((H+pads)/sh) * sh <= H+pads+sh-1
+// rows (columns alike), plus 64 elements and the kernel's width of slack. A convolution that takes the Winograd route gets the
 // larger of that and the Winograd route's scratch, which holds the
 // transformed weight too unless winoW (the weight is stored transformed).
 func convScratch(x, w, y *vinfo, sp spatial, groups, esz int, winoW bool) (symshape.Expr, bool) {
@@ -549,8 +550,8 @@ func convScratch(x, w, y *vinfo, sp spatial, groups, esz int, winoW bool) (symsh
 	if !sp.oneD {
 		kh = ws[2]
 	}
-	if ws[1] == 1 {
-		return symshape.Expr{}, false // depthwise: conv_dw, no copy
+	if ws[1] == 1 && ws[0] != groups {
+		return symshape.Expr{}, false // depthwise with a multiplier: conv_dw, no copy
 	}
 	if kh == 1 && kw == 1 && sp.sh == 1 && sp.sw == 1 && sp.pads == [4]int{} && sp.autoPad != "SAME_UPPER" && sp.autoPad != "SAME_LOWER" {
 		return symshape.Expr{}, false // plain 1x1: a GEMM on the input
@@ -569,7 +570,7 @@ func convScratch(x, w, y *vinfo, sp spatial, groups, esz int, winoW bool) (symsh
 	}
 	wdim := symshape.Add(x.shape[len(x.shape)-1], symshape.Const(int64(padW+sp.sw-1)))
 	e := symshape.Mul(symshape.Mul(x.shape[0], x.shape[1]), symshape.Mul(hdim, wdim))
-	e = symshape.Add(e, symshape.Const(int64(16+(kw-1)*sp.dw)))
+	e = symshape.Add(e, symshape.Const(int64(64+(kw-1)*sp.dw)))
 	wp := kernels.ConvParams{C: ws[1] * groups, OutC: ws[0], KH: kh, KW: kw, StrideH: sp.sh, StrideW: sp.sw,
 		DilationH: sp.dh, DilationW: sp.dw, Groups: groups}
 	if !sp.oneD && wp.WinogradRoute() {

@@ -175,6 +175,8 @@ typedef float4 cvec;
 
 // conv_act is the activation on a strip.
 CONV_ACT_FN(conv_act, cvec)
+// conv_act1 is the activation on one value.
+CONV_ACT_FN(conv_act1, float)
 
 // conv_row_gather returns lanes iw, iw + sw, ... of an input row of W
 // elements, zero outside it: the window of a strip at the padding, and any
@@ -375,25 +377,36 @@ __kernel void conv_dw(CONV_TILE_PARAMS, int nblk) {
 // conv_pw: a 1x1 convolution with stride 1 and no padding (the pointwise
 // layers of MobileNet and EfficientNet), on a CPU: per image and group,
 // Y[oc, p] = sum over c of W[oc, c] * X[c, p], each plane one row of P =
-// H*W pixels. A work-item keeps RB output channels x CONV_PX pixels of
-// accumulators; per input channel one vector load of X and RB broadcast
-// weight loads from one pointer at fixed offsets (r * Cg), which compile
-// to plain base + index addresses: conv_tile's per-row offset array was
-// turned into vector index arithmetic, extracted lane by lane before
-// each load. The last strip of a plane and the last block of channels
-// are shifted back to end at P and OCg (lanes and rows already computed
-// by a neighbour are not stored again), so every row a work-item reads
-// exists and no lane needs a bounds test; a plane narrower than a strip
-// (the squeeze-excite layers' 1x1 maps) is read lane by lane. global
-// (ceil(P / CONV_PX), ceil(OCg / RB), N*G); the launcher takes RB <= OCg.
+// H*W pixels. A work-item keeps RB output channels x VB vectors of
+// CONV_PX pixels of accumulators (a strip of VB*CONV_PX pixels); per input
+// channel VB vector loads of X and RB broadcast weight loads from one
+// pointer at fixed offsets (r * Cg), which compile to plain base + index
+// addresses: conv_tile's per-row offset array was turned into vector index
+// arithmetic, extracted lane by lane before each load. VB = 2 halves the
+// weight loads per multiply-add of VB = 1 (RB + VB loads feed RB*VB FMAs).
+// The last strip of a plane and the last block of channels are shifted
+// back to end at P and OCg (lanes and rows already computed by a neighbour
+// are not stored again), so every row a work-item reads exists and no
+// lane needs a bounds test; a plane narrower than a strip (the
+// squeeze-excite layers' 1x1 maps) is read lane by lane. global
+// (ceil(P / (VB*CONV_PX)), ceil(OCg / RB), N*G); the launcher takes RB <=
+// OCg.
+// CONV_PW_ACC bounds a work-item's accumulators: 8 rows x 1 vector or 6 x
+// 2 on CPUs (12 of AVX2's 16 registers), 4 x 1 on GPUs.
+#if CONV_RBMAX == 8
+#define CONV_PW_ACC 12
+#else
+#define CONV_PW_ACC 4
+#endif
 __attribute__((always_inline)) static inline void
-conv_pw(const int RB, __global const store_t *X, int offX,
+conv_pw(const int RB, const int VB, __global const store_t *X, int offX,
         __global const wstore_t *Wt, int offW, __global const wstore_t *Bias,
         int offB, int hasBias, __global store_t *Y, int offY, int C, int P,
         int OC, int G, int act, float actA, float actB) {
-	const int p1 = get_global_id(0) * CONV_PX;
+	const int S = VB * CONV_PX;
+	const int p1 = get_global_id(0) * S;
 	if (p1 >= P) return;
-	const int p0 = P >= CONV_PX ? min(p1, P - CONV_PX) : 0;
+	const int p0 = P >= S ? min(p1, P - S) : 0;
 	const int Cg = C / G, OCg = OC / G;
 	const int ocb1 = get_global_id(1) * RB;
 	if (ocb1 >= OCg) return;
@@ -401,30 +414,45 @@ conv_pw(const int RB, __global const store_t *X, int offX,
 	const int z = get_global_id(2), n = z / G, g = z - n * G;
 	__global const store_t *xp = X + offX + (n * C + g * Cg) * P + p0;
 	__global const wstore_t *wp = Wt + offW + (g * OCg + ocb) * Cg;
-	cvec acc[CONV_RBMAX];
+	cvec acc[CONV_PW_ACC];
 	#pragma unroll
-	for (int r = 0; r < RB; r++) acc[r] = (cvec)(0.0f);
-	if (P >= CONV_PX) {
+	for (int i = 0; i < RB * VB; i++) acc[i] = (cvec)(0.0f);
+	if (P >= S) {
 		for (int k = 0; k < Cg; k++) {
-			const cvec xv = CV_LOAD(xp + k * P);
+			cvec xv[2];
 			#pragma unroll
-			for (int r = 0; r < RB; r++) acc[r] = fma((cvec)(WLOAD(wp, r * Cg + k)), xv, acc[r]);
+			for (int v = 0; v < VB; v++) xv[v] = CV_LOAD(xp + k * P + v * CONV_PX);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				const cvec w = (cvec)(WLOAD(wp, r * Cg + k));
+				#pragma unroll
+				for (int v = 0; v < VB; v++) acc[r * VB + v] = fma(w, xv[v], acc[r * VB + v]);
+			}
 		}
 	} else {
 		for (int k = 0; k < Cg; k++) {
-			const cvec xv = conv_row_gather(xp + k * P, 0, 1, P);
+			cvec xv[2];
 			#pragma unroll
-			for (int r = 0; r < RB; r++) acc[r] = fma((cvec)(WLOAD(wp, r * Cg + k)), xv, acc[r]);
+			for (int v = 0; v < VB; v++) xv[v] = conv_row_gather(xp + k * P, v * CONV_PX, 1, P);
+			#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				const cvec w = (cvec)(WLOAD(wp, r * Cg + k));
+				#pragma unroll
+				for (int v = 0; v < VB; v++) acc[r * VB + v] = fma(w, xv[v], acc[r * VB + v]);
+			}
 		}
 	}
 	#pragma unroll
 	for (int r = 0; r < RB; r++) {
 		if (ocb + r < ocb1) continue;
 		const int oc = g * OCg + ocb + r;
-		cvec v = acc[r];
-		if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
-		v = conv_act(v, act, actA, actB);
-		conv_put(Y + offY + (n * OC + oc) * P, p0, p1, P, v);
+		const float b = hasBias ? WLOAD(Bias, offB + oc) : 0.0f;
+		#pragma unroll
+		for (int v = 0; v < VB; v++) {
+			const cvec y = conv_act(acc[r * VB + v] + b, act, actA, actB);
+			const int q0 = p0 + v * CONV_PX;
+			conv_put(Y + offY + (n * OC + oc) * P, q0, max(p1, q0), P, y);
+		}
 	}
 }
 
@@ -437,10 +465,76 @@ conv_pw(const int RB, __global const store_t *X, int offX,
 	X, offX, Wt, offW, Bias, offB, hasBias, Y, offY, C, P, OC, G, act, actA,  \
 	    actB
 #if CONV_RBMAX == 8
-__kernel void conv_pw_8(CONV_PW_PARAMS) { conv_pw(8, CONV_PW_ARGS); }
+__kernel void conv_pw_8(CONV_PW_PARAMS) { conv_pw(8, 1, CONV_PW_ARGS); }
+__kernel void conv_pw2_6(CONV_PW_PARAMS) { conv_pw(6, 2, CONV_PW_ARGS); }
+__kernel void conv_pw2_4(CONV_PW_PARAMS) { conv_pw(4, 2, CONV_PW_ARGS); }
 #endif
-__kernel void conv_pw_4(CONV_PW_PARAMS) { conv_pw(4, CONV_PW_ARGS); }
-__kernel void conv_pw_1(CONV_PW_PARAMS) { conv_pw(1, CONV_PW_ARGS); }
+__kernel void conv_pw_4(CONV_PW_PARAMS) { conv_pw(4, 1, CONV_PW_ARGS); }
+__kernel void conv_pw_1(CONV_PW_PARAMS) { conv_pw(1, 1, CONV_PW_ARGS); }
+
+// conv_pwdot: a 1x1 convolution over 1x1 maps (P = 1: squeeze-excite's
+// two fully connected layers), where conv_pw's strips would use one lane
+// of CONV_PX and read that lane by lane. Each output is a dot product of
+// a weight row with the image's Cg inputs, both contiguous: a work-item
+// computes 4 output channels in CONV_PX-lane vectors along c (one input
+// load and 4 weight loads per 4 FMAs), reduced once at the end, then bias
+// and activation. The last block of channels is shifted back to end at
+// OCg (clamped where OCg < 4). global (ceil(OCg / 4), N*G).
+#ifdef WEIGHT_F16
+#define CV_WLOAD(p) CV_LOADH(p)
+#else
+#define CV_WLOAD(p) CV_LOADF(p)
+#endif
+static inline float cv_hsum(cvec v) {
+#if CONV_PX == 16
+	const float8 a = v.lo + v.hi;
+	const float4 b = a.lo + a.hi;
+#elif CONV_PX == 8
+	const float4 b = v.lo + v.hi;
+#else
+	const float4 b = v;
+#endif
+	return (b.x + b.y) + (b.z + b.w);
+}
+__kernel void conv_pwdot(__global const store_t *X, int offX, __global const wstore_t *Wt,
+                         int offW, __global const wstore_t *Bias, int offB, int hasBias,
+                         __global store_t *Y, int offY, int C, int OC, int G, int act,
+                         float actA, float actB) {
+	const int Cg = C / G, OCg = OC / G;
+	const int ocb1 = get_global_id(0) * 4;
+	if (ocb1 >= OCg) return;
+	const int ocb = max(0, min(ocb1, OCg - 4));
+	const int z = get_global_id(1), n = z / G, g = z - n * G;
+	__global const store_t *xp = X + offX + n * C + g * Cg;
+	__global const wstore_t *wr[4];
+	#pragma unroll
+	for (int r = 0; r < 4; r++) wr[r] = Wt + offW + (g * OCg + min(ocb + r, OCg - 1)) * Cg;
+	cvec acc[4];
+	#pragma unroll
+	for (int r = 0; r < 4; r++) acc[r] = (cvec)(0.0f);
+	int k = 0;
+	for (; k + CONV_PX <= Cg; k += CONV_PX) {
+		const cvec xv = CV_LOAD(xp + k);
+		#pragma unroll
+		for (int r = 0; r < 4; r++) acc[r] = fma(CV_WLOAD(wr[r] + k), xv, acc[r]);
+	}
+	float sum[4];
+	#pragma unroll
+	for (int r = 0; r < 4; r++) sum[r] = cv_hsum(acc[r]);
+	for (; k < Cg; k++) {
+		const float xv = LOAD(xp, k);
+		#pragma unroll
+		for (int r = 0; r < 4; r++) sum[r] = fma(WLOAD(wr[r], k), xv, sum[r]);
+	}
+	#pragma unroll
+	for (int r = 0; r < 4; r++) {
+		const int oc = ocb + r;
+		if (oc < ocb1 || oc >= OCg) continue;
+		float v = sum[r];
+		if (hasBias) v += WLOAD(Bias, offB + g * OCg + oc);
+		STORE(Y, offY + n * OC + g * OCg + oc, conv_act1(v, act, actA, actB));
+	}
+}
 
 // cv_shift is lanes s .. s+CONV_PX-1 of the concatenation v, t (s from 0
 // to 4, a constant once conv_dw_reg's kw loop is unrolled): a row window
@@ -559,27 +653,154 @@ __kernel void conv_dw_reg(CONV_TILE_PARAMS, int nblk, int chanFirst, int NC) {
 // zero-padded (the input at row pt, column pl) and split by stride into
 // sh*sw phase planes of Hq x Wq, phase (a, b) holding padded rows a, a+sh,
 // ... and columns b, b+sw, ... (one phase at stride 1). A work-item writes
-// one row of a phase plane (a work-item per element made the launch cost
-// of its many work-groups, on a CPU, exceed the copy's). global (Hq,
+// `rows` consecutive rows of a phase plane: one on a GPU, many on a CPU,
+// where a work-item per row (14 elements at a 14x14 map) spent more on its
+// index arithmetic than on the copy. global (ceil(Hq / rows),
 // planes*sh*sw).
+//
+// conv_divs is a / s for a >= 0 and a stride s: a shift at 1 and 2 (an
+// integer division costs more than a short row's copy).
+static inline int conv_divs(int a, int s) { return s == 1 ? a : s == 2 ? a >> 1 : a / s; }
+
+// raw_t holds a stored element's bits, which conv_pad copies as they are.
+#ifdef STORAGE_F16
+typedef ushort raw_t;
+#else
+typedef uint raw_t;
+#endif
 __kernel void conv_pad(__global const store_t *X, int offX, __global store_t *P,
                        int offP, int H, int W, int Hq, int Wq, int pt, int pl,
-                       int sh, int sw) {
-	const int i = get_global_id(0), zp = get_global_id(1);
-	if (i >= Hq) return;
-	const int ph = zp % (sh * sw), z = zp / (sh * sw);
-	const int ih = i * sh + ph / sw - pt, b = ph % sw - pl;
-	__global store_t *out = P + offP + (zp * Hq + i) * Wq;
-	if (ih < 0 || ih >= H) {
-		for (int j = 0; j < Wq; j++) STORE(out, j, 0.0f);
-		return;
-	}
-	__global const store_t *row = X + offX + (z * H + ih) * W;
-	for (int j = 0; j < Wq; j++) {
-		const int iw = j * sw + b;
-		STORE(out, j, (iw >= 0 && iw < W) ? LOAD(row, iw) : 0.0f);
+                       int sh, int sw, int rows) {
+	const int i0 = get_global_id(0) * rows, zp = get_global_id(1);
+	if (i0 >= Hq) return;
+	const int nph = sh * sw, z = conv_divs(conv_divs(zp, sh), sw), ph = zp - z * nph;
+	const int pa = conv_divs(ph, sw), b = ph - pa * sw - pl;
+	// Columns j in [j0, j1) read the row (iw = j*sw + b in [0, W)); the
+	// rest are padding. Inside, whole vectors of the raw bits (the value is
+	// copied, never converted, in either storage) at stride 1 and 2.
+	const int j0 = b >= 0 ? 0 : conv_divs(-b + sw - 1, sw);
+	const int j1 = max(j0, min(Wq, W - b > 0 ? conv_divs(W - b + sw - 1, sw) : 0));
+	__global const raw_t *xp = (__global const raw_t *)(X + offX) + z * H * W;
+	__global raw_t *o = (__global raw_t *)(P + offP) + (zp * Hq + i0) * Wq;
+	for (int i = i0; i < min(Hq, i0 + rows); i++, o += Wq) {
+		const int ih = i * sh + pa - pt;
+		if (ih < 0 || ih >= H) {
+			for (int j = 0; j < Wq; j++) o[j] = 0;
+			continue;
+		}
+		__global const raw_t *row = xp + ih * W;
+		for (int j = 0; j < j0; j++) o[j] = 0;
+		int j = j0;
+		if (sw == 1)
+			for (; j + 8 <= j1; j += 8) vstore8(vload8(0, row + j + b), 0, o + j);
+		else if (sw == 2)
+			for (; j + 8 <= j1 && 2 * (j + 8) + b <= W; j += 8) vstore8(vload16(0, row + 2 * j + b).even, 0, o + j);
+		for (; j < j1; j++) o[j] = row[j * sw + b];
+		for (j = j1; j < Wq; j++) o[j] = 0;
 	}
 }
+
+// conv_dwf: a depthwise convolution (one input and one output channel per
+// group) over conv_pad's padded phase planes, on the flattened grid of
+// conv_flat: grid position q = oh*Wq + ow, tap (kh, kw) one contiguous
+// vector load at a fixed offset from q whatever the stride, dilation and
+// padding. A work-item computes CONV_DWF_VB vectors of CONV_PX grid
+// positions of one channel, so each tap's weight is loaded once for
+// CONV_DWF_VB loads and FMAs, and no load needs a bounds test or a lane
+// path: conv_dw_reg's row windows test the row's ends on every row and
+// gather lane by lane there (every strip of a 7x7 or 14x14 map), and its
+// runtime kernel width and stride put a branch before every tap. The
+// kernels conv_dwf_K_S fix the kernel size K x K and stride S (dilation
+// 1), so the tap loops unroll into straight code; conv_dwf takes any
+// geometry. The planes need CONV_DWF_VB*CONV_PX + (KW-1)*dw readable
+// elements past the last one (the last work-item's vectors beyond the grid
+// are computed and dropped). Work-items: chanFirst (CPUs) puts channels
+// along dimension 0, global (NC = N*C, ceil(OH*Wq / (CONV_DWF_VB*
+// CONV_PX))), so a work-group is neighbouring channels and a small map
+// still fills it; otherwise grid chunks along dimension 0, global (chunks,
+// NC).
+#if CONV_PX >= 8
+#define CONV_DWF_VB 4
+#else
+#define CONV_DWF_VB 2
+#endif
+__attribute__((always_inline)) static inline void
+conv_dwf_body(const int KH, const int KW, const int sh, const int sw, const int dh,
+         const int dw, __global const store_t *P, int offP,
+         __global const wstore_t *Wt, int offW, __global const wstore_t *Bias,
+         int offB, int hasBias, __global store_t *Y, int offY, int C, int Hq,
+         int Wq, int OH, int OW, int act, float actA, float actB,
+         int chanFirst, int NC) {
+	const int z = get_global_id(chanFirst ? 0 : 1); // n*C + c
+	if (z >= NC) return;
+	const int grid = OH * Wq;
+	const int q0 = get_global_id(chanFirst ? 1 : 0) * (CONV_DWF_VB * CONV_PX);
+	if (q0 >= grid) return;
+	const int c = z % C, phase = Hq * Wq;
+	__global const store_t *xp = P + offP + z * sh * sw * phase + q0;
+	__global const wstore_t *wp = Wt + offW + c * KH * KW;
+	cvec acc[CONV_DWF_VB];
+	#pragma unroll
+	for (int v = 0; v < CONV_DWF_VB; v++) acc[v] = (cvec)(0.0f);
+	// The phase and offset of kh*dh and kw*dw (quotient and remainder by
+	// the stride) are stepped, as conv_flat does; with constant sizes and
+	// strides the unrolled loops fold them into constant offsets.
+	int uq = 0, ur = 0; // kh*dh = uq*sh + ur
+	#pragma unroll
+	for (int kh = 0; kh < KH; kh++) {
+		__global const store_t *row = xp + ur * sw * phase + uq * Wq;
+		int vq = 0, vr = 0; // kw*dw = vq*sw + vr
+		#pragma unroll
+		for (int kw = 0; kw < KW; kw++) {
+			const cvec w = (cvec)(WLOAD(wp, kh * KW + kw));
+			__global const store_t *src = row + vr * phase + vq;
+			#pragma unroll
+			for (int v = 0; v < CONV_DWF_VB; v++) acc[v] = fma(w, CV_LOAD(src + v * CONV_PX), acc[v]);
+			for (vr += dw; vr >= sw; vr -= sw) vq++;
+		}
+		for (ur += dh; ur >= sh; ur -= sh) uq++;
+	}
+	const float b = hasBias ? WLOAD(Bias, offB + c) : 0.0f;
+	__global store_t *yp = Y + offY + z * OH * OW;
+	#pragma unroll
+	for (int v = 0; v < CONV_DWF_VB; v++) {
+		const int q = q0 + v * CONV_PX;
+		if (q >= grid) break;
+		const cvec y = conv_act(acc[v] + b, act, actA, actB);
+		int oh = q / Wq, ow = q - oh * Wq;
+		if (ow + CONV_PX <= OW) {
+			conv_put(yp + oh * OW, ow, ow, OW, y);
+			continue;
+		}
+#define CONV_DWF_LANE(l, x)                                                    \
+	{                                                                          \
+		if (oh < OH && ow < OW) STORE(yp, oh * OW + ow, (x));                  \
+		if (++ow == Wq) ow = 0, oh++;                                          \
+	}
+		CV_LANES(CONV_DWF_LANE, y)
+#undef CONV_DWF_LANE
+	}
+}
+
+#define CONV_DWF_PARAMS                                                        \
+	__global const store_t *P, int offP, __global const wstore_t *Wt,          \
+	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
+	    __global store_t *Y, int offY, int C, int Hq, int Wq, int OH, int OW,  \
+	    int KH, int KW, int sh, int sw, int dh, int dw, int act, float actA,   \
+	    float actB, int chanFirst, int NC
+#define CONV_DWF_ARGS                                                          \
+	P, offP, Wt, offW, Bias, offB, hasBias, Y, offY, C, Hq, Wq, OH, OW, act,   \
+	    actA, actB, chanFirst, NC
+__kernel void conv_dwf(CONV_DWF_PARAMS) { conv_dwf_body(KH, KW, sh, sw, dh, dw, CONV_DWF_ARGS); }
+#define CONV_DWF_FIXED(K, S)                                                   \
+	__kernel void conv_dwf_##K##_##S(CONV_DWF_PARAMS) {                        \
+		conv_dwf_body(K, K, S, S, 1, 1, CONV_DWF_ARGS);                        \
+	}
+CONV_DWF_FIXED(3, 1)
+CONV_DWF_FIXED(3, 2)
+CONV_DWF_FIXED(5, 1)
+CONV_DWF_FIXED(5, 2)
+#undef CONV_DWF_FIXED
 
 // conv_flat: a convolution over conv_pad's padded phase planes. Padded
 // element (oh*sh + kh*dh, ow*sw + kw*dw) is element (oh + (kh*dh)/sh,

@@ -144,8 +144,9 @@ func (p ConvParams) OutSize() (oh, ow int) {
 
 // route says how a convolution runs: "gemm1x1" (a 1x1 convolution is a
 // product straight on the NCHW input: no gather, no scratch), "depthwise"
-// (one input channel per group: conv_dw, or conv_tile with a channel
-// multiplier), "flat" (every other geometry: the input copied once into
+// (one input channel per group: on CPUs given the scratch, conv_dwf over
+// conv_pad's padded copy; else conv_dw_reg or conv_dw, or conv_tile with a
+// channel multiplier), "flat" (every other geometry: the input copied once into
 // zero-padded phase planes in scratch, then conv_flat's implicit GEMM with
 // every load a vector) or "tile" (a 1x1 convolution with an activation
 // epilogue, and "flat" without scratch: conv_tile's implicit GEMM,
@@ -157,8 +158,10 @@ func (p ConvParams) OutSize() (oh, ow int) {
 // A 3x3 convolution Winograd computes (Winograd) with at least
 // winoMinChannels channels in and out takes "wino": conv_wino_in,
 // batched GEMMs and conv_wino_out, on CPUs and GPUs alike.
-// Every route but "flat", "wino" and "im2col" needs no scratch, so
-// ScratchElems asks without pw.
+// Every route but "flat", "wino", "im2col" and "depthwise" (conv_dwf's
+// copy) needs no scratch, so ScratchElems asks without pw. The tests'
+// "dwf" and "dwfgen" force conv_dwf (fixed-size or generic) on any
+// device.
 func (p ConvParams) route(pw bool) string {
 	if p.WinogradWeight {
 		return "wino" // the weight is only usable there
@@ -202,10 +205,16 @@ func (p ConvParams) plain1x1() bool {
 		p.PadTop == 0 && p.PadLeft == 0 && p.PadBottom == 0 && p.PadRight == 0
 }
 
-// flatSlack is how many elements past its last padded plane conv_flat may
-// read: a strip (up to 16 lanes) beyond the last grid position, shifted by
-// the kernel's width.
-func (p ConvParams) flatSlack() int { return 16 + (p.KW-1)*oneIfZero(p.DilationW) }
+// flatSlack is how many elements past its last padded plane conv_flat and
+// conv_dwf may read: conv_dwf's chunk of 4 strips (up to 16 lanes each)
+// beyond the last grid position, shifted by the kernel's width.
+func (p ConvParams) flatSlack() int { return 64 + (p.KW-1)*oneIfZero(p.DilationW) }
+
+// dwFlat reports whether conv_dwf can compute p: a depthwise convolution
+// with one output channel per input channel.
+func (p ConvParams) dwFlat() bool {
+	return p.C/oneIfZero(p.Groups) == 1 && p.OutC == oneIfZero(p.Groups)
+}
 
 // flatPhase is the size of one phase plane of conv_flat's padded copy.
 func (p ConvParams) flatPhase() (hq, wq int) {
@@ -329,6 +338,10 @@ func (p ConvParams) ScratchElems() int {
 	switch p.route(false) {
 	case "flat":
 		return p.flatElems()
+	case "depthwise", "dwf", "dwfgen":
+		if p.dwFlat() {
+			return p.flatElems() // conv_dwf's padded copy (CPUs)
+		}
 	case "wino":
 		if p.WinogradWeight {
 			return p.winoElems() // no other route can use the weight
@@ -409,6 +422,12 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		}
 		imgs = min(p.N, (scratch.Mem.Size()/s.Size()-scratch.Off)/perImage)
 	}
+	if route == "depthwise" && l.info().Type != "GPU" || route == "dwf" || route == "dwfgen" {
+		if p.C > 0 && p.dwFlat() && scratch.Mem != nil && scratch.Off >= 0 && scratch.Mem.Size()/s.Size()-scratch.Off >= p.flatElems() {
+			return l.convDWFlat(s, x, w, y, scratch, p, oh, ow)
+		}
+		route = "depthwise" // no scratch: conv_dw_reg or conv_dw
+	}
 	if route == "flat" {
 		if p.C > 0 && scratch.Mem != nil && scratch.Off >= 0 && scratch.Mem.Size()/s.Size()-scratch.Off >= p.flatElems() {
 			return l.convFlat(s, x, w, y, scratch, p, oh, ow)
@@ -416,7 +435,7 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 		route = "tile"
 	}
 	switch {
-	case route == "tile" || route == "depthwise" || route == "dw" || route == "dwgen" || p.C == 0:
+	case route == "tile" || route == "depthwise" || route == "dw" || route == "dwgen" || route == "dwfgen" || p.C == 0:
 		return l.convTile(s, x, w, y, p, oh, ow)
 	case route == "direct" || route == "im2col" && imgs == 0:
 		if p.Act != ConvActNone {
@@ -601,29 +620,122 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 }
 
 // convPW runs conv_pw on a 1x1 convolution with stride 1 and no padding
-// over planes of np pixels: 8 output channels per work-item where a group
-// has that many (and the strips have 8 or more lanes), else 4, else 1, so
-// that a work-item's channels never run past its group's.
+// over planes of np pixels (pwKernel picks the tile).
 func (l *Lib) convPW(s Storage, x, w, y Buf, p ConvParams, np int) error {
 	ocg := p.OutC / p.Groups
 	px := l.convPX()
-	rb := 1
-	switch {
-	case ocg >= 8 && px >= 8:
-		rb = 8
-	case ocg >= 4:
-		rb = 4
-	}
-	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), fmt.Sprintf("conv_pw_%d", rb))
+	name, rb, vb := pwKernel(ocg, np, px)
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), name)
 	if err != nil {
 		return err
 	}
 	bias, hasBias := p.biasArg(w)
 	i32 := func(v int) int32 { return int32(v) }
-	global, local := l.cpuGroups([]int{(np + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
+	if name == "conv_pwdot" {
+		global, local := l.cpuGroups([]int{(ocg + 3) / 4, p.N * p.Groups})
+		return l.dev.Launch(k, global, local,
+			x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+			y.Mem, i32(y.Off), i32(p.C), i32(p.OutC), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+	}
+	global, local := l.cpuGroups([]int{(np + vb*px - 1) / (vb * px), (ocg + rb - 1) / rb, p.N * p.Groups})
 	return l.dev.Launch(k, global, local,
 		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(p.C), i32(np), i32(p.OutC), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+}
+
+// convPWForce, set by tests and benchmarks, names the conv_pw kernel.
+var convPWForce string
+
+// pwKernel picks conv_pw's tile for ocg output channels a group over
+// planes of np pixels with px-lane vectors: rb channels x vb vectors a
+// work-item, never more channels than a group has (a work-item's block
+// is shifted back to end at the group's last channel, so rb <= ocg).
+// With 8- and 16-lane vectors (CPUs), 6 channels x 2 vectors where the
+// plane holds two vectors, 8 x 1 on narrower planes; else 4 x 1 or 1 x 1.
+// A 1x1 plane (squeeze-excite) takes conv_pwdot, dot products along the
+// channels.
+func pwKernel(ocg, np, px int) (name string, rb, vb int) {
+	switch {
+	case np == 1 && convPWForce == "":
+		return "conv_pwdot", 4, 1
+	case convPWForce != "":
+		fmt.Sscanf(convPWForce, "conv_pw%d_%d", &vb, &rb)
+		if vb == 0 {
+			vb = 1
+			fmt.Sscanf(convPWForce, "conv_pw_%d", &rb)
+		}
+		return convPWForce, rb, vb
+	case px >= 8 && ocg >= 6 && np >= 2*px:
+		return "conv_pw2_6", 6, 2
+	case px >= 8 && ocg >= 4 && np >= 2*px:
+		return "conv_pw2_4", 4, 2
+	case px >= 8 && ocg >= 8:
+		return "conv_pw_8", 8, 1
+	case ocg >= 4:
+		return "conv_pw_4", 4, 1
+	}
+	return "conv_pw_1", 1, 1
+}
+
+// convDWFlat runs conv_pad into scratch, then conv_dwf on the padded phase
+// planes: conv_dwf_K_S where the kernel is K x K (3 or 5) at stride S (1 or
+// 2) without dilation, else conv_dwf.
+func (l *Lib) convDWFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int) error {
+	px := l.convPX()
+	opts := convOptionsPX(s, p.Weight, px)
+	pad, err := l.kernel("conv", convSrc, opts, "conv_pad")
+	if err != nil {
+		return err
+	}
+	name := "conv_dwf"
+	if p.KH == p.KW && (p.KH == 3 || p.KH == 5) && p.StrideH == p.StrideW && p.StrideH <= 2 &&
+		p.DilationH == 1 && p.DilationW == 1 && convForce != "dwfgen" {
+		name = fmt.Sprintf("conv_dwf_%d_%d", p.KH, p.StrideH)
+	}
+	k, err := l.kernel("conv", convSrc, opts, name)
+	if err != nil {
+		return err
+	}
+	hq, wq := p.flatPhase()
+	i32 := func(v int) int32 { return int32(v) }
+	if err := l.convPad(pad, s, x, scratch, p, hq, wq); err != nil {
+		return err
+	}
+	bias, hasBias := p.biasArg(w)
+	// conv.cl's CONV_DWF_VB vectors of px grid positions a work-item.
+	vb := 2
+	if px >= 8 {
+		vb = 4
+	}
+	chunks, nc := (oh*wq+vb*px-1)/(vb*px), p.N*p.C
+	chanFirst, dims := int32(0), []int{chunks, nc}
+	if l.info().Type != "GPU" {
+		// A work-group of neighbouring channels at one chunk, which a
+		// small map fills too (as conv_dw_reg).
+		chanFirst, dims = 1, []int{nc, chunks}
+	}
+	global, local := l.cpuGroups(dims)
+	return l.dev.Launch(k, global, local,
+		scratch.Mem, i32(scratch.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(p.C), i32(hq), i32(wq), i32(oh), i32(ow),
+		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.DilationH), i32(p.DilationW),
+		int32(p.Act), p.ActA, p.ActB, chanFirst, i32(nc))
+}
+
+// convPad launches conv_pad, copying x into scratch as hq x wq phase
+// planes. On a GPU a work-item copies one row; on a CPU enough rows that
+// about 64 work-items share the copy (a row of a small map is less work
+// than a work-item's indexing).
+func (l *Lib) convPad(pad *opencl.Kernel, s Storage, x, scratch Buf, p ConvParams, hq, wq int) error {
+	planes := p.N * p.C * p.StrideH * p.StrideW
+	rows := 1
+	if l.info().Type != "GPU" {
+		rows = max(1, min(hq, hq*planes/64))
+	}
+	i32 := func(v int) int32 { return int32(v) }
+	global, local := l.cpuGroups([]int{(hq + rows - 1) / rows, planes})
+	return l.dev.Launch(pad, global, local, x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off),
+		i32(p.H), i32(p.W), i32(hq), i32(wq), i32(p.PadTop), i32(p.PadLeft), i32(p.StrideH), i32(p.StrideW), i32(rows))
 }
 
 // convFlat runs conv_pad into scratch, then conv_flat on the padded phase
@@ -646,13 +758,11 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 	}
 	hq, wq := p.flatPhase()
 	i32 := func(v int) int32 { return int32(v) }
-	global, local := l.cpuGroups([]int{hq, p.N * p.C * p.StrideH * p.StrideW})
-	if err := l.dev.Launch(pad, global, local, x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off),
-		i32(p.H), i32(p.W), i32(hq), i32(wq), i32(p.PadTop), i32(p.PadLeft), i32(p.StrideH), i32(p.StrideW)); err != nil {
+	if err := l.convPad(pad, s, x, scratch, p, hq, wq); err != nil {
 		return err
 	}
 	bias, hasBias := p.biasArg(w)
-	global, local = l.cpuGroups([]int{(oh*wq + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
+	global, local := l.cpuGroups([]int{(oh*wq + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
 	return l.dev.Launch(k, global, local,
 		scratch.Mem, i32(scratch.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(p.C), i32(hq), i32(wq), i32(p.OutC), i32(oh), i32(ow),

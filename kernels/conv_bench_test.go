@@ -70,12 +70,14 @@ var convBenchShapes = []struct {
 // BenchmarkConvRoutes times each shape on each route that can run it,
 // reporting GFLOP/s (2 per multiply-add) against the machine's fp32 peak,
 // ~442 GFLOP/s on 2 cores (../shared/machine-facts.md), and the share of
-// that peak, and the CPU time per convolution. TLITE_CONV_ROUTES picks routes (default all of them; "dw" is
-// the depthwise kernel dwKernel picks, "dwgen" conv_dw, "dw1" the picked
-// one with one block of rows per work-item); TLITE_CONV_PX sets the
+// that peak, and the CPU time per convolution. TLITE_CONV_ROUTES picks
+// routes (default all of them; "dw" is the depthwise kernel dwKernel
+// picks, "dwgen" conv_dw, "dw1" the picked one with one block of rows per
+// work-item, "dwf" conv_dwf over conv_pad's copy (the pad included), "pw"
+// conv_pw with pwKernel's tile); TLITE_CONV_PX sets the
 // strip width (4, 8 or 16; default the device's).
 func BenchmarkConvRoutes(b *testing.B) {
-	routes := []string{"flat", "tile", "dw", "dwgen", "dw1", "im2col", "direct", "gemm1x1"}
+	routes := []string{"flat", "tile", "dw", "dwgen", "dw1", "dwf", "im2col", "direct", "gemm1x1", "pw"}
 	if r := os.Getenv("TLITE_CONV_ROUTES"); r != "" {
 		routes = strings.Split(r, ",")
 	}
@@ -99,7 +101,8 @@ func BenchmarkConvRoutes(b *testing.B) {
 			noEpilogue := route == "gemm1x1" || route == "im2col" || route == "direct"
 			if noEpilogue && p.Act != ConvActNone ||
 				route == "gemm1x1" && (p.KH != 1 || pn.StrideH != 1) || route == "im2col" && p.C/pn.Groups == 1 ||
-				(route == "dw" || route == "dwgen" || route == "dw1") && !dw {
+				(route == "dw" || route == "dwgen" || route == "dw1" || route == "dwf") && !dw ||
+				route == "pw" && !pn.plain1x1() {
 				continue
 			}
 			b.Run(sh.name+"/"+route, func(b *testing.B) {

@@ -204,9 +204,56 @@ func TestConvDepthwise(t *testing.T) {
 	}
 }
 
+// TestConvDepthwiseFlat runs dwCases and a multiplier-2 case through
+// conv_dwf over conv_pad's copy: the fixed-size kernels (3x3 and 5x5 at
+// stride 1 and 2) and the generic one ("dwfgen"), at every strip width
+// (4 is the GPU build), both storages, with and without bias and
+// epilogue, against the reference. Scratch is exactly ScratchElems, so a
+// kernel reading past its slack or a launcher sizing it short fails here;
+// the multiplier case must fall back to conv_dw_reg or conv_dw.
+func TestConvDepthwiseFlat(t *testing.T) {
+	defer func() { convForce, convPXForce = "", 0 }()
+	cases := append([]struct {
+		name string
+		reg  bool
+		p    ConvParams
+	}{{"multiplier 2", false, ConvParams{N: 1, C: 3, H: 6, W: 9, OutC: 6, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 3}},
+		{"3x3 s1 1x1 map", false, ConvParams{N: 2, C: 5, H: 1, W: 1, OutC: 5, KH: 3, KW: 3, PadTop: 1, PadLeft: 1, PadBottom: 1, PadRight: 1, Groups: 5}},
+	}, dwCases...)
+	for ci, c := range cases {
+		pn, err := c.p.norm()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		convForce = ""
+		want := 0
+		if pn.dwFlat() {
+			want = pn.flatElems()
+		}
+		if got := c.p.ScratchElems(); got != want {
+			t.Errorf("%s: ScratchElems %d, want %d", c.name, got, want)
+		}
+		for _, force := range []string{"dwf", "dwfgen"} {
+			for _, px := range []int{4, 8, 16} {
+				convForce, convPXForce = force, px
+				for _, s := range storages {
+					p := c.p
+					p.Weight = s
+					if (ci+px)%2 == 0 {
+						p.Act = ConvActSiLU
+					}
+					got, want := convRun(t, s, p, ci%3 != 1, max(1, p.ScratchElems()))
+					laClose(t, fmt.Sprintf("%s/%q/px %d/%s", c.name, force, px, s), s, got, want)
+				}
+			}
+		}
+	}
+}
+
 // TestConvPointwise runs 1x1 convolutions through conv_pw at every strip
-// width, both storages and with an epilogue: planes narrower than a strip
-// (squeeze-excite's 1x1), sizes off multiples of the strip, channel counts
+// width, both storages and with an epilogue: 1x1 planes (squeeze-excite's,
+// conv_pwdot, with channels off multiples of the strip and fewer than 4
+// outputs a group), planes narrower than a strip, sizes off multiples of the strip, channel counts
 // off multiples of 8 and 4 (the shifted last block), groups, batch 2.
 func TestConvPointwise(t *testing.T) {
 	defer func() { convForce, convPXForce = "", 0 }()
@@ -215,6 +262,8 @@ func TestConvPointwise(t *testing.T) {
 		p    ConvParams
 	}{
 		{"se 1x1 map", ConvParams{N: 2, C: 24, H: 1, W: 1, OutC: 6, KH: 1, KW: 1}},
+		{"se 1x1 odd", ConvParams{N: 2, C: 37, H: 1, W: 1, OutC: 11, KH: 1, KW: 1}},
+		{"se 1x1 3 out groups", ConvParams{N: 1, C: 42, H: 1, W: 1, OutC: 6, KH: 1, KW: 1, Groups: 2}},
 		{"odd map 13 out", ConvParams{N: 1, C: 19, H: 7, W: 9, OutC: 13, KH: 1, KW: 1}},
 		{"wide 5 out b2", ConvParams{N: 2, C: 8, H: 3, W: 37, OutC: 5, KH: 1, KW: 1}},
 		{"3 out", ConvParams{N: 1, C: 6, H: 5, W: 5, OutC: 3, KH: 1, KW: 1}},
