@@ -153,7 +153,11 @@ func uploadAligned(b *testing.B, s Storage, xs []float32) Buf {
 //   - shared: the same 43 launches all over one 256x768 weight, which stays
 //     in L2 (the kernels' arithmetic and launch cost without the memory);
 //   - tiny: 43 launches of an 8x16 product (the launch cost alone: the
-//     host's enqueue and the driver's dispatch).
+//     host's enqueue and the driver's dispatch);
+//   - fused: the model's weights with q, k and v stacked into one 512-row
+//     product and gate and up into one 1536-row product, 25 launches in
+//     all (what an engine that joins the products sharing an input would
+//     run: the same bytes, 18 launches fewer).
 //
 // cpu-us/step is the process's CPU time (host and, on a CPU device, the
 // kernels' threads) per step, which a loaded machine disturbs less than
@@ -166,9 +170,17 @@ func BenchmarkMatMulDecodeStep(b *testing.B) {
 			lin{768, 256}, lin{768, 256}, lin{256, 768})
 	}
 	model = append(model, lin{4096, 256})
-	for _, mode := range []string{"model", "shared", "tiny"} {
+	var fused []lin
+	for range 6 {
+		fused = append(fused, lin{512, 256}, lin{256, 256}, lin{1536, 256}, lin{256, 768})
+	}
+	fused = append(fused, lin{4096, 256})
+	for _, mode := range []string{"model", "shared", "tiny", "fused"} {
 		b.Run(mode, func(b *testing.B) {
 			step := slices.Clone(model)
+			if mode == "fused" {
+				step = fused
+			}
 			for i := range step {
 				switch mode {
 				case "shared":
@@ -184,7 +196,7 @@ func BenchmarkMatMulDecodeStep(b *testing.B) {
 			ws := make([]Buf, len(step))
 			bytes := 0
 			for i, l := range step {
-				if mode == "model" || i == 0 {
+				if mode == "model" || mode == "fused" || i == 0 {
 					ws[i] = uploadAligned(b, F32, laRand(int64(2+i), l.n*l.k, F32))
 				} else {
 					ws[i] = ws[0]
