@@ -3,6 +3,7 @@ package kernels
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -139,4 +140,87 @@ func uploadAligned(b *testing.B, s Storage, xs []float32) Buf {
 		b.Fatal(err)
 	}
 	return Buf{Mem: mem}
+}
+
+// BenchmarkMatMulDecodeStep: the 43 Linear products of one decode step of
+// the default model (testdata/longctx: 6 layers of q 256, k and v 128, o
+// 256, gate and up 768, down back to 256, all over K = 256 but down's 768,
+// then a 4096-word LM head), queued back to back and finished once, as a
+// session's step is. It splits a step's GEMV cost three ways:
+//
+//   - model: each product with its own weight (23 MiB read per step, as
+//     the model does);
+//   - shared: the same 43 launches all over one 256x768 weight, which stays
+//     in L2 (the kernels' arithmetic and launch cost without the memory);
+//   - tiny: 43 launches of an 8x16 product (the launch cost alone: the
+//     host's enqueue and the driver's dispatch);
+//   - fused: the model's weights with q, k and v stacked into one 512-row
+//     product and gate and up into one 1536-row product, 25 launches in
+//     all (what an engine that joins the products sharing an input would
+//     run: the same bytes, 18 launches fewer).
+//
+// cpu-us/step is the process's CPU time (host and, on a CPU device, the
+// kernels' threads) per step, which a loaded machine disturbs less than
+// the wall time. -mmvariant forces a kernel.
+func BenchmarkMatMulDecodeStep(b *testing.B) {
+	type lin struct{ n, k int }
+	var model []lin
+	for range 6 {
+		model = append(model, lin{256, 256}, lin{128, 256}, lin{128, 256}, lin{256, 256},
+			lin{768, 256}, lin{768, 256}, lin{256, 768})
+	}
+	model = append(model, lin{4096, 256})
+	var fused []lin
+	for range 6 {
+		fused = append(fused, lin{512, 256}, lin{256, 256}, lin{1536, 256}, lin{256, 768})
+	}
+	fused = append(fused, lin{4096, 256})
+	for _, mode := range []string{"model", "shared", "tiny", "fused"} {
+		b.Run(mode, func(b *testing.B) {
+			step := slices.Clone(model)
+			if mode == "fused" {
+				step = fused
+			}
+			for i := range step {
+				switch mode {
+				case "shared":
+					step[i] = lin{256, 768}
+				case "tiny":
+					step[i] = lin{8, 16}
+				}
+			}
+			mmForce = *mmVariant
+			defer func() { mmForce = "" }()
+			a := uploadAligned(b, F32, laRand(1, 768, F32))
+			c := uploadAligned(b, F32, make([]float32, 4096))
+			ws := make([]Buf, len(step))
+			bytes := 0
+			for i, l := range step {
+				if mode == "model" || mode == "fused" || i == 0 {
+					ws[i] = uploadAligned(b, F32, laRand(int64(2+i), l.n*l.k, F32))
+				} else {
+					ws[i] = ws[0]
+				}
+				bytes += 4 * l.n * l.k
+			}
+			run := func() {
+				for i, l := range step {
+					if err := testLib.MatMul(F32, a, ws[i], c, MatMulParams{M: 1, N: l.n, K: l.k, TransB: true}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := testLib.Device().Finish(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			run() // compile outside the timing
+			b.SetBytes(int64(bytes))
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			for i := 0; i < b.N; i++ {
+				run()
+			}
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/step")
+		})
+	}
 }
