@@ -1052,7 +1052,7 @@ class LookupArgs:
     step 200.
     """
     a_steps: int = 400
-    b_steps: int = 600
+    b_steps: int = 500
     c_steps: int = 300
     a_seq: int = 256
     b_seq: int = 512
