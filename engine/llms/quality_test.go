@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,12 +175,17 @@ func TestRecallScoring(t *testing.T) {
 }
 
 // BenchmarkRecall is key→value recall (testdata/longctx/evals/recall_*.jsonl,
-// LLMS_RECALL_N items of each distance, default 20) with the context's KV
-// stored under each policy.
+// or the same files in LLMS_RECALL_DIR, e.g. train_default.py recall-evals'
+// 200-item sets; LLMS_RECALL_N items of each distance, default 20) with the
+// context's KV stored under each policy.
 func BenchmarkRecall(b *testing.B) {
 	n := 20
 	if v, err := strconv.Atoi(os.Getenv("LLMS_RECALL_N")); err == nil {
 		n = v
+	}
+	dir := "../../testdata/longctx/evals"
+	if d := os.Getenv("LLMS_RECALL_DIR"); d != "" {
+		dir = d
 	}
 	tok, err := tokenizer.Load("../../testdata/longctx/tokenizer.json")
 	if err != nil {
@@ -191,7 +197,7 @@ func BenchmarkRecall(b *testing.B) {
 	}
 	defer st.Session().Close()
 	for _, dist := range []string{"256", "1024"} {
-		raw, err := os.ReadFile("../../testdata/longctx/evals/recall_" + dist + ".jsonl")
+		raw, err := os.ReadFile(filepath.Join(dir, "recall_"+dist+".jsonl"))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -208,15 +208,7 @@ def prepare_tasks(work):
     bos, eos = vocab[BOS], vocab[EOS]
     rng = random.Random(SEED + 2)
     train_names, _ = corpus.split_names(random.Random(SEED))
-    docs = []
-    for src in ("fortunes", "pydoc"):
-        st = np.load(os.path.join(work, f"{src}_train.npy")).astype(np.int64)
-        cut = np.flatnonzero(st == bos)
-        for a, b in zip(cut, list(cut[1:]) + [len(st)]):
-            body = st[a + 1:b]
-            if len(body) and body[-1] == eos:
-                body = body[:-1]
-            docs.append(body.tolist())
+    docs = text_documents(work)
     sep = enc.encode("\n\n")
 
     def filler(target):
