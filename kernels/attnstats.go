@@ -57,6 +57,21 @@ func (l *Lib) AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionPa
 // work-group on CPU devices (the old launch; benchmarks set it).
 var statsOneItem = false
 
+// statsBuildOptions are the build options of the statistics kernels: the
+// storage, the head size, the storage's masked-score threshold and, for
+// the GPU form, ATT_GPU.
+func statsBuildOptions(s Storage, headDim int, gpu bool) string {
+	masked := MaskedF32
+	if s == F16 {
+		masked = MaskedF16
+	}
+	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef", s.define(), headDim, float32(masked))
+	if gpu {
+		opts += " -DATT_GPU"
+	}
+	return opts
+}
+
 func (l *Lib) attentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error {
 	p, err := p.norm()
 	if err != nil {
@@ -69,15 +84,7 @@ func (l *Lib) attentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionPa
 	if p.empty() || p.SeqKV == 0 {
 		return nil
 	}
-	masked := MaskedF32
-	if s == F16 {
-		masked = MaskedF16
-	}
-	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef", s.define(), p.HeadDim, float32(masked))
-	if l.info().Type == "GPU" {
-		opts += " -DATT_GPU"
-	}
-	kern, err := l.kernel("attention", attentionProgSrc, opts, "attn_colstats")
+	kern, err := l.kernel("attention", attentionProgSrc, statsBuildOptions(s, p.HeadDim, l.info().Type == "GPU"), "attn_colstats")
 	if err != nil {
 		return err
 	}
@@ -258,16 +265,8 @@ func (l *Lib) attentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p Attentio
 	if p.empty() || p.SeqKV == 0 {
 		return nil
 	}
-	masked := MaskedF32
-	if s == F16 {
-		masked = MaskedF16
-	}
-	opts := fmt.Sprintf("%s -DHD=%d -DMASKED_AT=%ef", s.define(), p.HeadDim, float32(masked))
 	gpu := l.info().Type == "GPU" || statsAccGPU
-	if gpu {
-		opts += " -DATT_GPU"
-	}
-	kern, err := l.kernel("attention", attentionProgSrc, opts, "attn_colstats_acc")
+	kern, err := l.kernel("attention", attentionProgSrc, statsBuildOptions(s, p.HeadDim, gpu), "attn_colstats_acc")
 	if err != nil {
 		return err
 	}
