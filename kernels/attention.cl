@@ -923,17 +923,17 @@ __kernel void attn_colstats_acc(
 		float sum = 0.0f, cnt = 0.0f;
 		const int i0 = causal ? max(j - past, 0) : 0;
 		for (int g = 0; g < Hkv; g++) {
+			// The key is read from global (cache) for every row, not held
+			// in registers: a key of HD floats per lane, with a row's
+			// vector, put the GPU form at 79-82 VGPRs on the register gate.
 			__global const store_t *kp = K + offK + g * kh + j * ks;
-			vt kv[NV];
-			#pragma unroll
-			for (int c = 0; c < NV; c++) kv[c] = VL(kp, c * VW);
 			for (int h = g * group; h < (g + 1) * group; h++) {
 				for (int i = i0; i < Sq; i++) {
 					__global const store_t *q = Q + offQ + h * qh + i * qs;
-					vt t = (vt)(0.0f);
-					#pragma unroll
-					for (int c = 0; c < NV; c++) t = fma(VL(q, c * VW), kv[c], t);
-					float s = vsum(t) * scale;
+					float t = 0.0f;
+					#pragma unroll 4
+					for (int d = 0; d < HD; d++) t = fma(LOAD(q, d), LOAD(kp, d), t);
+					float s = t * scale;
 					bool open = true;
 					if (hasMask) {
 						const float mv = LOAD(Mask, offM + h * mh + i * mq + j * mk);
