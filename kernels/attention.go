@@ -530,10 +530,8 @@ func AttentionLSERef(q, k, v, mask, o, lse []float32, p AttentionParams) error {
 	if lse != nil {
 		p.LSE = Buf{Host: []byte{0}}
 	}
-	for _, op := range p.operands(F32, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil) {
-		if op.end > have[op.name] {
-			return fmt.Errorf("kernels: AttentionRef: %s needs %d elements, slice holds %d", op.name, op.end, have[op.name])
-		}
+	if err := checkSliceLens(p.operands(F32, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil), have); err != nil {
+		return fmt.Errorf("kernels: AttentionRef: %w", err)
 	}
 	if p.empty() {
 		return nil

@@ -132,10 +132,8 @@ func AttentionStatsRef(q, k, mask, lse, sum, count []float32, p AttentionParams)
 		return fmt.Errorf("kernels: AttentionStatsRef: %w", err)
 	}
 	have := map[string]int{"Q": len(q), "K": len(k), "LSE": len(lse), "sum": len(sum), "count": len(count), "mask": len(mask)}
-	for _, op := range p.statsOperands(F32, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil) {
-		if op.end > have[op.name] {
-			return fmt.Errorf("kernels: AttentionStatsRef: %s needs %d elements, slice holds %d", op.name, op.end, have[op.name])
-		}
+	if err := checkSliceLens(p.statsOperands(F32, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil), have); err != nil {
+		return fmt.Errorf("kernels: AttentionStatsRef: %w", err)
 	}
 	if p.empty() || p.SeqKV == 0 {
 		return nil
@@ -308,10 +306,8 @@ func AttentionStatsAccRef(q, k, mask, lse, sum, count []float32, p AttentionPara
 		return fmt.Errorf("kernels: AttentionStatsAccRef: %w", err)
 	}
 	have := map[string]int{"Q": len(q), "K": len(k), "LSE": len(lse), "sum": len(sum), "count": len(count), "mask": len(mask)}
-	for _, op := range p.statsAccOperands(F32, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil) {
-		if op.end > have[op.name] {
-			return fmt.Errorf("kernels: AttentionStatsAccRef: %s needs %d elements, slice holds %d", op.name, op.end, have[op.name])
-		}
+	if err := checkSliceLens(p.statsAccOperands(F32, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil), have); err != nil {
+		return fmt.Errorf("kernels: AttentionStatsAccRef: %w", err)
 	}
 	if p.empty() || p.SeqKV == 0 {
 		return nil

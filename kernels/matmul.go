@@ -381,10 +381,15 @@ func checkBufUses(ops []bufUse) error {
 
 // checkLen is checkBufUses for host slices (the references).
 func (g gemm) checkLen(a, b, c, bias int) error {
-	have := map[string]int{"A": a, "B": b, "C": c, "bias": bias}
-	for _, o := range g.operands() {
+	return checkSliceLens(g.operands(), map[string]int{"A": a, "B": b, "C": c, "bias": bias})
+}
+
+// checkSliceLens is checkBufUses for the references' host slices: have
+// maps each operand's name to its slice's length.
+func checkSliceLens(ops []bufUse, have map[string]int) error {
+	for _, o := range ops {
 		if o.end > have[o.name] {
-			return fmt.Errorf("%s: needs %d elements, slice holds %d", o.name, o.end, have[o.name])
+			return fmt.Errorf("%s needs %d elements, slice holds %d", o.name, o.end, have[o.name])
 		}
 	}
 	return nil
