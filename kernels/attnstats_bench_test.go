@@ -42,29 +42,41 @@ func BenchmarkAttentionStatsLocal(b *testing.B) {
 		}
 		return time.Since(t0)
 	}
-	run(true, 3)
-	run(false, 3)
+	benchAlternated(b, func(n int) time.Duration { return run(true, n) }, func(n int) time.Duration { return run(false, n) },
+		"one-item-ms", "grouped-ms", "grouped/one")
+}
+
+// benchAlternated warms both launch forms up, then per b.N iteration runs
+// 5 rounds of 20 launches of each, alternating which goes first, and
+// reports their median ms per launch (as aMetric, bMetric) and the min,
+// median and max of b's time over a's (ratio-min, -median, -max).
+func benchAlternated(b *testing.B, runA, runB func(n int) time.Duration, aMetric, bMetric, ratio string) {
+	runA(3)
+	runB(3)
 	b.ResetTimer()
 	for it := 0; it < b.N; it++ {
-		var one, grouped, ratio []float64
-		for r := 0; r < 5; r++ {
+		var ta, tb, r []float64
+		for round := 0; round < 5; round++ {
 			var d [2]time.Duration
 			for k := 0; k < 2; k++ {
-				u := (k + r) % 2
-				d[u] = run(u == 0, 20)
+				if (k+round)%2 == 0 {
+					d[0] = runA(20)
+				} else {
+					d[1] = runB(20)
+				}
 			}
-			one = append(one, d[0].Seconds()*1e3/20)
-			grouped = append(grouped, d[1].Seconds()*1e3/20)
-			ratio = append(ratio, float64(d[1])/float64(d[0]))
+			ta = append(ta, d[0].Seconds()*1e3/20)
+			tb = append(tb, d[1].Seconds()*1e3/20)
+			r = append(r, float64(d[1])/float64(d[0]))
 		}
-		for _, s := range [][]float64{one, grouped, ratio} {
+		for _, s := range [][]float64{ta, tb, r} {
 			slices.Sort(s)
 		}
-		b.ReportMetric(one[2], "one-item-ms")
-		b.ReportMetric(grouped[2], "grouped-ms")
-		b.ReportMetric(ratio[0], "grouped/one-min")
-		b.ReportMetric(ratio[2], "grouped/one-median")
-		b.ReportMetric(ratio[4], "grouped/one-max")
+		b.ReportMetric(ta[2], aMetric)
+		b.ReportMetric(tb[2], bMetric)
+		b.ReportMetric(r[0], ratio+"-min")
+		b.ReportMetric(r[2], ratio+"-median")
+		b.ReportMetric(r[4], ratio+"-max")
 	}
 }
 
@@ -107,28 +119,6 @@ func BenchmarkAttentionStatsAccDecode(b *testing.B) {
 		}
 		return time.Since(t0)
 	}
-	run(true, 3)
-	run(false, 3)
-	b.ResetTimer()
-	for it := 0; it < b.N; it++ {
-		var per, acc, ratio []float64
-		for r := 0; r < 5; r++ {
-			var d [2]time.Duration
-			for k := 0; k < 2; k++ {
-				u := (k + r) % 2
-				d[u] = run(u == 1, 20)
-			}
-			per = append(per, d[0].Seconds()*1e3/20)
-			acc = append(acc, d[1].Seconds()*1e3/20)
-			ratio = append(ratio, float64(d[1])/float64(d[0]))
-		}
-		for _, s := range [][]float64{per, acc, ratio} {
-			slices.Sort(s)
-		}
-		b.ReportMetric(per[2], "per-head-ms")
-		b.ReportMetric(acc[2], "acc-ms")
-		b.ReportMetric(ratio[0], "acc/per-head-min")
-		b.ReportMetric(ratio[2], "acc/per-head-median")
-		b.ReportMetric(ratio[4], "acc/per-head-max")
-	}
+	benchAlternated(b, func(n int) time.Duration { return run(false, n) }, func(n int) time.Duration { return run(true, n) },
+		"per-head-ms", "acc-ms", "acc/per-head")
 }
