@@ -908,14 +908,18 @@ __kernel void attn_colstats(
 // statistics of many steps stay on the device until they are read. On
 // CPUs (per a multiple of RT) the keys go in tiles of RT, each row's RT
 // scores exponentiated as one vector.
+// The parameters of both forms of attn_colstats_acc (the launcher sets
+// them once for either).
+#define STATS_ACC_PARAMS                                                       \
+	__global const store_t *Q, int offQ, int qh, int qs,                       \
+	    __global const store_t *K, int offK, int kh, int ks,                   \
+	    __global const store_t *Mask, int offM, int mh, int mq, int mk,        \
+	    int hasMask, __global const float *Lse, int offL, __global float *Sum, \
+	    int offS, __global float *Cnt, int offC, int H, int Hkv, int Sq,       \
+	    int Skv, int past, int causal, float scale, float w, int addCnt,       \
+	    int per
 #ifdef ATT_GPU
-__kernel void attn_colstats_acc(
-    __global const store_t *Q, int offQ, int qh, int qs,
-    __global const store_t *K, int offK, int kh, int ks,
-    __global const store_t *Mask, int offM, int mh, int mq, int mk,
-    int hasMask, __global const float *Lse, int offL, __global float *Sum,
-    int offS, __global float *Cnt, int offC, int H, int Hkv, int Sq, int Skv,
-    int past, int causal, float scale, float w, int addCnt, int per) {
+__kernel void attn_colstats_acc(STATS_ACC_PARAMS) {
 	const int j0 = get_global_id(0) * per;
 	const int j1 = min(j0 + per, Skv);
 	const int group = H / Hkv;
@@ -955,13 +959,7 @@ __kernel void attn_colstats_acc(
 	}
 }
 #else
-__kernel void attn_colstats_acc(
-    __global const store_t *Q, int offQ, int qh, int qs,
-    __global const store_t *K, int offK, int kh, int ks,
-    __global const store_t *Mask, int offM, int mh, int mq, int mk,
-    int hasMask, __global const float *Lse, int offL, __global float *Sum,
-    int offS, __global float *Cnt, int offC, int H, int Hkv, int Sq, int Skv,
-    int past, int causal, float scale, float w, int addCnt, int per) {
+__kernel void attn_colstats_acc(STATS_ACC_PARAMS) {
 	const int j0 = get_global_id(0) * per;
 	const int j1 = min(j0 + per, Skv);
 	const int group = H / Hkv;
