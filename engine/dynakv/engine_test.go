@@ -229,3 +229,49 @@ func TestDeviceMemory2048(t *testing.T) {
 	t.Logf("bounded (%d slots): %+v", ring, bounded)
 	t.Logf("saved: %d bytes live, %d of them the KV cache, %d activations", full.Live-bounded.Live, saved, full.Activations-bounded.Activations)
 }
+
+// TestContinuationTail scores a continuation with its context's last
+// tokens decoded through the hook. At ρ = 1 the hook reproduces full
+// attention, so every tail gives the full-attention log-likelihood. At
+// ρ = 5% a tail of 0 scores the first token from the prompt's logits
+// (the device's attention), so its log-likelihood of one token must be
+// exactly full attention's; with a tail the hook decides that token too
+// and the two must differ.
+func TestContinuationTail(t *testing.T) {
+	dyn, full, doc := openPair(t, 96, 80)
+	ctx, cand := doc[:72], doc[72:73]
+	for _, tail := range []int{0, 1, 9} {
+		newFor(t, dyn, Config{Budget: 1})
+		d, f, err := Continuation(dyn, full, ctx, doc[72:76], tail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := d - f; diff > 1e-3 || diff < -1e-3 {
+			t.Fatalf("ρ = 1, tail %d: log-likelihood %v against full attention's %v", tail, d, f)
+		}
+	}
+	newFor(t, dyn, Config{Budget: 0.05})
+	d0, f0, err := Continuation(dyn, full, ctx, cand, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := d0 - f0; diff > 1e-4 || diff < -1e-4 {
+		t.Fatalf("ρ = 5%%, tail 0: first token scored at %v, full attention %v; want the prompt's logits", d0, f0)
+	}
+	newFor(t, dyn, Config{Budget: 0.05})
+	d9, f9, err := Continuation(dyn, full, ctx, cand, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f9 != f0 {
+		t.Fatalf("full attention's score moved with the tail: %v, %v", f0, f9)
+	}
+	if diff := d9 - f9; diff < 1e-4 && diff > -1e-4 {
+		t.Fatalf("ρ = 5%%, tail 9: %v within 1e-4 of full attention's %v: the hook did not score the token", d9, f9)
+	}
+	for _, bad := range []int{-1, len(ctx) - 1} {
+		if _, _, err := Continuation(dyn, full, ctx, cand, bad); err == nil {
+			t.Fatalf("tail %d of %d tokens: no error", bad, len(ctx))
+		}
+	}
+}

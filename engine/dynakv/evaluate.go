@@ -180,45 +180,58 @@ func argmax(x []float32) int {
 }
 
 // Continuation returns the log-likelihood of cand after ctx under dyn
-// (ctx as the prompt, then cand teacher-forced one token per step through
-// the installed hook, which must be fresh) and, when full is not nil,
-// under full attention. Both states are reset first. As in Evaluate,
-// dyn's cache need only hold ctx: the continuation's positions go to
-// slots modulo its size.
-func Continuation(dyn, full *kv.State, ctx, cand []int) (dynLL, fullLL float64, err error) {
+// and, when full is not nil, under full attention. Under dyn, all of ctx
+// but its last tail tokens is the prompt (the device's own attention);
+// the tail and then cand are teacher-forced one token per step through
+// the installed hook, which must be fresh. With tail = 0 the first token
+// of cand is scored from the prompt's logits, which full attention
+// computed, so DynaKV could change only cand's later tokens; a tail that
+// covers the question (for recall items, the text after the filler)
+// makes the hook's retrieval decide every token of the answer. Both
+// states are reset first. As in Evaluate, dyn's cache need only hold the
+// prompt: later positions go to slots modulo its size.
+func Continuation(dyn, full *kv.State, ctx, cand []int, tail int) (dynLL, fullLL float64, err error) {
 	if len(ctx) < 2 || len(cand) == 0 {
 		return 0, 0, fmt.Errorf("dynakv: a context of %d and a continuation of %d tokens", len(ctx), len(cand))
 	}
-	if len(ctx) > dyn.MaxContext() {
-		return 0, 0, fmt.Errorf("dynakv: a context of %d tokens beyond the %d-slot device cache: %w", len(ctx), dyn.MaxContext(), engine.ErrContextFull)
+	if tail < 0 || tail > len(ctx)-2 {
+		return 0, 0, fmt.Errorf("dynakv: a decoded tail of %d tokens of a %d-token context (want 0..%d)", tail, len(ctx), len(ctx)-2)
+	}
+	prompt := len(ctx) - tail
+	if prompt > dyn.MaxContext() {
+		return 0, 0, fmt.Errorf("dynakv: a prompt of %d tokens beyond the %d-slot device cache: %w", prompt, dyn.MaxContext(), engine.ErrContextFull)
 	}
 	if full != nil && len(ctx)+len(cand) > full.MaxContext() {
 		return 0, 0, fmt.Errorf("dynakv: %d tokens beyond the full-attention state's %d-slot cache", len(ctx)+len(cand), full.MaxContext())
 	}
 	V := dyn.Vocab()
 	dyn.Reset()
-	pos := make([]int, len(ctx))
+	pos := make([]int, prompt)
 	for i := range pos {
 		pos[i] = i
 	}
-	l, err := dyn.Forward(ctx, pos, pos)
+	l, err := dyn.Forward(ctx[:prompt], pos, pos)
 	if err != nil {
 		return 0, 0, err
 	}
-	dynLL = logSoftmax(l[len(l)-V:])[cand[0]]
-	for i := 0; i+1 < len(cand); i++ {
-		p := len(ctx) + i
-		l, err := dyn.Forward(cand[i:i+1], []int{p}, []int{p % dyn.MaxContext()})
-		if err != nil {
+	// Every token after the prompt is one decode step through the hook;
+	// the logits after the last context token score cand[0].
+	all := append(append([]int(nil), ctx...), cand...)
+	for p := prompt; p < len(all); p++ {
+		if p >= len(ctx) {
+			dynLL += logSoftmax(l[len(l)-V:])[all[p]]
+		}
+		if p+1 == len(all) {
+			break
+		}
+		if l, err = dyn.Forward(all[p:p+1], []int{p}, []int{p % dyn.MaxContext()}); err != nil {
 			return 0, 0, err
 		}
-		dynLL += logSoftmax(l[len(l)-V:])[cand[i+1]]
 	}
 	if full == nil {
 		return dynLL, 0, nil
 	}
 	full.Reset()
-	all := append(append([]int(nil), ctx...), cand...)
 	pos = make([]int, len(all))
 	for i := range pos {
 		pos[i] = i

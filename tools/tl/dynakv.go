@@ -87,8 +87,9 @@ func runDynaKV(cmd string, args []string) error {
 	noRecall := fs.Bool("kv-no-recall", false, "keep the full-attention run but not the attention-recall shadow, whose host work would count in the DynaKV step time (for latency)")
 	seed := fs.Int64("seed", 1, "k-means seed")
 	asJSON := fs.Bool("json", false, "write the result as JSON")
-	recallPath := fs.String("recall", "", "perplexity: instead of --text, score a key->value recall file (JSON lines with context, candidates, answer): the context is the prompt, each candidate is teacher-forced through DynaKV")
+	recallPath := fs.String("recall", "", "perplexity: instead of --text, score a key->value recall file (JSON lines with context, candidates, answer): the context but its last --recall-decode tokens is the prompt; those tokens and each candidate are teacher-forced through DynaKV")
 	recallN := fs.Int("recall-n", 0, "score at most this many recall examples (0: all)")
+	recallTail := fs.Int("recall-decode", 24, "recall: decode the context's last N tokens through DynaKV, so that the question (about 20 tokens in the shipped sets) attends through retrieval; 0 scores each candidate's first token from the full-attention prompt")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: tl %s --kv dynakv --model m.onnx --kv-dir DIR [--kv-budget 0.1] [--text heldout.txt --prefill 256 | --prompt \"...\" -n 128] [--json]\n", cmd)
 		fs.PrintDefaults()
@@ -156,6 +157,7 @@ func runDynaKV(cmd string, args []string) error {
 			if prompt, err = recallLongest(*recallPath, *recallN, tok); err != nil {
 				return err
 			}
+			prompt = max(2, prompt-*recallTail)
 		}
 		if *devSlots, err = dynakv.DeviceSlots(min(prompt, *ctx), 0); err != nil {
 			return err
@@ -212,7 +214,10 @@ func runDynaKV(cmd string, args []string) error {
 			c.Shadow = false
 			return dynakv.New(c, layers, heads, kvh, dim)
 		}
-		return runRecall(*recallPath, *recallN, tok, dyn, full, mk, *asJSON, *budget, *baseline)
+		if *recallTail < 0 {
+			return fmt.Errorf("--recall-decode %d: want a token count ≥ 0", *recallTail)
+		}
+		return runRecall(*recallPath, *recallN, *recallTail, tok, dyn, full, mk, *asJSON, *budget, *baseline)
 	}
 	dyn.Session().SetAttentionHook(sys.Hook(), false)
 	before, perr := flash.ReadProcIO()
@@ -342,23 +347,31 @@ func floats(x []float64) string {
 // recallResult is the key->value recall accuracy under DynaKV and full
 // attention.
 type recallResult struct {
-	File         string  `json:"file"`
-	Mode         string  `json:"mode"`
-	Budget       float64 `json:"budget"`
-	Examples     int     `json:"examples"`
+	File     string  `json:"file"`
+	Mode     string  `json:"mode"`
+	Budget   float64 `json:"budget"`
+	Examples int     `json:"examples"`
+	// Tail is how many of each context's last tokens were decoded
+	// through DynaKV rather than prefilled.
+	Tail         int     `json:"decoded_tail"`
 	ContextToks  float64 `json:"mean_context_tokens"`
 	Accuracy     float64 `json:"accuracy"`
 	FullAccuracy float64 `json:"full_accuracy"`
 	Agreement    float64 `json:"choice_agreement"`
-	ReadBytes    int64   `json:"read_bytes"`
-	Seconds      float64 `json:"seconds"`
+	// Choices, FullChoices and Answers are per example, in file order,
+	// so two runs over the same file can be paired item by item.
+	Choices     []int   `json:"choices"`
+	FullChoices []int   `json:"full_choices,omitempty"`
+	Answers     []int   `json:"answers"`
+	ReadBytes   int64   `json:"read_bytes"`
+	Seconds     float64 `json:"seconds"`
 	// DeviceSlots and Device are the DynaKV session's cache slots and
 	// device memory (as in dynakvResult).
 	DeviceSlots int                 `json:"device_slots"`
 	Device      engine.DeviceMemory `json:"device_memory"`
 }
 
-func runRecall(path string, limit int, tok *tokenizer.Tokenizer, dyn, full *kv.State, mk func() (kvSystem, error), asJSON bool, budget float64, mode string) error {
+func runRecall(path string, limit, tail int, tok *tokenizer.Tokenizer, dyn, full *kv.State, mk func() (kvSystem, error), asJSON bool, budget float64, mode string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -366,7 +379,7 @@ func runRecall(path string, limit int, tok *tokenizer.Tokenizer, dyn, full *kv.S
 	if mode == "" {
 		mode = "dynakv"
 	}
-	res := recallResult{File: path, Mode: mode, Budget: budget, DeviceSlots: dyn.MaxContext(), Device: dyn.Session().DeviceMemory()}
+	res := recallResult{File: path, Mode: mode, Budget: budget, Tail: tail, DeviceSlots: dyn.MaxContext(), Device: dyn.Session().DeviceMemory()}
 	t0 := time.Now()
 	var right, fullRight, agree, ctxToks int
 	for ln, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
@@ -401,7 +414,7 @@ func runRecall(path string, limit int, tok *tokenizer.Tokenizer, dyn, full *kv.S
 				return err
 			}
 			dyn.Session().SetAttentionHook(sys.Hook(), false)
-			dl, fl, err := dynakv.Continuation(dyn, full, ctx, cand)
+			dl, fl, err := dynakv.Continuation(dyn, full, ctx, cand, min(tail, len(ctx)-2))
 			dyn.Session().SetAttentionHook(nil, false)
 			res.ReadBytes += sys.ReadSnapshot().Read.Bytes
 			sys.Close()
@@ -416,6 +429,10 @@ func runRecall(path string, limit int, tok *tokenizer.Tokenizer, dyn, full *kv.S
 			}
 		}
 		res.Examples++
+		res.Choices, res.Answers = append(res.Choices, best), append(res.Answers, ex.Answer)
+		if full != nil {
+			res.FullChoices = append(res.FullChoices, fbest)
+		}
 		if best == ex.Answer {
 			right++
 		}
@@ -439,7 +456,7 @@ func runRecall(path string, limit int, tok *tokenizer.Tokenizer, dyn, full *kv.S
 	if asJSON {
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "%s recall on %s (ρ = %.3f): %d examples of %.0f context tokens, accuracy %.3f (full attention %.3f), same choice %.3f; %d bytes read; %.1f s\n",
-		res.Mode, res.File, res.Budget, res.Examples, res.ContextToks, res.Accuracy, res.FullAccuracy, res.Agreement, res.ReadBytes, res.Seconds)
+	fmt.Fprintf(stdout, "%s recall on %s (ρ = %.3f, last %d context tokens decoded): %d examples of %.0f context tokens, accuracy %.3f (full attention %.3f), same choice %.3f; %d bytes read; %.1f s\n",
+		res.Mode, res.File, res.Budget, res.Tail, res.Examples, res.ContextToks, res.Accuracy, res.FullAccuracy, res.Agreement, res.ReadBytes, res.Seconds)
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/tlite/tlite/engine/dynakv"
 )
 
 // TestDynaKVCommands runs tl perplexity and tl generate with --kv dynakv on
@@ -69,5 +71,33 @@ func TestDynaKVCommands(t *testing.T) {
 	}
 	if _, _, err := capture(t, runPerplexity, "--kv", "dynakv", "--model", model, "--text", "x", "--kv-dir", dir, "--kv-budget", "2"); err == nil {
 		t.Fatal("--kv-budget 2 accepted")
+	}
+}
+
+// TestDynaKVRecallTail scores one recall example with the question decoded
+// through DynaKV and checks the per-example record, then refuses a
+// negative tail.
+func TestDynaKVRecallTail(t *testing.T) {
+	model := "../../testdata/longctx/model.onnx"
+	dir := t.TempDir()
+	out, _, err := capture(t, runPerplexity, "--kv", "dynakv", "--model", model, "--kv-dir", dir, "--kv-budget", "0.1",
+		"--recall", "../../testdata/longctx/evals/recall_256.jsonl", "--recall-n", "1", "--recall-decode", "20", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r recallResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Tail != 20 || r.Examples != 1 || len(r.Choices) != 1 || len(r.FullChoices) != 1 || len(r.Answers) != 1 {
+		t.Fatalf("tail %d, %d examples, choices %v / %v, answers %v; want 20, 1 and one of each", r.Tail, r.Examples, r.Choices, r.FullChoices, r.Answers)
+	}
+	// The device cache holds the prompt only: the context less the tail.
+	if want, err := dynakv.DeviceSlots(int(r.ContextToks)-20, 0); err != nil || r.DeviceSlots != want {
+		t.Fatalf("device slots %d for %v context tokens less 20 decoded: want %d (%v)", r.DeviceSlots, r.ContextToks, want, err)
+	}
+	if _, _, err := capture(t, runPerplexity, "--kv", "dynakv", "--model", model, "--kv-dir", dir,
+		"--recall", "../../testdata/longctx/evals/recall_256.jsonl", "--recall-n", "1", "--recall-decode", "-1"); err == nil {
+		t.Fatal("--recall-decode -1 accepted")
 	}
 }
