@@ -262,17 +262,32 @@ def load_encoder(work):
     return bpe.Encoder([tuple(m) for m in j["model"]["merges"]], j["model"]["vocab"]), j["model"]["vocab"]
 
 
-def recall_items(rng, enc, held, held_tok, eval_names, dist, n):
+# Recall eval templates: (intro, fact, question). "trained" is the wording
+# of every training row (corpus.recall_doc, LookupRows); the others reword
+# the question, the facts, or all three, to tell a learned lookup from a
+# memorised sentence frame. Candidates are " NNNN." in every template.
+RECALL_TEMPLATES = {
+    "trained": ("Remember these codes. ", "The code for {k} is {v}.", "Question: What is the code for {k}?\nAnswer:"),
+    "question": ("Remember these codes. ", "The code for {k} is {v}.", "Q: Which code goes with {k}?\nA:"),
+    "facts": ("Here is a list. ", "{k} has the code {v}.", "Question: What is the code for {k}?\nAnswer:"),
+    "both": ("Keep these in mind: ", "{k}'s number is {v}.", "Which number does {k} have? It is"),
+}
+
+
+def recall_items(rng, enc, held, held_tok, eval_names, dist, n, template="trained"):
     """n recall eval items at distance dist: 4 facts, held-out filler, one
-    question, the 4 codes as candidates."""
+    question, the 4 codes as candidates, worded by RECALL_TEMPLATES[template]."""
+    intro, fact, ask = RECALL_TEMPLATES[template]
     items = []
     while len(items) < n:
         keys, vals, head = corpus.recall_parts(rng, eval_names)
+        if template != "trained":
+            head = intro + " ".join(fact.format(k=k, v=v) for k, v in zip(keys, vals))
         qi = rng.randrange(len(keys))
         # Distance = tokens from the end of the asked fact to the answer.
-        after_fact = len(enc.encode(" ".join(f"The code for {k} is {v}." for k, v in
+        after_fact = len(enc.encode(" ".join(fact.format(k=k, v=v) for k, v in
                                            zip(keys[qi + 1:], vals[qi + 1:]))))
-        question = f"Question: What is the code for {keys[qi]}?\nAnswer:"
+        question = ask.format(k=keys[qi])
         qtok = len(enc.encode(question))
         filler = build_filler(rng, held, held_tok, max(1, dist - after_fact - qtok - 4))
         # Trim the filler from the end, in whole tokens, to hit the distance.
@@ -283,8 +298,13 @@ def recall_items(rng, enc, held, held_tok, eval_names, dist, n):
         ids = [0] + enc.encode(ctx)
         if len(ids) + 4 > MAX_CONTEXT:
             continue
-        items.append({"task": "recall", "distance": dist, "context": ctx,
-                      "candidates": [f" {v}." for v in vals], "answer": qi})
+        item = {"task": "recall", "distance": dist, "context": ctx,
+                "candidates": [f" {v}." for v in vals], "answer": qi}
+        if template != "trained":
+            # Only the reworded sets say so, so that prepare's eval files
+            # stay byte-identical to those of earlier runs.
+            item["template"] = template
+        items.append(item)
     return items
 
 
@@ -1253,7 +1273,7 @@ def lookup(work, a, time_budget):
         log(f"lookup: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
 
 
-def recall_evals(work, out, n):
+def recall_evals(work, out, n, template="trained"):
     """Writes a larger recall set than prepare's 40 items a distance, for a
     tighter estimate (one standard error at 40 items is ~0.07): n items a
     distance, drawn from a seed of its own (the same eval names and
@@ -1268,7 +1288,7 @@ def recall_evals(work, out, n):
     rng = random.Random(SEED + 11)
     os.makedirs(out, exist_ok=True)
     for dist in RECALL_DISTANCES:
-        items = recall_items(rng, enc, held, held_tok, eval_names, dist, n)
+        items = recall_items(rng, enc, held, held_tok, eval_names, dist, n, template)
         write_jsonl(os.path.join(out, f"recall_{dist}.jsonl"), items)
         log(f"recall-evals: {len(items)} items at distance {dist} -> {out}")
 
@@ -1342,6 +1362,8 @@ def main():
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--items", type=int, default=200)
+    p.add_argument("--template", choices=sorted(RECALL_TEMPLATES), default="trained",
+                   help="the wording of facts and question (trained: the training rows')")
     p = sub.add_parser("compact", help="shrink a checkpoint to commit it (Adam moments in bfloat16)")
     p.add_argument("src")
     p.add_argument("dst")
@@ -1370,7 +1392,7 @@ def main():
         import export_default
         export_default.export(args.work, args.out, args.stage)
     elif args.cmd == "recall-evals":
-        recall_evals(args.work, args.out, args.items)
+        recall_evals(args.work, args.out, args.items, args.template)
     elif args.cmd == "compact":
         compact(args.src, args.dst)
 
