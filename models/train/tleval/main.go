@@ -61,6 +61,9 @@ type setResult struct {
 	// MeanTokens is the mean context length in tokens, BOS included.
 	MeanTokens float64 `json:"mean_context_tokens"`
 	Seconds    float64 `json:"seconds"`
+	// Picks is the chosen candidate of each item, in file order, so that
+	// two models or two wordings of the same items can be paired.
+	Picks []int `json:"picks"`
 }
 
 func main() {
@@ -225,6 +228,7 @@ func scoreSet(st *kv.State, tok *tokenizer.Tokenizer, path string, items []item)
 		if best == it.Answer {
 			r.Correct++
 		}
+		r.Picks = append(r.Picks, best)
 		probSum += softmaxAt(lls, it.Answer)
 		chanceSum += 1 / float64(len(lls))
 		tokSum += float64(n)

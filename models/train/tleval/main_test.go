@@ -85,6 +85,12 @@ func TestRunScoresASet(t *testing.T) {
 		!(res[0].MeanProb > 0 && res[0].MeanProb <= 1) {
 		t.Errorf("result %+v", res)
 	}
+	// The two identical items get the same pick, and the picks agree with
+	// the count of correct ones (answer 0).
+	if len(res) == 1 && (len(res[0].Picks) != 2 || res[0].Picks[0] != res[0].Picks[1] ||
+		(res[0].Picks[0] == 0) != (res[0].Correct == 2)) {
+		t.Errorf("picks %v with %d correct", res[0].Picks, res[0].Correct)
+	}
 	for name, body := range map[string]string{
 		"empty.jsonl":  "\n",
 		"answer.jsonl": `{"context":"a","candidates":[" b"," c"],"answer":2}`,
