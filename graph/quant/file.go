@@ -136,3 +136,43 @@ func UnmarshalPacked(b []byte) (*Packed, error) {
 	}
 	return p, nil
 }
+
+// HeaderOf returns the header MarshalBinary writes for a packed weight of
+// format f, group g and shape [k, n] (its Size is the encoding's length),
+// or an error when that shape and group cannot be packed.
+func HeaderOf(f Format, g, k, n int) (Header, error) {
+	if !f.FourBit() {
+		return Header{}, fmt.Errorf("quant: format %v is not a packed 4-bit format", f)
+	}
+	if k <= 0 || n <= 0 || int64(k)*int64(n) > math.MaxInt32*8 {
+		return Header{}, fmt.Errorf("quant: packed weight shape [%d, %d] is not positive or too large", k, n)
+	}
+	if err := checkGroup(g, k); err != nil {
+		return Header{}, fmt.Errorf("quant: packed weight [%d, %d]: %w", k, n, err)
+	}
+	return headerFor(f, g, k, n), nil
+}
+
+// Concat joins packed weights of one format, group and K along N: the
+// result's columns are ps[0]'s, then ps[1]'s, and so on. Columns are
+// stored one after another (codes and parameters alike), so this is a
+// concatenation of the arrays.
+func Concat(ps ...*Packed) (*Packed, error) {
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("quant: Concat of no weights")
+	}
+	out := &Packed{Format: ps[0].Format, Group: ps[0].Group, K: ps[0].K}
+	for i, p := range ps {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("quant: Concat: weight %d: %w", i, err)
+		}
+		if p.Format != out.Format || p.Group != out.Group || p.K != out.K {
+			return nil, fmt.Errorf("quant: Concat: weight %d is %v, group %d, K %d; weight 0 is %v, group %d, K %d",
+				i, p.Format, p.Group, p.K, out.Format, out.Group, out.K)
+		}
+		out.N += p.N
+		out.Words = append(out.Words, p.Words...)
+		out.Params = append(out.Params, p.Params...)
+	}
+	return out, nil
+}
