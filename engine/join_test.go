@@ -4,12 +4,16 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"gorgonia.org/tensor"
 
 	"github.com/tlite/tlite/graph"
 	"github.com/tlite/tlite/graph/dtype"
+	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/graph/quant/qonnx"
 	"github.com/tlite/tlite/graph/tlite"
 )
 
@@ -221,5 +225,152 @@ func TestMatMulJoin(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestMatMulJoinModels opens exports the join must not change: the default
+// model (testdata/longctx), the Hugging Face test bed's LLaMA and Qwen2
+// (q/k/v with biases) and GPT-2 (whose fused c_attn is one product already,
+// so nothing joins), and runs their reference cases (a prefill, and a
+// decode step with the cache fed back as exported) and a few in-place KV
+// steps (one prompt of 5 tokens, then single tokens) with the products
+// joined and apart. The kernels and the weights are the same either way,
+// so the outputs must be equal bit for bit; the joined session must not
+// take more constant memory.
+func TestMatMulJoinModels(t *testing.T) {
+	for _, tc := range []struct {
+		model string
+		joins int // MatMulJoin nodes: two per layer (q/k/v, gate/up)
+		fp16  bool
+	}{
+		{"../longctx", 12, false},
+		{"hf_llama", 4, false},
+		{"hf_qwen2", 4, true},
+		{"hf_gpt2", 0, false},
+	} {
+		t.Run(filepath.Base(tc.model), func(t *testing.T) {
+			path := filepath.Join(modelsDir, tc.model, "model.onnx")
+			opts := Options{Kernels: testLib, Max: testMax}
+			if tc.fp16 {
+				opts.Precision = FP16
+			}
+			run := func(noJoin bool, kvc bool) (outs [][]float32, consts int64) {
+				o := opts
+				o.NoJoin = noJoin
+				if kvc {
+					o.KVCache = &KVConfig{MaxContext: 32, Pad: 8}
+				}
+				s, err := Open(path, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if got := len(joinedNodes(s)); noJoin && got != 0 || !noJoin && got != tc.joins {
+					t.Fatalf("NoJoin %v, KV cache %v: %d joined products; want %d", noJoin, kvc, got, map[bool]int{true: 0, false: tc.joins}[noJoin])
+				}
+				if kvc {
+					q := newKVSeq(t, s, 8)
+					steps := [][]int{{3, 1, 4, 1, 5}, {9}, {2}, {6}}
+					n := 0
+					for _, toks := range steps {
+						pos := make([]int, len(toks))
+						for i := range pos {
+							pos[i] = n + i
+						}
+						lg, err := q.step(toks, pos, pos)
+						if err != nil {
+							t.Fatal(err)
+						}
+						outs = append(outs, lg...)
+						n += len(toks)
+					}
+					return outs, s.DeviceMemory().Constants
+				}
+				for _, rc := range loadCases(t, tc.model) {
+					got, err := s.Run(rc.inputs)
+					if err != nil {
+						t.Fatalf("case %s: %v", rc.name, err)
+					}
+					for _, name := range rc.order {
+						outs = append(outs, floats(t, got[name]))
+					}
+				}
+				return outs, s.DeviceMemory().Constants
+			}
+			for _, kvc := range []bool{false, true} {
+				joined, jc := run(false, kvc)
+				apart, pc := run(true, kvc)
+				if jc > pc {
+					t.Errorf("KV cache %v: constants take %d bytes joined, %d apart", kvc, jc, pc)
+				}
+				if len(joined) != len(apart) {
+					t.Fatalf("KV cache %v: %d outputs joined, %d apart", kvc, len(joined), len(apart))
+				}
+				for i := range joined {
+					if len(joined[i]) != len(apart[i]) {
+						t.Fatalf("KV cache %v: output %d has %d values joined, %d apart", kvc, i, len(joined[i]), len(apart[i]))
+					}
+					for j := range joined[i] {
+						if math.Float32bits(joined[i][j]) != math.Float32bits(apart[i][j]) {
+							t.Fatalf("KV cache %v: output %d [%d] = %g joined, %g apart", kvc, i, j, joined[i][j], apart[i][j])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestMatMulJoinQuantized joins the products of the test LLaMA as `tl
+// quantize` writes it: 4-bit E0M4 and INT4 (q/k/v and gate/up become
+// MatMulQ; down_proj, K = 172, stays float), and fp16 weights, where
+// small weights stay fp32 at the default threshold (q_proj is fp16, k and
+// v fp32: only k and v join) or everything is fp16 (widened at Open, some
+// of them only at upload). Joined and apart must agree bit for bit on
+// OpenCL and the pure-Go device.
+func TestMatMulJoinQuantized(t *testing.T) {
+	src := filepath.Join(modelsDir, "llama", "model.onnx")
+	cases := loadCases(t, "llama")
+	for _, tc := range []struct {
+		name  string
+		opts  qonnx.Options
+		joins [][]int64 // the widths of each join of layer 0, ascending
+	}{
+		{"e0m4", qonnx.Options{Format: quant.E0M4, Group: 32}, [][]int64{{32, 32, 64}, {172, 172}}},
+		{"int4", qonnx.Options{Format: quant.Int4, Group: 32}, [][]int64{{32, 32, 64}, {172, 172}}},
+		{"fp16-default", qonnx.Options{Format: quant.FP16, MinSize: qonnx.DefaultMinSize}, [][]int64{{32, 32}, {172, 172}}},
+		{"fp16-all", qonnx.Options{Format: quant.FP16, MinSize: 1}, [][]int64{{32, 32, 64}, {172, 172}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, _ := quantizeModel(t, src, tc.opts)
+			for _, bc := range backends() {
+				if bc.fp16 {
+					continue
+				}
+				o := bc.opts
+				s, err := Open(path, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				js := joinedNodes(s)
+				s.Close()
+				for _, ns := range js {
+					slices.Sort(ns) // members come in graph order
+				}
+				if len(js) != 4 || fmt.Sprint(js[:2]) != fmt.Sprint(tc.joins) {
+					t.Fatalf("%s: joins %v; want two layers of %v", bc.name, js, tc.joins)
+				}
+				_, joined := runQuantCases(t, path, cases, o)
+				o.NoJoin = true
+				_, apart := runQuantCases(t, path, cases, o)
+				for i := range joined {
+					for j := range joined[i] {
+						if math.Float32bits(joined[i][j]) != math.Float32bits(apart[i][j]) {
+							t.Fatalf("%s case %d logit %d: %g joined, %g apart", bc.name, i, j, joined[i][j], apart[i][j])
+						}
+					}
+				}
+			}
+		})
 	}
 }
