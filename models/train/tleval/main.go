@@ -172,7 +172,8 @@ func open(path, device string, ctx int) (*kv.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	return kv.Open(path, engine.Options{Device: device, Max: maxima}, kv.Config{MaxContext: ctx})
+	// NoJoin: --level binds each product by its weight (elastic.Bind).
+	return kv.Open(path, engine.Options{Device: device, Max: maxima, NoJoin: true}, kv.Config{MaxContext: ctx})
 }
 
 func readSet(path string) ([]item, error) {
