@@ -260,6 +260,11 @@ func (lc *lowerCtx) joinQuant(sp joinSpec, ws []*vinfo, s kernels.Storage, forma
 	}
 	t := lc.newConst(lc.n.Name+"/joined_weight", &hostTensor{dt: dtype.Uint8, shape: []int{size}})
 	t.derive = func(dst []byte) error {
+		if !tiled {
+			// Straight from the (mapped) encodings: nothing decoded on
+			// the heap.
+			return quant.ConcatEncoded(dst, srcs...)
+		}
 		ps := make([]*quant.Packed, len(srcs))
 		for i, src := range srcs {
 			p, err := quant.UnmarshalPacked(src)
@@ -271,17 +276,6 @@ func (lc *lowerCtx) joinQuant(sp joinSpec, ws []*vinfo, s kernels.Storage, forma
 		j, err := quant.Concat(ps...)
 		if err != nil {
 			return err
-		}
-		if !tiled {
-			b, err := j.MarshalBinary()
-			if err != nil {
-				return err
-			}
-			if len(b) != len(dst) {
-				return fmt.Errorf("joined packed weight: %d bytes, %d expected", len(b), len(dst))
-			}
-			copy(dst, b)
-			return nil
 		}
 		b, err := j.MarshalBinary()
 		if err != nil {

@@ -453,6 +453,22 @@ func TestConcat(t *testing.T) {
 	if err != nil || h.Size != int64(len(b)) {
 		t.Fatalf("HeaderOf: %+v, %v; the encoding has %d bytes", h, err, len(b))
 	}
+	encs := make([][]byte, len(parts))
+	for i, p := range parts {
+		if encs[i], err = p.MarshalBinary(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	direct := make([]byte, len(b))
+	for i := range direct {
+		direct[i] = 0xff // ConcatEncoded must write every byte
+	}
+	if err := ConcatEncoded(direct, encs...); err != nil || !bytes.Equal(direct, b) {
+		t.Fatalf("ConcatEncoded differs from Concat's encoding (err %v)", err)
+	}
+	if err := ConcatEncoded(direct[:len(direct)-64], encs...); err == nil {
+		t.Error("ConcatEncoded wrote into a short buffer")
+	}
 	if _, err := HeaderOf(E0M4, group, 48, 4); err == nil {
 		t.Error("HeaderOf accepted K = 48 with groups of 32")
 	}
@@ -462,6 +478,13 @@ func TestConcat(t *testing.T) {
 	}
 	if _, err := Concat(parts[0], other); err == nil {
 		t.Error("Concat joined E0M4 with INT4")
+	}
+	otherEnc, err := other.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ConcatEncoded(make([]byte, len(b)), encs[0], otherEnc); err == nil {
+		t.Error("ConcatEncoded joined E0M4 with INT4")
 	}
 	if _, err := Concat(); err == nil {
 		t.Error("Concat of nothing succeeded")
