@@ -220,7 +220,7 @@ func readLayout(ex *exec, v *vinfo, et kernels.ElemType, esz int, l kernels.Attn
 	}
 	n := numel(dims)
 	raw := make([]byte, n*esz)
-	ref := ex.refs[v.id]
+	ref := ex.ref(v)
 	if err := ex.dev.Read(ref.b.m, ref.off*esz, raw); err != nil {
 		return nil, err
 	}
@@ -251,7 +251,7 @@ func writeLayout(ex *exec, v *vinfo, et kernels.ElemType, esz int, l kernels.Att
 	}
 	raw := make([]byte, len(all)*esz)
 	encodeFloats(all, et, raw)
-	ref := ex.refs[v.id]
+	ref := ex.ref(v)
 	return ex.dev.Write(ref.b.m, ref.off*esz, raw)
 }
 

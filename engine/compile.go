@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tlite/tlite/graph"
+	"github.com/tlite/tlite/graph/dtype"
 	"github.com/tlite/tlite/kernels"
 	"github.com/tlite/tlite/opencl"
 	"github.com/tlite/tlite/symshape"
@@ -104,6 +105,14 @@ func (c *compiler) newConst(name string, h *hostTensor) *vinfo {
 		shape[i] = symshape.Const(int64(d))
 	}
 	vi := &vinfo{id: len(c.vals), name: name, dt: h.dt, shape: shape, kind: vkConst, konst: h, req: -1, early: true}
+	vi.root = vi
+	c.vals = append(c.vals, vi)
+	return vi
+}
+
+// newDevice registers a device value made during lowering (stepDef.joint).
+func (c *compiler) newDevice(name string, dt dtype.Type, shape []symshape.Expr) *vinfo {
+	vi := &vinfo{id: len(c.vals), name: name, dt: dt, shape: shape, req: -1}
 	vi.root = vi
 	c.vals = append(c.vals, vi)
 	return vi
@@ -306,6 +315,7 @@ func (c *compiler) alias(lc *lowerCtx) error {
 	}
 	out.root, out.kind = in.root, in.root.kind
 	out.viewOf, out.viewNode = in, n
+	out.segOff = in.segOff
 	return nil
 }
 
@@ -360,6 +370,9 @@ func (c *compiler) deviceInstr(n *graph.Node, sd *stepDef) error {
 			vi := c.info(o)
 			vi.kind, vi.needSlot, vi.def = vkDevice, true, idx
 		}
+	}
+	if j := sd.joint; j != nil {
+		j.kind, j.needSlot, j.def = vkDevice, true, idx
 	}
 	return nil
 }

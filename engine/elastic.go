@@ -151,7 +151,8 @@ type ElasticBinding struct {
 // BindElastic finds each layer's products (by their weight names) and
 // attention (the i-th fused attention in program order is layer i's) and
 // gives them active-size overrides, initially the full sizes. headDim is
-// the model's head dimension.
+// the model's head dimension. The session must keep its products apart
+// (Options.NoJoin): a joined launch has one active size.
 func (s *Session) BindElastic(layers []ElasticLayer, headDim int) (*ElasticBinding, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -169,6 +170,10 @@ func (s *Session) BindElastic(layers []ElasticLayer, headDim int) (*ElasticBindi
 		}
 		n := in.node
 		switch opKey(n.Domain, n.OpType) {
+		case tlite.Key(tlite.MatMulJoin):
+			// Each product's active size is its own launch argument; a
+			// joined launch has one.
+			return nil, fmt.Errorf("engine: elastic binding: the session joined the products that read one input (%q); open it with Options.NoJoin", n.Name)
 		case "MatMul", tlite.Key(tlite.MatMulBias), tlite.Key(tlite.MatMulQ):
 			if len(n.Inputs) > 1 && n.Inputs[1] != nil {
 				name := n.Inputs[1].Name

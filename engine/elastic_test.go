@@ -35,6 +35,7 @@ type elasticMeta struct {
 // as meta describes; the session closes when the test ends.
 func openBound(t testing.TB, dir string, meta elasticMeta, opts Options) (*Session, *ElasticBinding) {
 	t.Helper()
+	opts.NoJoin = true // BindElastic binds each product on its own
 	s, err := Open(filepath.Join(dir, "model.onnx"), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -332,6 +333,14 @@ func TestElasticSwitchIsFree(t *testing.T) {
 	}
 	if _, err := s.BindElastic(meta.layers(), meta.HeadDim); err == nil {
 		t.Error("binding the same session twice was accepted")
+	}
+	joined, err := Open(filepath.Join(dir, "model.onnx"), Options{Kernels: testLib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer joined.Close()
+	if _, err := joined.BindElastic(meta.layers(), meta.HeadDim); err == nil || !strings.Contains(err.Error(), "NoJoin") {
+		t.Errorf("binding a session with joined products: %v; want an error naming Options.NoJoin", err)
 	}
 }
 

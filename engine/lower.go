@@ -39,7 +39,10 @@ type vinfo struct {
 	// for it (materialize). derivedFrom is the source's bytes.
 	derive      func(dst []byte) error
 	derivedFrom []byte
-	elems       []symshape.Expr // vkFolded contents
+	// derivedParts are further sources of a derived constant made from
+	// several (a joined product's weights), dropped like derivedFrom.
+	derivedParts [][]byte
+	elems        []symshape.Expr // vkFolded contents
 	// root is the value whose storage this one shares (Reshape and the other
 	// views alias their input); a value is its own root otherwise.
 	root *vinfo
@@ -47,6 +50,12 @@ type vinfo struct {
 	// node: at run time the view must hold as many elements as it.
 	viewOf   *vinfo
 	viewNode *graph.Node
+	// segOff, when set, is where this value starts inside its root, in
+	// elements, as a function of the input symbols: the outputs of a
+	// joined product (lower_join.go) are consecutive ranges of one buffer
+	// whose starts depend on the number of rows. Views of such a value
+	// carry it on. exec.ref adds it to the root's reference.
+	segOff *symshape.Expr
 
 	// Device residence, for roots.
 	req      int  // memory-plan request, -1 for none
@@ -102,6 +111,10 @@ type stepDef struct {
 	// scratch holds the byte sizes of temporary buffers the step uses;
 	// x.scratch has them when run executes.
 	scratch []symshape.Expr
+	// joint, when set, is a device value the lowering made (not a graph
+	// value) that the step writes and its outputs are ranges of
+	// (vinfo.segOff): it gets a slot of the memory plan of its own.
+	joint *vinfo
 }
 
 // lowerFn lowers one node for the backend lc describes.
@@ -429,6 +442,13 @@ func (x *exec) shape(v *vinfo) []int {
 func (x *exec) ref(v *vinfo) tref {
 	r := x.refs[v.id]
 	if r.b != nil || !x.lazy {
+		if v.segOff != nil {
+			off, err := v.segOff.Eval(x.bind)
+			if err != nil && x.err == nil {
+				x.err = fmt.Errorf("%s: its offset in %s: %w", v.name, v.root.name, err)
+			}
+			r.off += int(off)
+		}
 		return r
 	}
 	h, err := x.hostOf(v)

@@ -157,6 +157,14 @@ type Options struct {
 	// enqueue each command as a launch would), so it is there for drivers
 	// whose buffers are cheaper. Ignored with NoReplay or Profile.
 	CommandBuffers bool
+	// NoJoin keeps apart the products that read one activation with
+	// constant weights (a decoder's q/k/v and gate/up projections), which
+	// the default pipeline otherwise joins into one launch each
+	// (fuse.JoinMatMuls, lower_join.go); TLITE_JOIN=0 in the environment
+	// does the same. The join runs only with the default Rewrites. For
+	// comparisons, and for callers that find products by their weights
+	// after Open (BindElastic).
+	NoJoin bool
 	// LastRowOutputs names outputs of which a caller reads only the last
 	// row (the last index of the second-to-last axis): each becomes one
 	// row, and the nodes computing it row by row (products with constant
@@ -399,6 +407,11 @@ func (s *Session) compile(m *graph.Model, opts Options, fs kernels.Storage) erro
 			s.lastRows = append(s.lastRows, r.Output)
 		}
 	}
+	if opts.Rewrites == nil && joinProducts(opts.NoJoin) {
+		if err := fuse.JoinMatMuls(m.Graph, res); err != nil {
+			return fmt.Errorf("engine: joining products: %w", err)
+		}
+	}
 	c := newCompiler(s, m, res, fs)
 	c.memLimit = opts.MemoryLimit
 	s.c = c
@@ -530,6 +543,12 @@ func (s *Session) planMemory() error {
 		for _, p := range in.step.inPlace {
 			o, inp := in.node.Outputs[p[0]], in.node.Inputs[p[1]]
 			if o == nil || inp == nil {
+				continue
+			}
+			if c.info(o).segOff != nil || c.info(inp).segOff != nil {
+				// A range of a joined product's buffer starts elsewhere
+				// than its root: index i of one is not index i of the
+				// other.
 				continue
 			}
 			ro, ri := c.info(o).root, c.info(inp).root
@@ -1043,7 +1062,21 @@ func (x *exec) hostOf(v *vinfo) (*hostTensor, error) {
 	if x.err != nil {
 		return nil, x.err
 	}
-	return &hostTensor{dt: v.dt, shape: dims, data: h.data}, nil
+	data := h.data
+	if v.segOff != nil {
+		// A range of a joined product's buffer (lower_join.go).
+		off, err := v.segOff.Eval(x.bind)
+		if err != nil {
+			return nil, fmt.Errorf("%s: its offset in %s: %w", v.name, r.name, err)
+		}
+		esz := hostSize(v.dt)
+		lo, hi := int(off)*esz, (int(off)+numel(dims))*esz
+		if off < 0 || hi > len(data) {
+			return nil, fmt.Errorf("%s: elements %d to %d of %s, which holds %d", v.name, off, hi/esz, r.name, len(data)/max(esz, 1))
+		}
+		data = data[lo:hi]
+	}
+	return &hostTensor{dt: v.dt, shape: dims, data: data}, nil
 }
 
 // errNoDevice wraps an OpenCL open failure with the fallback.

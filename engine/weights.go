@@ -225,8 +225,10 @@ func (s *Session) uploadConst(r *vinfo, et kernels.ElemType) (*buffer, int, erro
 	if r.derive != nil && h.data != nil && convert {
 		h.data = nil // the converted upload was the reason to compute it
 	}
-	if err := s.model.DropPages(src); err != nil {
-		return nil, 0, fmt.Errorf("dropping the pages of %s (%s) after its upload: %w", r.name, memplan.Bytes(int64(size)), err)
+	for _, p := range append([][]byte{src}, r.derivedParts...) {
+		if err := s.model.DropPages(p); err != nil {
+			return nil, 0, fmt.Errorf("dropping the pages of %s (%s) after its upload: %w", r.name, memplan.Bytes(int64(size)), err)
+		}
 	}
 	return b, size, nil
 }

@@ -20,7 +20,7 @@ func TestLoadAndSetLevel(t *testing.T) {
 	if len(spec.Levels) != 9 || spec.Levels[0].Level != 20 || spec.Levels[8].Level != 100 {
 		t.Fatalf("levels %v", spec.Levels)
 	}
-	s, err := engine.Open(filepath.Join(llamaDir, "model.onnx"), engine.Options{Device: "go"})
+	s, err := engine.Open(filepath.Join(llamaDir, "model.onnx"), engine.Options{Device: "go", NoJoin: true})
 	if err != nil {
 		t.Fatal(err)
 	}

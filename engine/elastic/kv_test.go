@@ -20,7 +20,7 @@ func TestLevelsWithKVCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := generate.Open(filepath.Join(llamaDir, "model.onnx"), engine.Options{Device: "go"}, 32, generate.Config{})
+	d, err := generate.Open(filepath.Join(llamaDir, "model.onnx"), engine.Options{Device: "go", NoJoin: true}, 32, generate.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

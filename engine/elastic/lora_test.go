@@ -94,9 +94,9 @@ func TestLoRAMatchesPyTorch(t *testing.T) {
 		opts engine.Options
 		tol  float64
 	}{
-		{"go", engine.Options{Device: "go"}, 1e-4},
-		{"opencl", engine.Options{Kernels: sharedCL(t)}, 1e-4},
-		{"opencl-fp16", engine.Options{Kernels: sharedCL(t), Precision: engine.FP16}, 0.02},
+		{"go", engine.Options{Device: "go", NoJoin: true}, 1e-4},
+		{"opencl", engine.Options{Kernels: sharedCL(t), NoJoin: true}, 1e-4},
+		{"opencl-fp16", engine.Options{Kernels: sharedCL(t), Precision: engine.FP16, NoJoin: true}, 0.02},
 	} {
 		t.Run(dev.name, func(t *testing.T) {
 			s, err := engine.Open(filepath.Join(llamaDir, "model.onnx"), dev.opts)
@@ -151,7 +151,7 @@ func TestLoRASetLevelAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := engine.Open(filepath.Join(llamaDir, "model.onnx"), engine.Options{Device: "go"})
+	s, err := engine.Open(filepath.Join(llamaDir, "model.onnx"), engine.Options{Device: "go", NoJoin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +359,7 @@ func TestLoRAOnQuantizedWeights(t *testing.T) {
 	if len(res.Weights) < 6*spec.NLayers {
 		t.Fatalf("only %d weights quantized; the adapted products must be 4-bit", len(res.Weights))
 	}
-	s, err := engine.OpenModel(m, engine.Options{Device: "go"})
+	s, err := engine.OpenModel(m, engine.Options{Device: "go", NoJoin: true})
 	if err != nil {
 		t.Fatal(err)
 	}

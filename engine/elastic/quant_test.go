@@ -79,12 +79,12 @@ func TestQuantizedLevels(t *testing.T) {
 	if len(res.Weights) < 3*spec.NLayers {
 		t.Fatalf("only %d weights quantized", len(res.Weights))
 	}
-	qs, err := engine.OpenModel(m, engine.Options{Device: "go"})
+	qs, err := engine.OpenModel(m, engine.Options{Device: "go", NoJoin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer qs.Close()
-	fs, err := engine.Open(path, engine.Options{Device: "go"})
+	fs, err := engine.Open(path, engine.Options{Device: "go", NoJoin: true})
 	if err != nil {
 		t.Fatal(err)
 	}

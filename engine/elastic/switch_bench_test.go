@@ -64,7 +64,7 @@ func BenchmarkSwitch(b *testing.B) {
 	b.Logf("model %s: level %d%%: sub-model elastic weights %.2f MiB of %.2f MiB", dir, lv.Level, float64(subTotal)/(1<<20), float64(fullTotal)/(1<<20))
 
 	b.Run("pointer", func(b *testing.B) {
-		s, err := engine.Open(filepath.Join(dir, "model.onnx"), engine.Options{Device: "go"})
+		s, err := engine.Open(filepath.Join(dir, "model.onnx"), engine.Options{Device: "go", NoJoin: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func BenchmarkSwitch(b *testing.B) {
 		if len(sets) < 2 {
 			b.Fatalf("%s/%s holds adapters for %d levels; the benchmark switches between two", dir, LoRADir, len(sets))
 		}
-		s, err := engine.Open(filepath.Join(dir, "model.onnx"), engine.Options{Device: "go"})
+		s, err := engine.Open(filepath.Join(dir, "model.onnx"), engine.Options{Device: "go", NoJoin: true})
 		if err != nil {
 			b.Fatal(err)
 		}

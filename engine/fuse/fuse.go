@@ -25,6 +25,11 @@
 //	Attention(q, k, v, mask?)           -> o          see attention.go
 //	FusedElementwise(inputs...)         -> outputs    GRAPH attribute "body"
 //	Rotary(x, cos, sin, x2?)            -> y, y2?     rotary_dim; see rotary.go
+//	MatMulJoin(x, W_1.., bias_1..?)     -> y_1..y_S   products of one x; see matmuljoin.go
+//
+// JoinMatMuls is not in Passes: the engine runs it after its own
+// rewrites (KV cache, last-row logits), which look for the separate
+// products, and only when its Options allow it.
 //
 // A decomposed LayerNorm becomes a standard LayerNormalization node.
 package fuse

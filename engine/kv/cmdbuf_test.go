@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -82,11 +83,16 @@ func TestCommandBuffersMatchLowering(t *testing.T) {
 // the time it reports launches/op, buffers/op (command buffers enqueued)
 // and cpu-ns/op, the process's CPU time per step (host work and the
 // driver's, plus the kernels' on a CPU device), which a loaded machine
-// disturbs less than the wall time.
+// disturbs less than the wall time. TLITE_BENCH_DECODE_MODEL=path adds
+// a model of one's own as "extra" (a 4-bit export, say); with
+// TLITE_JOIN=0 and 1 alternated it compares the products apart and joined.
 func BenchmarkDecodeCommandBuffers(b *testing.B) {
 	models := benchModels()
 	if p := filepath.Join(modelsDir, "..", "longctx", "model.onnx"); fileExists(p) {
 		models["longctx"] = p
+	}
+	if p := os.Getenv("TLITE_BENCH_DECODE_MODEL"); p != "" {
+		models["extra"] = p
 	}
 	dev := testLib.Device()
 	for name, path := range models {

@@ -136,3 +136,91 @@ func UnmarshalPacked(b []byte) (*Packed, error) {
 	}
 	return p, nil
 }
+
+// HeaderOf returns the header MarshalBinary writes for a packed weight of
+// format f, group g and shape [k, n] (its Size is the encoding's length),
+// or an error when that shape and group cannot be packed.
+func HeaderOf(f Format, g, k, n int) (Header, error) {
+	if !f.FourBit() {
+		return Header{}, fmt.Errorf("quant: format %v is not a packed 4-bit format", f)
+	}
+	if k <= 0 || n <= 0 || int64(k)*int64(n) > math.MaxInt32*8 {
+		return Header{}, fmt.Errorf("quant: packed weight shape [%d, %d] is not positive or too large", k, n)
+	}
+	if err := checkGroup(g, k); err != nil {
+		return Header{}, fmt.Errorf("quant: packed weight [%d, %d]: %w", k, n, err)
+	}
+	return headerFor(f, g, k, n), nil
+}
+
+// Concat joins packed weights of one format, group and K along N: the
+// result's columns are ps[0]'s, then ps[1]'s, and so on. Columns are
+// stored one after another (codes and parameters alike), so this is a
+// concatenation of the arrays.
+func Concat(ps ...*Packed) (*Packed, error) {
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("quant: Concat of no weights")
+	}
+	out := &Packed{Format: ps[0].Format, Group: ps[0].Group, K: ps[0].K}
+	for i, p := range ps {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("quant: Concat: weight %d: %w", i, err)
+		}
+		if p.Format != out.Format || p.Group != out.Group || p.K != out.K {
+			return nil, fmt.Errorf("quant: Concat: weight %d is %v, group %d, K %d; weight 0 is %v, group %d, K %d",
+				i, p.Format, p.Group, p.K, out.Format, out.Group, out.K)
+		}
+		out.N += p.N
+		out.Words = append(out.Words, p.Words...)
+		out.Params = append(out.Params, p.Params...)
+	}
+	return out, nil
+}
+
+// ConcatEncoded writes into dst the encoding of the weights srcs encode
+// (each as MarshalBinary writes it) joined along N as Concat joins them,
+// straight from their bytes: no decoded copy is made, so a loader can
+// join weights that a file maps into a device buffer with nothing on the
+// heap. dst must hold exactly the joined encoding (HeaderOf(...).Size).
+func ConcatEncoded(dst []byte, srcs ...[]byte) error {
+	if len(srcs) == 0 {
+		return fmt.Errorf("quant: ConcatEncoded of no weights")
+	}
+	hs := make([]Header, len(srcs))
+	n := 0
+	for i, src := range srcs {
+		h, err := ParseHeader(src, int64(len(src)))
+		if err != nil {
+			return fmt.Errorf("quant: ConcatEncoded: weight %d: %w", i, err)
+		}
+		if i > 0 && (h.Format != hs[0].Format || h.Group != hs[0].Group || h.K != hs[0].K) {
+			return fmt.Errorf("quant: ConcatEncoded: weight %d is %v, group %d, K %d; weight 0 is %v, group %d, K %d",
+				i, h.Format, h.Group, h.K, hs[0].Format, hs[0].Group, hs[0].K)
+		}
+		hs[i] = h
+		n += h.N
+	}
+	j, err := HeaderOf(hs[0].Format, hs[0].Group, hs[0].K, n)
+	if err != nil {
+		return err
+	}
+	if int64(len(dst)) != j.Size {
+		return fmt.Errorf("quant: ConcatEncoded: %d bytes for a joined encoding of %d", len(dst), j.Size)
+	}
+	clear(dst)
+	copy(dst, srcs[0][:HeaderSize])
+	le := binary.LittleEndian
+	le.PutUint32(dst[20:], uint32(j.N))
+	le.PutUint64(dst[24:], uint64(j.WordsOffset))
+	le.PutUint64(dst[32:], uint64(j.ParamsOffset))
+	le.PutUint64(dst[40:], uint64(j.Size))
+	wo, po := j.WordsOffset, j.ParamsOffset
+	for i, src := range srcs {
+		h := hs[i]
+		words := 4 * int64(h.N) * int64(h.K/8)
+		params := 4 * int64(h.N) * 2 * int64(h.K/h.Group)
+		wo += int64(copy(dst[wo:wo+words], src[h.WordsOffset:h.WordsOffset+words]))
+		po += int64(copy(dst[po:po+params], src[h.ParamsOffset:h.ParamsOffset+params]))
+	}
+	return nil
+}

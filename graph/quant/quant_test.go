@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -401,5 +402,91 @@ func TestMarshalRoundTrip(t *testing.T) {
 	bad[0] = 'X'
 	if _, err := UnmarshalPacked(bad); err == nil || !strings.Contains(err.Error(), "magic") {
 		t.Fatalf("bad magic: %v", err)
+	}
+}
+
+// TestConcat checks that joining packed weights along N is the same as
+// quantizing the joined float matrix (each column is quantized on its
+// own), that HeaderOf describes the joined encoding, and that weights of
+// another format, group or K are refused.
+func TestConcat(t *testing.T) {
+	const k, group = 64, 32
+	ns := []int{8, 4, 12}
+	var parts []*Packed
+	ntot := 0
+	for _, n := range ns {
+		ntot += n
+	}
+	all := make([]float32, k*ntot)
+	col := 0
+	for i, n := range ns {
+		w := make([]float32, k*n)
+		for j := range w {
+			w[j] = float32(math.Sin(float64(i*1000+j))) * float32(i+1)
+		}
+		for kk := 0; kk < k; kk++ {
+			copy(all[kk*ntot+col:kk*ntot+col+n], w[kk*n:(kk+1)*n])
+		}
+		col += n
+		p, err := QuantizeE0M4(w, k, n, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, p)
+	}
+	got, err := Concat(parts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := QuantizeE0M4(all, k, ntot, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.N != ntot || !slices.Equal(got.Words, want.Words) || !slices.Equal(got.Params, want.Params) {
+		t.Fatalf("joined weight differs from the joined matrix quantized (N %d, want %d)", got.N, ntot)
+	}
+	b, err := got.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := HeaderOf(E0M4, group, k, ntot)
+	if err != nil || h.Size != int64(len(b)) {
+		t.Fatalf("HeaderOf: %+v, %v; the encoding has %d bytes", h, err, len(b))
+	}
+	encs := make([][]byte, len(parts))
+	for i, p := range parts {
+		if encs[i], err = p.MarshalBinary(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	direct := make([]byte, len(b))
+	for i := range direct {
+		direct[i] = 0xff // ConcatEncoded must write every byte
+	}
+	if err := ConcatEncoded(direct, encs...); err != nil || !bytes.Equal(direct, b) {
+		t.Fatalf("ConcatEncoded differs from Concat's encoding (err %v)", err)
+	}
+	if err := ConcatEncoded(direct[:len(direct)-64], encs...); err == nil {
+		t.Error("ConcatEncoded wrote into a short buffer")
+	}
+	if _, err := HeaderOf(E0M4, group, 48, 4); err == nil {
+		t.Error("HeaderOf accepted K = 48 with groups of 32")
+	}
+	other, err := QuantizeInt4(make([]float32, k*4), k, 4, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Concat(parts[0], other); err == nil {
+		t.Error("Concat joined E0M4 with INT4")
+	}
+	otherEnc, err := other.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ConcatEncoded(make([]byte, len(b)), encs[0], otherEnc); err == nil {
+		t.Error("ConcatEncoded joined E0M4 with INT4")
+	}
+	if _, err := Concat(); err == nil {
+		t.Error("Concat of nothing succeeded")
 	}
 }

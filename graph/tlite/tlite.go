@@ -57,6 +57,13 @@ const (
 	// header, so that tools reading the graph alone know the shape; a
 	// reader must check that they agree with it.
 	MatMulQ = "MatMulQ"
+	// MatMulJoin(x, W_1..W_S, [bias_1..bias_S]) -> y_1..y_S is S products
+	// of one activation x [..., K] with constant weights, run as one:
+	// y_s = alpha*(x @ W_s) + beta*bias_s. Attributes ns (N of each
+	// product), K, and either alpha and beta (W_s float [K, N_s]) or format
+	// and group (W_s a MatMulQ packed weight). engine/fuse/matmuljoin.go
+	// makes it; the engine concatenates the weights at Open.
+	MatMulJoin = "MatMulJoin"
 	// Rotary(x, cos, sin, [x2]) -> y, [y2] is the rotary position
 	// embedding x*cos + rotate_half(x)*sin over the first rotary_dim
 	// elements of x's last axis, rotate_half(v) = concat(-v[h:], v[:h])

@@ -38,6 +38,16 @@ func loraDir(model, flagVal string) string {
 	return filepath.Join(dir, elastic.LoRADir)
 }
 
+// isElastic reports whether model has an elastic description beside it.
+func isElastic(model string) bool {
+	dir := model
+	if st, err := os.Stat(model); err == nil && !st.IsDir() {
+		dir = filepath.Dir(model)
+	}
+	_, err := os.Stat(filepath.Join(dir, elastic.FileName))
+	return err == nil
+}
+
 // bindElastic binds the elastic description beside model to the stepper's
 // session and attaches the adapters in lora (a folder; "" for none).
 func bindElastic(st llmStepper, model, lora string) (*elastic.Model, error) {

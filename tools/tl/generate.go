@@ -232,6 +232,11 @@ type llmStepper interface {
 // openLLM opens a decoder with the plan sized for ctx tokens of context and
 // the KV cache mode asked for.
 func openLLM(model string, opts engine.Options, ctx int, mode string, cfg generate.Config) (llmStepper, error) {
+	if isElastic(model) {
+		// --level binds each product by its weight (elastic.Bind), which
+		// needs the products apart.
+		opts.NoJoin = true
+	}
 	switch mode {
 	case "explicit":
 		st, err := generate.OpenExplicit(model, opts, ctx, cfg)

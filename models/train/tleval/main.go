@@ -104,7 +104,7 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, err := open(*model, *device, *ctx)
+	st, err := open(*model, *device, *ctx, *level != 0)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func run(args []string, stdout io.Writer) error {
 }
 
 // open opens the model with an in-place cache of ctx slots.
-func open(path, device string, ctx int) (*kv.State, error) {
+func open(path, device string, ctx int, bindsElastic bool) (*kv.State, error) {
 	m, err := graph.Load(path)
 	if err != nil {
 		return nil, err
@@ -175,7 +175,9 @@ func open(path, device string, ctx int) (*kv.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	return kv.Open(path, engine.Options{Device: device, Max: maxima}, kv.Config{MaxContext: ctx})
+	// --level binds each product by its weight (elastic.Bind), which needs
+	// the products apart.
+	return kv.Open(path, engine.Options{Device: device, Max: maxima, NoJoin: bindsElastic}, kv.Config{MaxContext: ctx})
 }
 
 func readSet(path string) ([]item, error) {

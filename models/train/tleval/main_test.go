@@ -25,7 +25,7 @@ func TestScoreMatchesOnePass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := open(model, "", 128)
+	st, err := open(model, "", 128, false)
 	if err != nil {
 		t.Fatal(err)
 	}
