@@ -1084,10 +1084,49 @@ class LookupArgs:
     grad_clip: float = 1.0
     probe_every: int = 100
     ckpt_every: int = 10
+    wordings: bool = False      # draw each document's wording from TRAIN_WORDINGS
+    copy_every: int = 0         # every copy_every-th step's text rows are copy windows (0: never)
 
     @property
     def steps(self):
         return self.a_steps + self.b_steps + self.c_steps
+
+
+@dataclasses.dataclass
+class WordingArgs(LookupArgs):
+    """The wording stage, run after lookup from WORK/model_lookup.pt.
+
+    lookup's retrieval is bound to its one sentence frame: with the
+    question reworded, recall fell from 0.80 / 0.90 / 0.55 to 0.43 / 0.53 /
+    0.30 (256 / 1024 / 2000, 60 items), and with the facts reworded it was
+    at chance (session 14, recall-evals --template). This stage trains the
+    same curriculum, shorter and at a lower rate, on documents whose intro,
+    fact frame and question frame are drawn from TRAIN_WORDINGS, which
+    shares no frame with the eval templates ("question", "facts", "both"),
+    so those measure a lookup learned across wordings. Every other step's
+    text rows are copy windows, to win back the copy of arbitrary tokens
+    that lookup lost.
+    """
+    a_steps: int = 200
+    b_steps: int = 300
+    c_steps: int = 200
+    lr: float = 5e-4
+    decay_steps: int = 200
+    data_seed: int = SEED + 31
+    wordings: bool = True
+    copy_every: int = 2
+
+
+# Training wordings for the wording stage: (intros, fact frames around the
+# code, question frames). None of them is, or shares its distinctive words
+# with, a RECALL_TEMPLATES entry other than "trained".
+TRAIN_WORDINGS = (
+    ("Remember these codes.", "Codes to remember:", "Note the numbers below.", ""),
+    (("The code for {k} is", "."), ("{k}:", "."), ("The number of {k} is", "."),
+     ("{k} was given", "."), ("Code of {k} =", "."), ("For {k}, write", ".")),
+    ("Question: What is the code for {k}?\nAnswer:", "Q: What is {k}'s code?\nA:", "The code for {k} is",
+     "Which code belongs to {k}? It is", "Look up {k}.\nResult:", "{k} ->"),
+)
 
 
 def text_documents(work):
@@ -1110,7 +1149,8 @@ def text_documents(work):
 class LookupRows:
     """Generates lookup rows: (ids of seq + 1 tokens, target weights of seq)."""
 
-    def __init__(self, work, rng, answer_weight):
+    def __init__(self, work, rng, answer_weight, wordings=False):
+        self.wordings = wordings
         self.enc, vocab = load_encoder(work)
         self.bos, self.eos = vocab[BOS], vocab[EOS]
         self.names, _ = corpus.split_names(random.Random(SEED))
@@ -1133,18 +1173,23 @@ class LookupRows:
             e = enc.encode(text)
             ids.extend(e)
             w.extend([weight] * len(e))
-        put("Remember these codes.", 1.0)
-        for k, v in zip(keys, vals):
-            put(f" The code for {k} is", 1.0)
+        intro, frame, asks = "Remember these codes.", ("The code for {k} is", "."), None
+        if self.wordings:
+            intros, frames, asks = TRAIN_WORDINGS
+            intro, frame = rng.choice(intros), rng.choice(frames)
+        put(intro, 1.0)
+        for i, (k, v) in enumerate(zip(keys, vals)):
+            put(("" if i == 0 and not intro else " ") + frame[0].format(k=k), 1.0)
             put(f" {v}", 0.0)
-            put(".", 1.0)
+            put(frame[1], 1.0)
         if filler:
             put("\n\n", 1.0)
             f = self.filler(filler)
             ids.extend(f)
             w.extend([1.0] * len(f))
         for qi in rng.sample(range(n_facts), n_facts):
-            put(f"\n\nQuestion: What is the code for {keys[qi]}?\nAnswer:", 1.0)
+            ask = rng.choice(asks) if asks else "Question: What is the code for {k}?\nAnswer:"
+            put("\n\n" + ask.format(k=keys[qi]), 1.0)
             put(f" {vals[qi]}.", self.aw)
         ids.append(self.eos)
         w.append(1.0)
@@ -1161,16 +1206,20 @@ class LookupRows:
 
 
 @torch.no_grad()
-def lookup_accuracy(model, rows, names, n_facts, n=50, seed=5):
-    """Share of n zero-distance questions (n_facts facts, then one question)
-    whose true code scores highest among the document's codes."""
+def lookup_accuracy(model, rows, names, n_facts, n=50, seed=5, template="trained"):
+    """Share of n zero-distance questions (n_facts facts, then one question,
+    worded by RECALL_TEMPLATES[template]) whose true code scores highest
+    among the document's codes."""
     was = model.training
     model.eval()
     rng, enc, ok = random.Random(seed), rows.enc, 0
+    intro, fact, ask = RECALL_TEMPLATES[template]
     for _ in range(n):
         keys, vals, head = corpus.recall_parts(rng, names, n_facts)
+        if template != "trained":
+            head = intro + " ".join(fact.format(k=k, v=v) for k, v in zip(keys, vals))
         qi = rng.randrange(n_facts)
-        ids = [rows.bos] + enc.encode(head + f"\n\nQuestion: What is the code for {keys[qi]}?\nAnswer:")
+        ids = [rows.bos] + enc.encode(head + "\n\n" + ask.format(k=keys[qi]))
         cands = [enc.encode(f" {v}.") for v in vals]
         scores = []
         for c in cands:
@@ -1195,36 +1244,45 @@ def lookup_phase(step, a):
     return a.long_seq, 0 if text else 1, 1 if text else 0, a.max_facts, a.c_filler
 
 
-def lookup(work, a, time_budget):
+def lookup(work, a, time_budget, stage="lookup"):
+    """The lookup stage (from recall) or, with stage "wording" and
+    WordingArgs, the wording stage (from lookup): the same loop."""
+    prev = {"lookup": "recall", "wording": "lookup"}[stage]
     data = Data(work)
     val = data.val["fortunes"]
     model = build_model()
-    model.load_state_dict(torch.load(os.path.join(work, "model_recall.pt")))
+    model.load_state_dict(torch.load(os.path.join(work, f"model_{prev}.pt")))
     opt = make_optimizer(model, a)
     gen = torch.Generator().manual_seed(a.data_seed)
     rng = random.Random(a.data_seed + 1)
-    rows = LookupRows(work, rng, a.answer_weight)
+    rows = LookupRows(work, rng, a.answer_weight, a.wordings)
     train_names, eval_names = corpus.split_names(random.Random(SEED))
-    base = torch.load(os.path.join(work, "ckpt_recall.pt"))
+    base = torch.load(os.path.join(work, f"ckpt_{prev}.pt"))
     step, tokens, elapsed_before = 0, 0, 0.0
-    ckpt_path = os.path.join(work, "ckpt_lookup.pt")
+    ckpt_path = os.path.join(work, f"ckpt_{stage}.pt")
     ck = resume(ckpt_path, model, opt, gen, rng)
     if ck is not None:
         step, tokens, elapsed_before = ck["step"], ck["tokens"], ck["elapsed"]
-        log(f"lookup: resumed at step {step}")
-    log(f"lookup: args {dataclasses.asdict(a)}, threads {torch.get_num_threads()}, from recall's step {base['step']}")
+        log(f"{stage}: resumed at step {step}")
+    log(f"{stage}: args {dataclasses.asdict(a)}, threads {torch.get_num_threads()}, from {prev}'s step {base['step']}")
 
     def save(path, tag):
         ck = stage_state(model, opt, gen, rng, step, tokens, elapsed_before + time.time() - t0, a)
-        ck.update(train=base["train"], induct=base["induct"], recall=record_of(base))
+        # Each stage carries the records of all before it.
+        ck.update({k: base[k] for k in ("train", "induct", "recall") if k in base})
+        ck[prev] = record_of(base)
         save_atomic(ck, path)
-        log(f"lookup: checkpoint ({tag}) at step {step}")
+        log(f"{stage}: checkpoint ({tag}) at step {step}")
 
     def probe():
-        log_probe("lookup", step, model, data, val)
-        log(f"lookup probe step {step} zero-distance accuracy: 2 training names "
-            f"{lookup_accuracy(model, rows, train_names, 2):.2f}, 4 training "
-            f"{lookup_accuracy(model, rows, train_names, 4):.2f}, 4 unseen {lookup_accuracy(model, rows, eval_names, 4):.2f}")
+        log_probe(stage, step, model, data, val)
+        line = (f"{stage} probe step {step} zero-distance accuracy: 2 training names "
+                f"{lookup_accuracy(model, rows, train_names, 2):.2f}, 4 training "
+                f"{lookup_accuracy(model, rows, train_names, 4):.2f}, 4 unseen {lookup_accuracy(model, rows, eval_names, 4):.2f}")
+        if a.wordings:
+            line += ", 4 unseen reworded (" + ", ".join(
+                f"{t} {lookup_accuracy(model, rows, eval_names, 4, template=t):.2f}" for t in ("question", "facts", "both")) + ")"
+        log(line)
 
     model.train()
     t0 = time.time()
@@ -1242,7 +1300,13 @@ def lookup(work, a, time_budget):
             xs.append(ids[:-1])
             ys.append(ids[1:])
             ws.append(w)
-        if n_text:
+        if n_text and a.copy_every and step % a.copy_every == 0:
+            for _ in range(n_text):
+                ids, w = copy_window(rng, data, seq, rows.bos)
+                xs.append(ids[:-1])
+                ys.append(ids[1:])
+                ws.append(w.float())
+        elif n_text:
             xt, yt = data.batch(gen, seq, n_text, MIX_COPY_TEXT)
             xs += list(xt)
             ys += list(yt)
@@ -1259,7 +1323,7 @@ def lookup(work, a, time_budget):
             am = w[:n_look] == a.answer_weight
             ans = l[:n_look][am].mean().item() if am.any() else float("nan")
             txt = l[n_look:].mean().item() if n_text else float("nan")
-            log(f"lookup step {step}/{a.steps} seq {seq} facts {facts} filler {fill} answer {ans:.4f} "
+            log(f"{stage} step {step}/{a.steps} seq {seq} facts {facts} filler {fill} answer {ans:.4f} "
                 f"text {txt:.4f} lr {recall_lr(step - 1, a):.2e} tokens {tokens} "
                 f"elapsed {elapsed_before + now - t0:.0f}s {(tokens - tok_last) / max(now - t_last, 1e-9):.0f} tok/s")
             t_last, tok_last = now, tokens
@@ -1269,8 +1333,8 @@ def lookup(work, a, time_budget):
             save(ckpt_path, "periodic")
     save(ckpt_path, "final")
     if step == a.steps:
-        save_atomic(model.state_dict(), os.path.join(work, "model_lookup.pt"))
-        log(f"lookup: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
+        save_atomic(model.state_dict(), os.path.join(work, f"model_{stage}.pt"))
+        log(f"{stage}: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
 
 
 def recall_evals(work, out, n, template="trained"):
@@ -1352,6 +1416,14 @@ def main():
     p.add_argument("--decay-steps", type=int, default=LookupArgs.decay_steps)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
+    p = sub.add_parser("wording", help="the wording stage after lookup (from WORK/model_lookup.pt)")
+    p.add_argument("--work", required=True)
+    p.add_argument("--a-steps", type=int, default=WordingArgs.a_steps)
+    p.add_argument("--b-steps", type=int, default=WordingArgs.b_steps)
+    p.add_argument("--c-steps", type=int, default=WordingArgs.c_steps)
+    p.add_argument("--decay-steps", type=int, default=WordingArgs.decay_steps)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
     p = sub.add_parser("export")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
@@ -1388,6 +1460,9 @@ def main():
     elif args.cmd == "lookup":
         a = LookupArgs(a_steps=args.a_steps, b_steps=args.b_steps, c_steps=args.c_steps, decay_steps=args.decay_steps)
         lookup(args.work, a, args.time_budget)
+    elif args.cmd == "wording":
+        a = WordingArgs(a_steps=args.a_steps, b_steps=args.b_steps, c_steps=args.c_steps, decay_steps=args.decay_steps)
+        lookup(args.work, a, args.time_budget, "wording")
     elif args.cmd == "export":
         import export_default
         export_default.export(args.work, args.out, args.stage)
