@@ -21,7 +21,10 @@ it are held at 0). Perplexity on TEXT follows `tl perplexity --sep '\\n%\\n'
 --eos` (export_default.score_file): without and with the adapters.
 
 The budget is tokens = steps x batch x seq per level, far below the
-paper's 50M.
+paper's 50M. The windows come in turn from the training streams named by
+--sources (default fortunes,pydoc,debref: plain text); naming a task
+stream too (recall_dense) puts that task's documents, every token of them
+weighted alike, into the adapters' training.
 
 File format of level-XX.bin (little-endian; engine/elastic reads it):
 
