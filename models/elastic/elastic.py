@@ -176,11 +176,21 @@ def lm_loss(logits, ids):
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
 
 
-def calibration_windows(calib_dir, tokens, seq, seed):
-    """tokens/seq windows of seq tokens drawn evenly from the training
-    streams (CALIB_SOURCES' *_train.npy in calib_dir), seeded."""
+def calibration_windows(calib_dir, tokens, seq, seed, sources=CALIB_SOURCES):
+    """tokens/seq windows of seq tokens drawn evenly (round robin) from the
+    training streams (sources' *_train.npy in calib_dir), seeded."""
+    if not sources:
+        raise ValueError("calibration_windows: no source streams")
     rng = np.random.RandomState(seed)
-    streams = [np.load(os.path.join(calib_dir, f"{s}_train.npy")).astype(np.int64) for s in CALIB_SOURCES]
+    streams = []
+    for s in sources:
+        path = os.path.join(calib_dir, f"{s}_train.npy")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"calibration_windows: no training stream {path}")
+        st = np.load(path).astype(np.int64)
+        if st.ndim != 1 or len(st) < seq + 2:
+            raise ValueError(f"calibration_windows: {path} is not a 1-D stream longer than {seq + 1} tokens")
+        streams.append(st)
     n = max(1, tokens // seq)
     rows = []
     for i in range(n):

@@ -21,7 +21,10 @@ it are held at 0). Perplexity on TEXT follows `tl perplexity --sep '\\n%\\n'
 --eos` (export_default.score_file): without and with the adapters.
 
 The budget is tokens = steps x batch x seq per level, far below the
-paper's 50M.
+paper's 50M. The windows come in turn from the training streams named by
+--sources (default fortunes,pydoc,debref: plain text); naming a task
+stream too (recall_dense) puts that task's documents, every token of them
+weighted alike, into the adapters' training.
 
 File format of level-XX.bin (little-endian; engine/elastic reads it):
 
@@ -220,7 +223,11 @@ def main():
     ap.add_argument("--text", required=True, help="held-out text, documents split by \\n%%\\n")
     ap.add_argument("--save", help="folder for lora/level-XX.npz")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--sources", default=",".join(elastic.CALIB_SOURCES),
+                    help="training streams (NAME_train.npy in --calib) the windows are drawn from in turn, "
+                         "e.g. fortunes,pydoc,debref,recall_dense to keep a task in the adapters")
     a = ap.parse_args()
+    sources = tuple(x for x in a.sources.split(",") if x)
     torch.set_num_threads(a.threads)
     with open(os.path.join(a.model, "elastic.json")) as f:
         meta = json.load(f)
@@ -237,7 +244,7 @@ def main():
         before = export_default.score_file(model, enc, bos, eos, a.text)
         lora = LoRA(model, levels[pct], hd, seed=pct)
         opt = torch.optim.AdamW(lora.params, lr=a.lr, weight_decay=0.0)
-        data = elastic.calibration_windows(a.calib, a.steps * a.batch * a.seq, a.seq, seed=777 + pct)
+        data = elastic.calibration_windows(a.calib, a.steps * a.batch * a.seq, a.seq, seed=777 + pct, sources=sources)
         model.train()
         for step in range(a.steps):
             x = data[step * a.batch:(step + 1) * a.batch]
@@ -250,7 +257,7 @@ def main():
                 print(f"lora: level {pct}% step {step} loss {loss.item():.4f}", flush=True)
         model.eval()
         after = export_default.score_file(model, enc, bos, eos, a.text)
-        r = {"level": pct, "tokens": a.steps * a.batch * a.seq, "adapter_params": lora.numel(),
+        r = {"level": pct, "tokens": a.steps * a.batch * a.seq, "sources": list(sources), "adapter_params": lora.numel(),
              "ppl_without": before["perplexity"], "ppl_with": after["perplexity"],
              "loss_without": before["loss"], "loss_with": after["loss"], "predicted_tokens": after["predicted_tokens"]}
         print("lora:", json.dumps(r), flush=True)

@@ -147,5 +147,32 @@ class CompareImportance(unittest.TestCase):
         self.assertEqual(ci.compare(b, a)[0]["neurons"]["max_rel_diff"], float("inf"))
 
 
+class CalibrationWindows(unittest.TestCase):
+    """calibration_windows draws its rows from the named streams in turn;
+    the default is the three text streams; missing or short streams are
+    refused by name."""
+
+    def test_sources(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name, base in (("fortunes", 0), ("pydoc", 1000), ("debref", 2000), ("recall_dense", 5000)):
+                np.save(os.path.join(d, f"{name}_train.npy"), (base + np.arange(400)).astype(np.int16))
+            w = elastic.calibration_windows(d, 8 * 16, 16, seed=3, sources=("pydoc", "recall_dense"))
+            self.assertEqual(tuple(w.shape), (8, 16))
+            for i, row in enumerate(w.numpy()):
+                lo = 1000 if i % 2 == 0 else 5000
+                self.assertTrue(lo <= row.min() and row.max() < lo + 400, (i, row))
+                self.assertTrue((np.diff(row) == 1).all())
+            default = elastic.calibration_windows(d, 6 * 16, 16, seed=3)
+            explicit = elastic.calibration_windows(d, 6 * 16, 16, seed=3, sources=elastic.CALIB_SOURCES)
+            self.assertTrue(torch.equal(default, explicit))
+            self.assertEqual([int(r[0]) // 1000 for r in default], [0, 1, 2, 0, 1, 2])
+            with self.assertRaisesRegex(FileNotFoundError, "nosuch_train.npy"):
+                elastic.calibration_windows(d, 64, 16, seed=3, sources=("nosuch",))
+            with self.assertRaisesRegex(ValueError, "longer than"):
+                elastic.calibration_windows(d, 64, 399, seed=3, sources=("pydoc",))
+            with self.assertRaisesRegex(ValueError, "no source"):
+                elastic.calibration_windows(d, 64, 16, seed=3, sources=())
+
+
 if __name__ == "__main__":
     unittest.main()
