@@ -304,44 +304,88 @@ type RecallItem struct {
 	Answer     int
 }
 
-// Recall is the in-context recall accuracy under each policy: the
+// RecallResult is Recall's outcome, item by item so that policies can be
+// compared on the same items (Pair).
+type RecallResult struct {
+	// N is the number of items.
+	N int
+	// Correct[p][k] is whether policy p picked item k's answer.
+	Correct map[QualityPolicy][]bool
+}
+
+// Accuracy is policy p's fraction of items answered right (0 for a
+// policy that was not run).
+func (r RecallResult) Accuracy(p QualityPolicy) float64 {
+	c := r.Correct[p]
+	if len(c) == 0 {
+		return 0
+	}
+	n := 0
+	for _, ok := range c {
+		if ok {
+			n++
+		}
+	}
+	return float64(n) / float64(len(c))
+}
+
+// Pair compares policy a with policy b on the same items.
+func (r RecallResult) Pair(a, b QualityPolicy) (Paired, error) {
+	ca, okA := r.Correct[a]
+	cb, okB := r.Correct[b]
+	if !okA || !okB {
+		return Paired{}, fmt.Errorf("llms: pairing %q with %q: not both run", a, b)
+	}
+	return PairCorrect(ca, cb)
+}
+
+// Recall is in-context recall under each policy, item by item: the
 // context's KV (all but its last token) is stored under the policy; each
 // candidate is scored by the log-likelihood of its tokens after the last
 // context token; the best-scored candidate is the model's answer.
-func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, seed int64) (map[QualityPolicy]float64, error) {
+func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, seed int64) (RecallResult, error) {
+	res := RecallResult{N: len(items), Correct: map[QualityPolicy][]bool{}}
 	if st.LastRowOnly() {
-		return nil, fmt.Errorf("llms: Recall needs logits for every row (open without LastLogits)")
+		return res, fmt.Errorf("llms: Recall needs logits for every row (open without LastLogits)")
+	}
+	for _, p := range policies {
+		if _, dup := res.Correct[p]; dup {
+			return res, fmt.Errorf("llms: Recall: policy %q named twice", p)
+		}
+		res.Correct[p] = make([]bool, len(items))
 	}
 	lay, err := newLayout(st.Info(), C, LevelFP)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	rng := rand.New(rand.NewSource(seed))
-	correct := map[QualityPolicy]float64{}
 	for k, it := range items {
 		n := len(it.Context) - 1
-		longest := 0
+		longest, shortest := 0, math.MaxInt
 		for _, c := range it.Candidates {
-			longest = max(longest, len(c))
+			longest, shortest = max(longest, len(c)), min(shortest, len(c))
+		}
+		if shortest == 0 {
+			return res, fmt.Errorf("llms: recall item %d has an empty candidate", k)
 		}
 		if n < C || n+1+longest > st.MaxContext() || it.Answer < 0 || it.Answer >= len(it.Candidates) {
-			return nil, fmt.Errorf("llms: recall item %d: %d context tokens, answer %d of %d, cache %d", k, n+1, it.Answer, len(it.Candidates), st.MaxContext())
+			return res, fmt.Errorf("llms: recall item %d: %d context tokens, answer %d of %d, cache %d", k, n+1, it.Answer, len(it.Candidates), st.MaxContext())
 		}
 		st.Reset()
 		if _, err := st.Forward(it.Context[:n], seq(n), seq(n)); err != nil {
-			return nil, err
+			return res, err
 		}
 		stats, err := st.AttentionStats()
 		if err != nil {
-			return nil, err
+			return res, err
 		}
 		var d Density
 		if err := d.Add(stats, func(j int) int { return j }); err != nil {
-			return nil, err
+			return res, err
 		}
 		dump := make([]byte, n*lay.slotBytes())
 		if err := st.ReadAllSlots(seq(n), dump); err != nil {
-			return nil, err
+			return res, err
 		}
 		full := n / C
 		dens := make([]float64, full)
@@ -351,10 +395,10 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 		for _, p := range policies {
 			levels, err := policyLevels(p, dens, lay.chunks(n), rng)
 			if err != nil {
-				return nil, err
+				return res, err
 			}
 			if _, err := storeUnder(st, lay, dump, n, levels); err != nil {
-				return nil, err
+				return res, err
 			}
 			best, bestScore := -1, math.Inf(-1)
 			for ci, cand := range it.Candidates {
@@ -362,7 +406,7 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 				pos := seq(n + len(toks))[n:]
 				logits, err := st.Forward(toks, pos, pos)
 				if err != nil {
-					return nil, err
+					return res, err
 				}
 				V := st.Vocab()
 				score := 0.0
@@ -370,22 +414,14 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 					score += generate.LogProb(logits[r*V:(r+1)*V], want)
 				}
 				if err := st.Free(pos...); err != nil {
-					return nil, err
+					return res, err
 				}
 				if score > bestScore {
 					best, bestScore = ci, score
 				}
 			}
-			if best == it.Answer {
-				correct[p]++
-			}
+			res.Correct[p][k] = best == it.Answer
 		}
 	}
-	for p := range correct {
-		correct[p] /= float64(len(items))
-	}
-	for _, p := range policies {
-		correct[p] += 0 // policies with no correct answer report 0
-	}
-	return correct, nil
+	return res, nil
 }

@@ -2,6 +2,7 @@ package llms
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -141,10 +142,14 @@ func TestRecallScoring(t *testing.T) {
 	st := openDefault(t, 64)
 	toks := heldoutTokens(t, 60)
 	it := RecallItem{Context: toks[:40], Candidates: [][]int{toks[40:43], toks[50:53], {5, 6, 7}}, Answer: 0}
-	acc, err := Recall(st, []RecallItem{it}, 16, []QualityPolicy{PolicyFP, PolicyINT2}, 1)
+	res, err := Recall(st, []RecallItem{it}, 16, []QualityPolicy{PolicyFP, PolicyINT2}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if res.N != 1 || len(res.Correct[PolicyFP]) != 1 || len(res.Correct[PolicyINT2]) != 1 {
+		t.Fatalf("one item: %+v", res)
+	}
+	acc := map[QualityPolicy]float64{PolicyFP: res.Accuracy(PolicyFP), PolicyINT2: res.Accuracy(PolicyINT2)}
 	best, bestScore := -1, math.Inf(-1)
 	for ci, c := range it.Candidates {
 		all := append(append([]int(nil), it.Context...), c...)
@@ -172,6 +177,14 @@ func TestRecallScoring(t *testing.T) {
 	if a := acc[PolicyINT2]; a != 0 && a != 1 {
 		t.Errorf("int2 accuracy %g over one item", a)
 	}
+}
+
+// recallControl is the policy each is paired with besides fp32 in
+// BenchmarkRecall's table: the density placements against their reversed
+// controls.
+var recallControl = map[QualityPolicy]QualityPolicy{
+	PolicyLLMS:      PolicyReversed,
+	PolicyLLMSRatio: PolicyReversedRatio,
 }
 
 // BenchmarkRecall is key→value recall (testdata/longctx/evals/recall_*.jsonl,
@@ -229,13 +242,28 @@ func BenchmarkRecall(b *testing.B) {
 			items = append(items, it)
 		}
 		for i := 0; i < b.N; i++ {
-			acc, err := Recall(st, items, 16, allPolicies, 1)
+			res, err := Recall(st, items, 16, allPolicies, 1)
 			if err != nil {
 				b.Fatal(err)
 			}
+			b.Logf("recall distance %s, %d items; each policy against fp32 and its control, paired item by item:", dist, len(items))
+			b.Logf("%-22s %-8s %-22s %-28s %s", "policy", "accuracy", "vs", "diff ± paired SE", "discordant A:B, exact McNemar p")
 			for _, p := range allPolicies {
-				b.Logf("recall distance %s, %d items: %-18s accuracy %.3f", dist, len(items), p, acc[p])
-				b.ReportMetric(acc[p], "acc-"+dist+"-"+string(p))
+				b.ReportMetric(res.Accuracy(p), "acc-"+dist+"-"+string(p))
+				for k, vs := range []QualityPolicy{PolicyFP, recallControl[p]} {
+					if vs == "" || vs == p {
+						continue
+					}
+					pr, err := res.Pair(p, vs)
+					if err != nil {
+						b.Fatal(err)
+					}
+					name, acc := string(p), fmt.Sprintf("%.3f", res.Accuracy(p))
+					if k > 0 {
+						name, acc = "", ""
+					}
+					b.Logf("%-22s %-8s %-22s %+.3f ± %.3f %17s %3d:%-3d p=%.3g", name, acc, vs, pr.Diff, pr.StdErr, "", pr.OnlyA, pr.OnlyB, pr.P)
+				}
 			}
 		}
 	}
