@@ -855,7 +855,9 @@ attn_qtile(ATT_PARAMS) {
 // attn_colstats: global (Skv, H, B). For key j of query head h it sums,
 // over the query rows i, the softmax probability attention gave the key,
 // exp(score(i, j) - Lse[i]) with Lse the row's log-sum-exp that attention
-// wrote, and counts the rows that may attend it (visible under causal,
+// wrote, keeps the largest of those probabilities (Peak: how sharply any
+// one row attended the key, which a sum over many rows that ignore it
+// hides), and counts the rows that may attend it (visible under causal,
 // mask above MASKED_AT and finite). Scores are recomputed (one dot product
 // per row and key, as attention did); the row sums are not, which is what
 // keeps this one pass over the keys.
@@ -864,15 +866,15 @@ __kernel void attn_colstats(
     __global const store_t *K, int offK, int kb, int kh, int ks,
     __global const store_t *Mask, int offM, int mb, int mh, int mq, int mk,
     int hasMask, __global const float *Lse, int offL, __global float *Sum,
-    int offS, __global float *Cnt, int offC, int H, int Hkv, int Sq, int Skv,
-    int past, int causal, float scale) {
+    int offS, __global float *Cnt, int offC, __global float *Peak, int offP,
+    int H, int Hkv, int Sq, int Skv, int past, int causal, float scale) {
 	const int j = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
 	if (j >= Skv) return;
 	const int g = h / (H / Hkv);
 	__global const store_t *kp = K + offK + b * kb + g * kh + j * ks;
 	vt kv[NV];
 	for (int c = 0; c < NV; c++) kv[c] = VL(kp, c * VW);
-	float sum = 0.0f, cnt = 0.0f;
+	float sum = 0.0f, cnt = 0.0f, peak = 0.0f;
 	for (int i = causal ? max(j - past, 0) : 0; i < Sq; i++) {
 		__global const store_t *q = Q + offQ + b * qb + h * qh + i * qs;
 		vt t = (vt)(0.0f);
@@ -891,10 +893,15 @@ __kernel void attn_colstats(
 		}
 		if (open && s > -INFINITY) cnt += 1.0f;
 		const float lse = Lse[offL + (b * H + h) * Sq + i];
-		if (lse > -INFINITY && s > -INFINITY) sum += exp(s - lse);
+		if (lse > -INFINITY && s > -INFINITY) {
+			const float pr = exp(s - lse);
+			sum += pr;
+			peak = fmax(peak, pr);
+		}
 	}
 	Sum[offS + (b * H + h) * Skv + j] = sum;
 	Cnt[offC + (b * H + h) * Skv + j] = cnt;
+	Peak[offP + (b * H + h) * Skv + j] = peak;
 }
 
 // attn_colstats_acc: global (ceil(Skv / per)) on CPUs (one work-item per

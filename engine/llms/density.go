@@ -137,6 +137,36 @@ func (d *Density) Chunk(p, q int) float64 {
 	return s / float64(q-p)
 }
 
+// TokenPeaks is each token's peak attention over one forward's statistics:
+// the largest probability any layer, query head and row gave it
+// (engine.AttnStats.Peak), for tokens 0..n-1 where slot j holds token
+// slotToken(j) (-1: not this context's). It is the statistic of the
+// peak-placement policies (PolicyPeak): a fact that one later question
+// attends sharply, and the many rows before it ignore, has a low mean
+// (Density) and a high peak. Deviation from the paper, which ranks by the
+// mean only (spec §1a.5); see doc.go.
+func TokenPeaks(stats []engine.AttnStats, n int, slotToken func(int) int) ([]float64, error) {
+	if len(stats) == 0 {
+		return nil, fmt.Errorf("llms: peaks from no attention statistics")
+	}
+	out := make([]float64, n)
+	for _, a := range stats {
+		if len(a.Peak) != a.Heads*a.Slots {
+			return nil, fmt.Errorf("llms: attention statistics of %s have %d peaks for %d heads x %d slots", a.Node, len(a.Peak), a.Heads, a.Slots)
+		}
+		for j := 0; j < a.Slots; j++ {
+			t := slotToken(j)
+			if t < 0 || t >= n {
+				continue
+			}
+			for h := 0; h < a.Heads; h++ {
+				out[t] = math.Max(out[t], float64(a.Peak[h*a.Slots+j]))
+			}
+		}
+	}
+	return out, nil
+}
+
 // Weight is the per-level weight of ctxInfo (Eq. 3).
 type Weight func(Level) float64
 

@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"sort"
 
+	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/kv"
 )
@@ -33,6 +34,14 @@ const (
 	// makes Random and Reversed equal to LLMS and silent about density.
 	PolicyRandomRatio   QualityPolicy = "random_ratio_weight"
 	PolicyReversedRatio QualityPolicy = "reversed_ratio_weight"
+	// PolicyPeak and PolicyPeakRatio keep the levels of PolicyLLMS and
+	// PolicyLLMSRatio (the same multiset, so the same bytes) but place
+	// them by each chunk's mean token peak (TokenPeaks: the largest
+	// probability any one row, head and layer gave the token) instead of
+	// its density: the tolerance variant that protects chunks attended
+	// rarely but sharply. Not the paper's (it ranks by density).
+	PolicyPeak      QualityPolicy = "peak"
+	PolicyPeakRatio QualityPolicy = "peak_ratio_weight"
 )
 
 // QualityResult is one policy's outcome over all windows.
@@ -114,13 +123,12 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 			return nil, nil, err
 		}
 		nc := lay.chunks(ctxLen)
-		full := ctxLen / C
-		dens := make([]float64, full)
-		for i := range dens {
-			dens[i] = d.Chunk(i*C, (i+1)*C)
+		dens, peaks, err := chunkStats(&d, stats, ctxLen, C)
+		if err != nil {
+			return nil, nil, err
 		}
 		for pi, p := range policies {
-			levels, err := policyLevels(p, dens, nc, rng)
+			levels, err := policyLevels(p, dens, peaks, nc, rng)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -187,6 +195,25 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 	return res, byPos, nil
 }
 
+// chunkStats are the full chunks' densities D_i and mean token peaks over
+// the first n tokens (slot = token), from one forward's statistics
+// already added to d.
+func chunkStats(d *Density, stats []engine.AttnStats, n, C int) (dens, peaks []float64, err error) {
+	tp, err := TokenPeaks(stats, n, func(j int) int { return j })
+	if err != nil {
+		return nil, nil, err
+	}
+	full := n / C
+	dens, peaks = make([]float64, full), make([]float64, full)
+	for i := range dens {
+		dens[i] = d.Chunk(i*C, (i+1)*C)
+		for _, v := range tp[i*C : (i+1)*C] {
+			peaks[i] += v / float64(C)
+		}
+	}
+	return dens, peaks, nil
+}
+
 // meanStdErr is the mean of x and its standard error (sample standard
 // deviation / √n; 0 for fewer than two values).
 func meanStdErr(x []float64) (mean, se float64) {
@@ -209,8 +236,9 @@ func meanStdErr(x []float64) (mean, se float64) {
 }
 
 // policyLevels is each chunk's level under policy p, given the full
-// chunks' densities (nc chunks in all; the partial one stays INT8).
-func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Level, error) {
+// chunks' densities and peaks (nc chunks in all; the partial one stays
+// INT8).
+func policyLevels(p QualityPolicy, dens, peaks []float64, nc int, rng *rand.Rand) ([]Level, error) {
 	full := len(dens)
 	ladder := []Level{Level8, Level4, Level2}
 	levels := make([]Level, nc)
@@ -235,10 +263,10 @@ func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Le
 		for i := 0; i < full; i++ {
 			levels[i] = l
 		}
-	case PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed, PolicyRandomRatio, PolicyReversedRatio:
+	case PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed, PolicyRandomRatio, PolicyReversedRatio, PolicyPeak, PolicyPeakRatio:
 		w := WeightInverse
 		switch p {
-		case PolicyLLMSRatio, PolicyRandomRatio, PolicyReversedRatio:
+		case PolicyLLMSRatio, PolicyRandomRatio, PolicyReversedRatio, PolicyPeakRatio:
 			w = WeightRatio
 		}
 		lv, err := llms(w)
@@ -253,16 +281,13 @@ func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Le
 			}
 		case PolicyReversed, PolicyReversedRatio:
 			// The densest chunk gets LLMS's lowest level, and so on.
-			byDens := make([]int, full)
-			for i := range byDens {
-				byDens[i] = i
+			placeBy(levels, lv, dens, false)
+		case PolicyPeak, PolicyPeakRatio:
+			// The chunk of highest peak gets LLMS's highest level.
+			if len(peaks) != full {
+				return nil, fmt.Errorf("llms: policy %s needs %d chunk peaks; have %d", p, full, len(peaks))
 			}
-			sort.SliceStable(byDens, func(a, b int) bool { return dens[byDens[a]] > dens[byDens[b]] })
-			ls := append([]Level(nil), lv...)
-			sort.Slice(ls, func(a, b int) bool { return ls[a] < ls[b] })
-			for k, i := range byDens {
-				levels[i] = ls[k]
-			}
+			placeBy(levels, lv, peaks, true)
 		default:
 			copy(levels, lv)
 		}
@@ -270,6 +295,27 @@ func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Le
 		return nil, fmt.Errorf("llms: unknown quality policy %q", p)
 	}
 	return levels, nil
+}
+
+// placeBy puts the multiset of levels lv on the chunks ranked by key,
+// descending: the highest level on the highest key when heavyFirst, the
+// lowest level there otherwise.
+func placeBy(levels, lv []Level, key []float64, heavyFirst bool) {
+	by := make([]int, len(key))
+	for i := range by {
+		by[i] = i
+	}
+	sort.SliceStable(by, func(a, b int) bool { return key[by[a]] > key[by[b]] })
+	ls := append([]Level(nil), lv...)
+	sort.Slice(ls, func(a, b int) bool {
+		if heavyFirst {
+			return ls[a] > ls[b]
+		}
+		return ls[a] < ls[b]
+	})
+	for k, i := range by {
+		levels[i] = ls[k]
+	}
 }
 
 // storeUnder replaces the first ctxLen slots' KV (dump, read before) by
@@ -387,13 +433,12 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 		if err := st.ReadAllSlots(seq(n), dump); err != nil {
 			return res, err
 		}
-		full := n / C
-		dens := make([]float64, full)
-		for i := range dens {
-			dens[i] = d.Chunk(i*C, (i+1)*C)
+		dens, peaks, err := chunkStats(&d, stats, n, C)
+		if err != nil {
+			return res, err
 		}
 		for _, p := range policies {
-			levels, err := policyLevels(p, dens, lay.chunks(n), rng)
+			levels, err := policyLevels(p, dens, peaks, lay.chunks(n), rng)
 			if err != nil {
 				return res, err
 			}

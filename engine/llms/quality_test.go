@@ -17,7 +17,7 @@ import (
 )
 
 var allPolicies = []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT4, PolicyINT2, PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed,
-	PolicyRandomRatio, PolicyReversedRatio}
+	PolicyRandomRatio, PolicyReversedRatio, PolicyPeak, PolicyPeakRatio}
 
 // TestQualityControls on the default model: the uncompressed policy gives
 // the plain forward's NLL, the LLMS, random and reversed policies store
@@ -26,7 +26,7 @@ func TestQualityControls(t *testing.T) {
 	st := openDefault(t, 96)
 	toks := heldoutTokens(t, 120)
 	res, byPos, err := Quality(st, toks, 64, 16, 1, 16, []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT2, PolicyLLMS, PolicyRandom, PolicyReversed,
-		PolicyLLMSRatio, PolicyRandomRatio, PolicyReversedRatio}, 1)
+		PolicyLLMSRatio, PolicyRandomRatio, PolicyReversedRatio, PolicyPeak, PolicyPeakRatio}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +56,9 @@ func TestQualityControls(t *testing.T) {
 	}
 	if by[PolicyLLMS].Bytes != by[PolicyRandom].Bytes || by[PolicyLLMS].Bytes != by[PolicyReversed].Bytes {
 		t.Errorf("controls differ in bytes: llms %d random %d reversed %d", by[PolicyLLMS].Bytes, by[PolicyRandom].Bytes, by[PolicyReversed].Bytes)
+	}
+	if by[PolicyPeak].Bytes != by[PolicyLLMS].Bytes || by[PolicyPeakRatio].Bytes != by[PolicyLLMSRatio].Bytes {
+		t.Errorf("peak placements differ in bytes from LLMS's: %d/%d against %d/%d", by[PolicyPeak].Bytes, by[PolicyPeakRatio].Bytes, by[PolicyLLMS].Bytes, by[PolicyLLMSRatio].Bytes)
 	}
 	if r := by[PolicyLLMSRatio].Bytes; by[PolicyRandomRatio].Bytes != r || by[PolicyReversedRatio].Bytes != r {
 		t.Errorf("ratio-weight controls differ in bytes: llms %d random %d reversed %d", r, by[PolicyRandomRatio].Bytes, by[PolicyReversedRatio].Bytes)
@@ -181,10 +184,13 @@ func TestRecallScoring(t *testing.T) {
 
 // recallControl is the policy each is paired with besides fp32 in
 // BenchmarkRecall's table: the density placements against their reversed
-// controls.
+// controls, the peak placements against the density placements of the
+// same levels.
 var recallControl = map[QualityPolicy]QualityPolicy{
 	PolicyLLMS:      PolicyReversed,
 	PolicyLLMSRatio: PolicyReversedRatio,
+	PolicyPeak:      PolicyLLMS,
+	PolicyPeakRatio: PolicyLLMSRatio,
 }
 
 // BenchmarkRecall is key→value recall (testdata/longctx/evals/recall_*.jsonl,
