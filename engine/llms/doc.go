@@ -105,4 +105,15 @@
 //     restored; a history longer than the cache is refused.
 //   - Forwards are split at Config.MaxStep tokens in position order (exact:
 //     each piece attends what earlier pieces wrote).
+//   - A second tolerance statistic, ours, for the quality experiments only
+//     (PolicyPeak, PolicyPeakRatio in quality.go): a token's peak, the
+//     largest probability any one row, query head and layer gave it
+//     (engine.AttnStats.Peak, kept by the same statistics kernel), placing
+//     LLMS's own levels by the chunks' mean peak instead of their density.
+//     The paper's density is a mean over every row that may attend a
+//     token, so a fact that only a later question attends, sharply, among
+//     hundreds of rows of filler that ignore it, ranks low and is
+//     compressed hardest; its peak is high. The Manager still ranks by
+//     density alone (the paper's policy, its default): the accumulated
+//     statistics kernel keeps no peak, and peaks are not persisted.
 package llms

@@ -66,6 +66,23 @@ type QualityResult struct {
 	Bits  float64 `json:"effective_bits"`
 	// Levels counts chunks per level over windows.
 	Levels map[string]int `json:"levels"`
+	// PerWindow is the mean NLL of each window, in window order: what
+	// pairs two policies window by window (PairedNLL).
+	PerWindow []float64 `json:"per_window_nll"`
+}
+
+// PairedNLL is the mean over windows of a's NLL minus b's and its paired
+// standard error (both Quality results of the same windows).
+func PairedNLL(a, b QualityResult) (mean, se float64, err error) {
+	if len(a.PerWindow) != len(b.PerWindow) || len(a.PerWindow) == 0 {
+		return 0, 0, fmt.Errorf("llms: pairing %d windows of %s with %d of %s", len(a.PerWindow), a.Policy, len(b.PerWindow), b.Policy)
+	}
+	d := make([]float64, len(a.PerWindow))
+	for w := range d {
+		d[w] = a.PerWindow[w] - b.PerWindow[w]
+	}
+	mean, se = meanStdErr(d)
+	return mean, se, nil
 }
 
 // Quality measures, for each policy, the teacher-forced NLL of contLen
@@ -179,6 +196,7 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 		res[i].PPL = math.Exp(res[i].NLL)
 		res[i].Bits = 8 * float64(res[i].Bytes) / float64(values)
 		_, res[i].NLLStdErr = meanStdErr(perWin[i])
+		res[i].PerWindow = perWin[i]
 		if fp >= 0 {
 			d := make([]float64, windows)
 			for w := range d {

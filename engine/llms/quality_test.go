@@ -82,6 +82,13 @@ func TestQualityErrorBars(t *testing.T) {
 	if fp.DeltaFP != 0 || fp.DeltaFPStdErr != 0 {
 		t.Errorf("fp32 against itself: %g ± %g", fp.DeltaFP, fp.DeltaFPStdErr)
 	}
+	// PairedNLL against fp32 is DeltaFP.
+	if d, se, err := PairedNLL(i2, fp); err != nil || math.Abs(d-i2.DeltaFP) > 1e-12 || math.Abs(se-i2.DeltaFPStdErr) > 1e-12 {
+		t.Errorf("PairedNLL(int2, fp32) = %g ± %g (%v); DeltaFP %g ± %g", d, se, err, i2.DeltaFP, i2.DeltaFPStdErr)
+	}
+	if _, _, err := PairedNLL(i2, QualityResult{}); err == nil {
+		t.Error("pairing 3 windows with none: no error")
+	}
 	if d := i2.DeltaFP - (i2.NLL - fp.NLL); math.Abs(d) > 1e-9 {
 		t.Errorf("int2 delta %g; the means differ by %g", i2.DeltaFP, i2.NLL-fp.NLL)
 	}
@@ -131,10 +138,22 @@ func BenchmarkQuality(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Logf("density by position tenth: %.4f", byPos)
+		by := map[QualityPolicy]QualityResult{}
 		for _, r := range res {
+			by[r.Policy] = r
 			b.Logf("%-18s nll %.4f ± %.4f (vs fp32 %+.4f ± %.4f) ppl %.3f bits/value %.2f levels %v",
 				r.Policy, r.NLL, r.NLLStdErr, r.DeltaFP, r.DeltaFPStdErr, r.PPL, r.Bits, r.Levels)
 			b.ReportMetric(r.PPL, string(r.Policy)+"-ppl")
+		}
+		// Each placement against its control, window by window.
+		for _, p := range allPolicies {
+			if vs, ok := recallControl[p]; ok {
+				d, se, err := PairedNLL(by[p], by[vs])
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Logf("%-18s vs %-22s Δ NLL %+.4f ± %.4f (paired over %d windows)", p, vs, d, se, win)
+			}
 		}
 	}
 }
