@@ -151,13 +151,15 @@ func attnStatFor(lc *lowerCtx, q *vinfo, perm [4]int) (*attnStat, error) {
 // per-head statistics, which a caller gathering them over many decode
 // steps would read back and convert after every step, each Run that
 // computes statistics adds them, weighted and summed over layers and query
-// heads, into two per-slot totals on the device
+// heads, into per-slot totals on the device
 // (kernels.Device.AttentionStatsAcc). TakeAttentionStats reads and zeroes
-// them: one read of 2·kv_len floats for any number of Runs.
+// them: one read of 3·kv_len floats (sums, counts, peaks) for any number
+// of Runs.
 
 // statsTotals are the device totals of accumulated statistics.
 type statsTotals struct {
 	sum, count *buffer
+	peak       *buffer
 	skv        int // the largest kv_len added since the last take
 	runs       int // Runs added since the last take
 }
@@ -180,6 +182,10 @@ type AttnStatsTotal struct {
 	// that may attend slot j, counted at the first attention's query
 	// head 0 (under kv_bias every head and layer has the same count).
 	Count []float32
+	// Peak[j] is the largest softmax probability slot j received from any
+	// one query row, head and layer of the Runs added (unweighted: a peak
+	// is not a count of rows).
+	Peak []float32
 }
 
 // AccumulateAttentionStats switches the statistics of the following Runs
@@ -216,7 +222,7 @@ func (s *Session) AccumulateAttentionStats(weight float64) error {
 	if s.statsAcc == nil {
 		t := &statsTotals{}
 		n := 4 * s.kvCap
-		for _, p := range []**buffer{&t.sum, &t.count} {
+		for _, p := range []**buffer{&t.sum, &t.count, &t.peak} {
 			b, err := allocBuffer(s.dev, n)
 			if err != nil {
 				return fmt.Errorf("engine: accumulated attention statistics: %w", err)
@@ -280,7 +286,7 @@ func (s *Session) zeroTotals() error {
 	t := s.statsAcc
 	if t.skv > 0 {
 		zero := make([]byte, 4*t.skv)
-		for _, b := range []*buffer{t.sum, t.count} {
+		for _, b := range []*buffer{t.sum, t.count, t.peak} {
 			if err := s.dev.Write(b.m, 0, zero); err != nil {
 				return fmt.Errorf("engine: clearing the accumulated attention statistics: %w", err)
 			}
@@ -300,7 +306,7 @@ func (st *attnStat) accumulate(s *Session, stor kernels.Storage, q, k kernels.Bu
 	}
 	// The Run's bookkeeping is statsRan's (a replayed Run makes it too).
 	st.accSkv = p.SeqKV
-	return s.dev.AttentionStatsAcc(stor, q, k, st.lse.m, t.sum.m, t.count.m, p, w, st == s.attnStats[0])
+	return s.dev.AttentionStatsAcc(stor, q, k, st.lse.m, t.sum.m, t.count.m, t.peak.m, p, w, st == s.attnStats[0])
 }
 
 // TakeAttentionStats returns the statistics accumulated since the last
@@ -315,7 +321,7 @@ func (s *Session) TakeAttentionStats() (AttnStatsTotal, error) {
 	if t == nil || s.statsW == 0 {
 		return AttnStatsTotal{}, fmt.Errorf("engine: the session does not accumulate attention statistics (AccumulateAttentionStats)")
 	}
-	out := AttnStatsTotal{Slots: t.skv, Runs: t.runs, Sum: make([]float32, t.skv), Count: make([]float32, t.skv)}
+	out := AttnStatsTotal{Slots: t.skv, Runs: t.runs, Sum: make([]float32, t.skv), Count: make([]float32, t.skv), Peak: make([]float32, t.skv)}
 	for _, st := range s.attnStats {
 		out.LH += st.heads
 	}
@@ -323,7 +329,7 @@ func (s *Session) TakeAttentionStats() (AttnStatsTotal, error) {
 	for _, f := range []struct {
 		b   *buffer
 		dst []float32
-	}{{t.sum, out.Sum}, {t.count, out.Count}} {
+	}{{t.sum, out.Sum}, {t.count, out.Count}, {t.peak, out.Peak}} {
 		if t.skv == 0 {
 			break
 		}

@@ -108,7 +108,7 @@ func BenchmarkAttentionStatsAccDecode(b *testing.B) {
 		for i := 0; i < n; i++ {
 			var err error
 			if acc {
-				err = testLib.AttentionStatsAcc(F32, q, k, lse, sum, count, p, 8, i == 0)
+				err = testLib.AttentionStatsAcc(F32, q, k, lse, sum, count, peak, p, 8, i == 0)
 			} else {
 				err = testLib.AttentionStats(F32, q, k, lse, sum, count, peak, p)
 			}
