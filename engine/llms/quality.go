@@ -42,6 +42,12 @@ const (
 	// rarely but sharply. Not the paper's (it ranks by density).
 	PolicyPeak      QualityPolicy = "peak"
 	PolicyPeakRatio QualityPolicy = "peak_ratio_weight"
+	// PolicyQueryPeak and PolicyQueryPeakRatio are the peak placements
+	// with peaks taken over the question's rows only (RecallItem.Query:
+	// the context is prefilled in two forwards, the question last):
+	// statistics refreshed when the query arrives. Recall only.
+	PolicyQueryPeak      QualityPolicy = "query_peak"
+	PolicyQueryPeakRatio QualityPolicy = "query_peak_ratio_weight"
 )
 
 // QualityResult is one policy's outcome over all windows.
@@ -222,14 +228,22 @@ func chunkStats(d *Density, stats []engine.AttnStats, n, C int) (dens, peaks []f
 		return nil, nil, err
 	}
 	full := n / C
-	dens, peaks = make([]float64, full), make([]float64, full)
+	dens = make([]float64, full)
 	for i := range dens {
 		dens[i] = d.Chunk(i*C, (i+1)*C)
-		for _, v := range tp[i*C : (i+1)*C] {
-			peaks[i] += v / float64(C)
+	}
+	return dens, chunkMeans(tp, full, C), nil
+}
+
+// chunkMeans is the mean of x over each of the first full chunks of C.
+func chunkMeans(x []float64, full, C int) []float64 {
+	out := make([]float64, full)
+	for i := range out {
+		for _, v := range x[i*C : (i+1)*C] {
+			out[i] += v / float64(C)
 		}
 	}
-	return dens, peaks, nil
+	return out
 }
 
 // meanStdErr is the mean of x and its standard error (sample standard
@@ -366,6 +380,9 @@ type RecallItem struct {
 	Context    []int
 	Candidates [][]int
 	Answer     int
+	// Query is the number of the context's last tokens that ask the
+	// question (the query-peak policies' rows); 0: none marked.
+	Query int
 }
 
 // RecallResult is Recall's outcome, item by item so that policies can be
@@ -432,31 +449,67 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 		if shortest == 0 {
 			return res, fmt.Errorf("llms: recall item %d has an empty candidate", k)
 		}
-		if n < C || n+1+longest > st.MaxContext() || it.Answer < 0 || it.Answer >= len(it.Candidates) {
-			return res, fmt.Errorf("llms: recall item %d: %d context tokens, answer %d of %d, cache %d", k, n+1, it.Answer, len(it.Candidates), st.MaxContext())
+		if n < C || n+1+longest > st.MaxContext() || it.Answer < 0 || it.Answer >= len(it.Candidates) || it.Query < 0 || it.Query >= n {
+			return res, fmt.Errorf("llms: recall item %d: %d context tokens (question %d), answer %d of %d, cache %d", k, n+1, it.Query, it.Answer, len(it.Candidates), st.MaxContext())
 		}
+		// The prefill, in two forwards when the question is marked (the
+		// same KV, sums and counts as one; the second's statistics are the
+		// question's rows alone).
 		st.Reset()
-		if _, err := st.Forward(it.Context[:n], seq(n), seq(n)); err != nil {
-			return res, err
-		}
-		stats, err := st.AttentionStats()
-		if err != nil {
-			return res, err
-		}
 		var d Density
-		if err := d.Add(stats, func(j int) int { return j }); err != nil {
-			return res, err
+		peaks, qpeaks := make([]float64, n), make([]float64, n)
+		for _, span := range [][2]int{{0, n - it.Query}, {n - it.Query, n}} {
+			if span[0] == span[1] {
+				continue
+			}
+			pos := seq(span[1])[span[0]:]
+			if _, err := st.Forward(it.Context[span[0]:span[1]], pos, pos); err != nil {
+				return res, err
+			}
+			stats, err := st.AttentionStats()
+			if err != nil {
+				return res, err
+			}
+			if err := d.Add(stats, func(j int) int { return j }); err != nil {
+				return res, err
+			}
+			tp, err := TokenPeaks(stats, n, func(j int) int { return j })
+			if err != nil {
+				return res, err
+			}
+			for t, v := range tp {
+				peaks[t] = math.Max(peaks[t], v)
+				if span[0] > 0 {
+					qpeaks[t] = v
+				}
+			}
 		}
 		dump := make([]byte, n*lay.slotBytes())
 		if err := st.ReadAllSlots(seq(n), dump); err != nil {
 			return res, err
 		}
-		dens, peaks, err := chunkStats(&d, stats, n, C)
-		if err != nil {
-			return res, err
+		full := n / C
+		dens := make([]float64, full)
+		for i := range dens {
+			dens[i] = d.Chunk(i*C, (i+1)*C)
 		}
+		chPeaks, chQPeaks := chunkMeans(peaks, full, C), chunkMeans(qpeaks, full, C)
 		for _, p := range policies {
-			levels, err := policyLevels(p, dens, peaks, lay.chunks(n), rng)
+			var levels []Level
+			var err error
+			switch p {
+			case PolicyQueryPeak, PolicyQueryPeakRatio:
+				if it.Query == 0 {
+					return res, fmt.Errorf("llms: recall item %d: policy %s needs the question marked (RecallItem.Query)", k, p)
+				}
+				as := PolicyPeak
+				if p == PolicyQueryPeakRatio {
+					as = PolicyPeakRatio
+				}
+				levels, err = policyLevels(as, dens, chQPeaks, lay.chunks(n), rng)
+			default:
+				levels, err = policyLevels(p, dens, chPeaks, lay.chunks(n), rng)
+			}
 			if err != nil {
 				return res, err
 			}

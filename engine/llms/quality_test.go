@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -199,6 +200,32 @@ func TestRecallScoring(t *testing.T) {
 	if a := acc[PolicyINT2]; a != 0 && a != 1 {
 		t.Errorf("int2 accuracy %g over one item", a)
 	}
+	// The question marked: the prefill runs in two forwards, which changes
+	// no answer of a policy that does not read the question's own peaks;
+	// the query-peak policies need it marked.
+	it.Query = 9
+	pol := []QualityPolicy{PolicyFP, PolicyINT2, PolicyLLMSRatio, PolicyPeakRatio, PolicyQueryPeakRatio}
+	split, err := Recall(st, []RecallItem{it}, 16, pol, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it.Query = 0
+	whole, err := Recall(st, []RecallItem{it}, 16, pol[:4], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pol[:4] {
+		if split.Correct[p][0] != whole.Correct[p][0] {
+			t.Errorf("%s: %v with the prefill split at the question, %v without", p, split.Correct[p][0], whole.Correct[p][0])
+		}
+	}
+	if _, err := Recall(st, []RecallItem{it}, 16, []QualityPolicy{PolicyQueryPeak}, 1); err == nil {
+		t.Error("query_peak without the question marked: no error")
+	}
+	it.Query = 39
+	if _, err := Recall(st, []RecallItem{it}, 16, pol[:1], 1); err == nil {
+		t.Error("a question of 39 of 39 stored tokens: no error")
+	}
 }
 
 // recallControl is the policy each is paired with besides fp32 in
@@ -206,15 +233,22 @@ func TestRecallScoring(t *testing.T) {
 // controls, the peak placements against the density placements of the
 // same levels.
 var recallControl = map[QualityPolicy]QualityPolicy{
-	PolicyLLMS:      PolicyReversed,
-	PolicyLLMSRatio: PolicyReversedRatio,
-	PolicyPeak:      PolicyLLMS,
-	PolicyPeakRatio: PolicyLLMSRatio,
+	PolicyLLMS:           PolicyReversed,
+	PolicyLLMSRatio:      PolicyReversedRatio,
+	PolicyPeak:           PolicyLLMS,
+	PolicyPeakRatio:      PolicyLLMSRatio,
+	PolicyQueryPeak:      PolicyLLMS,
+	PolicyQueryPeakRatio: PolicyLLMSRatio,
 }
+
+// recallPolicies are allPolicies and the query-peak placements (Recall
+// only: they need the question marked).
+var recallPolicies = append(append([]QualityPolicy(nil), allPolicies...), PolicyQueryPeak, PolicyQueryPeakRatio)
 
 // BenchmarkRecall is key→value recall (testdata/longctx/evals/recall_*.jsonl,
 // or the same files in LLMS_RECALL_DIR, e.g. train_default.py recall-evals'
-// 200-item sets; LLMS_RECALL_N items of each distance, default 20) with the
+// 200-item sets; LLMS_RECALL_N items of each distance, default 20;
+// LLMS_RECALL_DISTS the distances, default 256,1024) with the
 // context's KV stored under each policy.
 func BenchmarkRecall(b *testing.B) {
 	n := 20
@@ -234,7 +268,11 @@ func BenchmarkRecall(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Session().Close()
-	for _, dist := range []string{"256", "1024"} {
+	dists := []string{"256", "1024"}
+	if v := os.Getenv("LLMS_RECALL_DISTS"); v != "" {
+		dists = strings.Split(v, ",")
+	}
+	for _, dist := range dists {
 		raw, err := os.ReadFile(filepath.Join(dir, "recall_"+dist+".jsonl"))
 		if err != nil {
 			b.Fatal(err)
@@ -256,7 +294,21 @@ func BenchmarkRecall(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			it := RecallItem{Context: ctx, Answer: r.Answer}
+			// The question's tokens: the context after the fact list and
+			// filler ("\n\nQuestion: ..."), when the prefix tokenizes as
+			// the whole does.
+			q := strings.LastIndex(r.Context, "\n\nQuestion:")
+			if q < 0 {
+				b.Fatalf("recall item without a question: %.60q", r.Context)
+			}
+			pre, err := tok.Encode(r.Context[:q], tokenizer.EncodeOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(pre) >= len(ctx)-1 || !slices.Equal(pre, ctx[:len(pre)]) {
+				b.Fatalf("the context before its question tokenizes differently alone (%d tokens of %d)", len(pre), len(ctx))
+			}
+			it := RecallItem{Context: ctx, Answer: r.Answer, Query: len(ctx) - 1 - len(pre)}
 			for _, c := range r.Candidates {
 				ids, err := tok.Encode(c, tokenizer.EncodeOptions{})
 				if err != nil {
@@ -267,13 +319,13 @@ func BenchmarkRecall(b *testing.B) {
 			items = append(items, it)
 		}
 		for i := 0; i < b.N; i++ {
-			res, err := Recall(st, items, 16, allPolicies, 1)
+			res, err := Recall(st, items, 16, recallPolicies, 1)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Logf("recall distance %s, %d items; each policy against fp32 and its control, paired item by item:", dist, len(items))
 			b.Logf("%-22s %-8s %-22s %-28s %s", "policy", "accuracy", "vs", "diff ± paired SE", "discordant A:B, exact McNemar p")
-			for _, p := range allPolicies {
+			for _, p := range recallPolicies {
 				b.ReportMetric(res.Accuracy(p), "acc-"+dist+"-"+string(p))
 				for k, vs := range []QualityPolicy{PolicyFP, recallControl[p]} {
 					if vs == "" || vs == p {
