@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -295,8 +294,9 @@ func BenchmarkRecall(b *testing.B) {
 				b.Fatal(err)
 			}
 			// The question's tokens: the context after the fact list and
-			// filler ("\n\nQuestion: ..."), when the prefix tokenizes as
-			// the whole does.
+			// filler ("\n\nQuestion: ..."), from where the prefix alone
+			// stops tokenizing as the whole does (the merges at the
+			// boundary may differ by a token or two).
 			q := strings.LastIndex(r.Context, "\n\nQuestion:")
 			if q < 0 {
 				b.Fatalf("recall item without a question: %.60q", r.Context)
@@ -305,10 +305,14 @@ func BenchmarkRecall(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if len(pre) >= len(ctx)-1 || !slices.Equal(pre, ctx[:len(pre)]) {
-				b.Fatalf("the context before its question tokenizes differently alone (%d tokens of %d)", len(pre), len(ctx))
+			m := 0
+			for m < len(pre) && m < len(ctx)-1 && pre[m] == ctx[m] {
+				m++
 			}
-			it := RecallItem{Context: ctx, Answer: r.Answer, Query: len(ctx) - 1 - len(pre)}
+			if m+3 < len(pre) || m < 16 {
+				b.Fatalf("the context before its question tokenizes differently alone from token %d of %d", m, len(pre))
+			}
+			it := RecallItem{Context: ctx, Answer: r.Answer, Query: len(ctx) - 1 - m}
 			for _, c := range r.Candidates {
 				ids, err := tok.Encode(c, tokenizer.EncodeOptions{})
 				if err != nil {
