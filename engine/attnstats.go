@@ -4,8 +4,8 @@ package engine
 // (KVConfig.AttentionStats): every fused attention that reads a cache
 // buffer also writes its rows' log-sum-exp and then runs
 // kernels.Device.AttentionStats, which sums each slot's softmax
-// probabilities over the rows of the run and counts the rows that could
-// attend it. The buffers are allocated at Open (fp32, sized for
+// probabilities over the rows of the run, keeps the largest of them (the
+// peak) and counts the rows that could attend it. The buffers are allocated at Open (fp32, sized for
 // MaxContext rows and slots per query head) and read back on demand.
 // SetAttentionStats turns them off and on between Runs: a Run without them
 // costs what a session opened without them costs, so a caller can sample
@@ -25,6 +25,7 @@ type attnStat struct {
 	name            string
 	heads, capacity int
 	lse, sum, count *buffer
+	peak            *buffer
 	skv             int // kv_len of the last run; 0 before any, -1 when it skipped the statistics, -2 when it accumulated them
 	accSkv          int // kv_len of the last accumulating launch lowered
 }
@@ -64,6 +65,9 @@ type AttnStats struct {
 	// Count[h*Slots+j] is the number of the run's rows that may attend
 	// slot j (its mask entry open): the same for every head under kv_bias.
 	Count []float32
+	// Peak[h*Slots+j] is the largest softmax probability query head h
+	// gave slot j in any one of the run's rows (0 when none may attend it).
+	Peak []float32
 }
 
 // newAttnStat allocates the statistics buffers of one cache-reading
@@ -71,7 +75,7 @@ type AttnStats struct {
 func (s *Session) newAttnStat(name string, heads, capacity int) (*attnStat, error) {
 	st := &attnStat{name: name, heads: heads, capacity: capacity}
 	n := heads * capacity * 4
-	for _, p := range []**buffer{&st.lse, &st.sum, &st.count} {
+	for _, p := range []**buffer{&st.lse, &st.sum, &st.count, &st.peak} {
 		b, err := allocBuffer(s.dev, n)
 		if err != nil {
 			return nil, fmt.Errorf("engine: attention statistics of %s: %w", name, err)
@@ -91,7 +95,7 @@ func (st *attnStat) run(dev kernels.Device, s kernels.Storage, q, k kernels.Buf,
 		return fmt.Errorf("attention statistics sized for batch 1, %d heads, %d rows: got batch %d, %d heads, %d rows over %d slots", st.heads, st.capacity, p.Batch, p.Heads, p.SeqQ, p.SeqKV)
 	}
 	st.skv = p.SeqKV
-	return dev.AttentionStats(s, q, k, st.lse.m, st.sum.m, st.count.m, p)
+	return dev.AttentionStats(s, q, k, st.lse.m, st.sum.m, st.count.m, st.peak.m, p)
 }
 
 // AttentionStats returns the attention statistics of the last Run, one
@@ -115,12 +119,12 @@ func (s *Session) AttentionStats() ([]AttnStats, error) {
 			return nil, fmt.Errorf("engine: attention statistics of %s: %w", st.name, ErrNoAttentionStats)
 		}
 		n := st.heads * st.skv
-		a := AttnStats{Node: st.name, Heads: st.heads, Slots: st.skv, Sum: make([]float32, n), Count: make([]float32, n)}
+		a := AttnStats{Node: st.name, Heads: st.heads, Slots: st.skv, Sum: make([]float32, n), Count: make([]float32, n), Peak: make([]float32, n)}
 		raw := make([]byte, 4*n)
 		for _, f := range []struct {
 			b   *buffer
 			dst []float32
-		}{{st.sum, a.Sum}, {st.count, a.Count}} {
+		}{{st.sum, a.Sum}, {st.count, a.Count}, {st.peak, a.Peak}} {
 			if err := s.dev.Read(f.b.m, 0, raw); err != nil {
 				return nil, fmt.Errorf("engine: reading the attention statistics of %s: %w", st.name, err)
 			}
@@ -147,13 +151,15 @@ func attnStatFor(lc *lowerCtx, q *vinfo, perm [4]int) (*attnStat, error) {
 // per-head statistics, which a caller gathering them over many decode
 // steps would read back and convert after every step, each Run that
 // computes statistics adds them, weighted and summed over layers and query
-// heads, into two per-slot totals on the device
+// heads, into per-slot totals on the device
 // (kernels.Device.AttentionStatsAcc). TakeAttentionStats reads and zeroes
-// them: one read of 2·kv_len floats for any number of Runs.
+// them: one read of 3·kv_len floats (sums, counts, peaks) for any number
+// of Runs.
 
 // statsTotals are the device totals of accumulated statistics.
 type statsTotals struct {
 	sum, count *buffer
+	peak       *buffer
 	skv        int // the largest kv_len added since the last take
 	runs       int // Runs added since the last take
 }
@@ -176,6 +182,10 @@ type AttnStatsTotal struct {
 	// that may attend slot j, counted at the first attention's query
 	// head 0 (under kv_bias every head and layer has the same count).
 	Count []float32
+	// Peak[j] is the largest softmax probability slot j received from any
+	// one query row, head and layer of the Runs added (unweighted: a peak
+	// is not a count of rows).
+	Peak []float32
 }
 
 // AccumulateAttentionStats switches the statistics of the following Runs
@@ -212,7 +222,7 @@ func (s *Session) AccumulateAttentionStats(weight float64) error {
 	if s.statsAcc == nil {
 		t := &statsTotals{}
 		n := 4 * s.kvCap
-		for _, p := range []**buffer{&t.sum, &t.count} {
+		for _, p := range []**buffer{&t.sum, &t.count, &t.peak} {
 			b, err := allocBuffer(s.dev, n)
 			if err != nil {
 				return fmt.Errorf("engine: accumulated attention statistics: %w", err)
@@ -276,7 +286,7 @@ func (s *Session) zeroTotals() error {
 	t := s.statsAcc
 	if t.skv > 0 {
 		zero := make([]byte, 4*t.skv)
-		for _, b := range []*buffer{t.sum, t.count} {
+		for _, b := range []*buffer{t.sum, t.count, t.peak} {
 			if err := s.dev.Write(b.m, 0, zero); err != nil {
 				return fmt.Errorf("engine: clearing the accumulated attention statistics: %w", err)
 			}
@@ -296,7 +306,7 @@ func (st *attnStat) accumulate(s *Session, stor kernels.Storage, q, k kernels.Bu
 	}
 	// The Run's bookkeeping is statsRan's (a replayed Run makes it too).
 	st.accSkv = p.SeqKV
-	return s.dev.AttentionStatsAcc(stor, q, k, st.lse.m, t.sum.m, t.count.m, p, w, st == s.attnStats[0])
+	return s.dev.AttentionStatsAcc(stor, q, k, st.lse.m, t.sum.m, t.count.m, t.peak.m, p, w, st == s.attnStats[0])
 }
 
 // TakeAttentionStats returns the statistics accumulated since the last
@@ -311,7 +321,7 @@ func (s *Session) TakeAttentionStats() (AttnStatsTotal, error) {
 	if t == nil || s.statsW == 0 {
 		return AttnStatsTotal{}, fmt.Errorf("engine: the session does not accumulate attention statistics (AccumulateAttentionStats)")
 	}
-	out := AttnStatsTotal{Slots: t.skv, Runs: t.runs, Sum: make([]float32, t.skv), Count: make([]float32, t.skv)}
+	out := AttnStatsTotal{Slots: t.skv, Runs: t.runs, Sum: make([]float32, t.skv), Count: make([]float32, t.skv), Peak: make([]float32, t.skv)}
 	for _, st := range s.attnStats {
 		out.LH += st.heads
 	}
@@ -319,7 +329,7 @@ func (s *Session) TakeAttentionStats() (AttnStatsTotal, error) {
 	for _, f := range []struct {
 		b   *buffer
 		dst []float32
-	}{{t.sum, out.Sum}, {t.count, out.Count}} {
+	}{{t.sum, out.Sum}, {t.count, out.Count}, {t.peak, out.Peak}} {
 		if t.skv == 0 {
 			break
 		}

@@ -855,7 +855,9 @@ attn_qtile(ATT_PARAMS) {
 // attn_colstats: global (Skv, H, B). For key j of query head h it sums,
 // over the query rows i, the softmax probability attention gave the key,
 // exp(score(i, j) - Lse[i]) with Lse the row's log-sum-exp that attention
-// wrote, and counts the rows that may attend it (visible under causal,
+// wrote, keeps the largest of those probabilities (Peak: how sharply any
+// one row attended the key, which a sum over many rows that ignore it
+// hides), and counts the rows that may attend it (visible under causal,
 // mask above MASKED_AT and finite). Scores are recomputed (one dot product
 // per row and key, as attention did); the row sums are not, which is what
 // keeps this one pass over the keys.
@@ -864,15 +866,15 @@ __kernel void attn_colstats(
     __global const store_t *K, int offK, int kb, int kh, int ks,
     __global const store_t *Mask, int offM, int mb, int mh, int mq, int mk,
     int hasMask, __global const float *Lse, int offL, __global float *Sum,
-    int offS, __global float *Cnt, int offC, int H, int Hkv, int Sq, int Skv,
-    int past, int causal, float scale) {
+    int offS, __global float *Cnt, int offC, __global float *Peak, int offP,
+    int H, int Hkv, int Sq, int Skv, int past, int causal, float scale) {
 	const int j = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
 	if (j >= Skv) return;
 	const int g = h / (H / Hkv);
 	__global const store_t *kp = K + offK + b * kb + g * kh + j * ks;
 	vt kv[NV];
 	for (int c = 0; c < NV; c++) kv[c] = VL(kp, c * VW);
-	float sum = 0.0f, cnt = 0.0f;
+	float sum = 0.0f, cnt = 0.0f, peak = 0.0f;
 	for (int i = causal ? max(j - past, 0) : 0; i < Sq; i++) {
 		__global const store_t *q = Q + offQ + b * qb + h * qh + i * qs;
 		vt t = (vt)(0.0f);
@@ -891,17 +893,23 @@ __kernel void attn_colstats(
 		}
 		if (open && s > -INFINITY) cnt += 1.0f;
 		const float lse = Lse[offL + (b * H + h) * Sq + i];
-		if (lse > -INFINITY && s > -INFINITY) sum += exp(s - lse);
+		if (lse > -INFINITY && s > -INFINITY) {
+			const float pr = exp(s - lse);
+			sum += pr;
+			peak = fmax(peak, pr);
+		}
 	}
 	Sum[offS + (b * H + h) * Skv + j] = sum;
 	Cnt[offC + (b * H + h) * Skv + j] = cnt;
+	Peak[offP + (b * H + h) * Skv + j] = peak;
 }
 
 // attn_colstats_acc: global (ceil(Skv / per)) on CPUs (one work-item per
 // per consecutive keys) or ceil(Skv / 64) * 64 with per = 1 on GPUs, batch
 // 1. For key j it adds, to Sum[j], w times the softmax probability every
 // query head and row gave the key (exp(score - Lse) as in attn_colstats,
-// summed over heads and rows), and when addCnt, to Cnt[j], w times the
+// summed over heads and rows), raises Peak[j] to the largest of those
+// probabilities (unweighted), and when addCnt, adds to Cnt[j] w times the
 // number of head 0's rows that may attend it. One work-item owns a key
 // across all heads, so the sums over heads need no atomics, and launches
 // for the layers of a step add into the same buffers in queue order: the
@@ -915,16 +923,16 @@ __kernel void attn_colstats(
 	    __global const store_t *K, int offK, int kh, int ks,                   \
 	    __global const store_t *Mask, int offM, int mh, int mq, int mk,        \
 	    int hasMask, __global const float *Lse, int offL, __global float *Sum, \
-	    int offS, __global float *Cnt, int offC, int H, int Hkv, int Sq,       \
-	    int Skv, int past, int causal, float scale, float w, int addCnt,       \
-	    int per
+	    int offS, __global float *Cnt, int offC, __global float *Peak,         \
+	    int offP, int H, int Hkv, int Sq, int Skv, int past, int causal,       \
+	    float scale, float w, int addCnt, int per
 #ifdef ATT_GPU
 __kernel void attn_colstats_acc(STATS_ACC_PARAMS) {
 	const int j0 = get_global_id(0) * per;
 	const int j1 = min(j0 + per, Skv);
 	const int group = H / Hkv;
 	for (int j = j0; j < j1; j++) {
-		float sum = 0.0f, cnt = 0.0f;
+		float sum = 0.0f, cnt = 0.0f, peak = 0.0f;
 		const int i0 = causal ? max(j - past, 0) : 0;
 		for (int g = 0; g < Hkv; g++) {
 			// The key is read from global (cache) for every row, not held
@@ -950,11 +958,16 @@ __kernel void attn_colstats_acc(STATS_ACC_PARAMS) {
 					}
 					if (h == 0 && open && s > -INFINITY) cnt += 1.0f;
 					const float lse = Lse[offL + h * Sq + i];
-					if (lse > -INFINITY && s > -INFINITY) sum += exp(s - lse);
+					if (lse > -INFINITY && s > -INFINITY) {
+						const float pr = exp(s - lse);
+						sum += pr;
+						peak = fmax(peak, pr);
+					}
 				}
 			}
 		}
 		Sum[offS + j] += w * sum;
+		Peak[offP + j] = fmax(Peak[offP + j], peak);
 		if (addCnt) Cnt[offC + j] += w * cnt;
 	}
 }
@@ -964,7 +977,7 @@ __kernel void attn_colstats_acc(STATS_ACC_PARAMS) {
 	const int j1 = min(j0 + per, Skv);
 	const int group = H / Hkv;
 	for (int jt = j0; jt < j1; jt += RT) {
-		float16 sum = (float16)(0.0f);
+		float16 sum = (float16)(0.0f), peak = (float16)(0.0f);
 		float cnt[RT];
 		#pragma unroll
 		for (int u = 0; u < RT; u++) cnt[u] = 0.0f;
@@ -1006,13 +1019,17 @@ __kernel void attn_colstats_acc(STATS_ACC_PARAMS) {
 					// causal window gets 0.
 					sc[u] = j < j1 && !(causal && j > past + i) ? s : -INFINITY;
 				}
-				sum += exp(vload16(0, sc) - lse);
+				const float16 pr = exp(vload16(0, sc) - lse);
+				sum += pr;
+				peak = fmax(peak, pr);
 			}
 		}
-		float sv[RT];
+		float sv[RT], pv[RT];
 		vstore16(sum, 0, sv);
+		vstore16(peak, 0, pv);
 		for (int u = 0; u < min(RT, j1 - jt); u++) {
 			Sum[offS + jt + u] += w * sv[u];
+			Peak[offP + jt + u] = fmax(Peak[offP + jt + u], pv[u]);
 			if (addCnt) Cnt[offC + jt + u] += w * cnt[u];
 		}
 	}

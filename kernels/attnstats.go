@@ -13,7 +13,7 @@ import (
 // products over the keys and no softmax.
 
 // statsOperands lists what AttentionStats reads and writes.
-func (p AttentionParams) statsOperands(s Storage, q, k, lse, sum, count Buf, hasMask bool) []bufUse {
+func (p AttentionParams) statsOperands(s Storage, q, k, lse, sum, count, peak Buf, hasMask bool) []bufUse {
 	if p.empty() || p.SeqKV == 0 {
 		return nil
 	}
@@ -27,6 +27,7 @@ func (p AttentionParams) statsOperands(s Storage, q, k, lse, sum, count Buf, has
 		{"LSE", lse, F32, p.Batch * p.Heads * p.SeqQ},
 		{"sum", sum, F32, n},
 		{"count", count, F32, n},
+		{"peak", peak, F32, n},
 	}
 	if hasMask {
 		ms := p.MaskStrides
@@ -40,14 +41,16 @@ func (p AttentionParams) statsOperands(s Storage, q, k, lse, sum, count Buf, has
 // query head and key j:
 //
 //	sum[b,h,j]   = Σ_i exp(score(b,h,i,j) - lse[b,h,i])
+//	peak[b,h,j]  = max_i exp(score(b,h,i,j) - lse[b,h,i])   (0 with no row)
 //	count[b,h,j] = #{i : row i may attend key j}
 //
 // where lse is what Attention wrote to p.LSE for the same call, and a row
 // may attend a key when causality allows it and its mask value is finite
-// and above the replace threshold (MaskedF32 or MaskedF16). lse, sum and
-// count are fp32 whatever s is; sum and count are [Batch, Heads, SeqKV].
-func (l *Lib) AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error {
-	if err := l.attentionStats(s, q, k, lse, sum, count, p); err != nil {
+// and above the replace threshold (MaskedF32 or MaskedF16). lse, sum,
+// count and peak are fp32 whatever s is; sum, count and peak are [Batch,
+// Heads, SeqKV].
+func (l *Lib) AttentionStats(s Storage, q, k, lse, sum, count, peak Buf, p AttentionParams) error {
+	if err := l.attentionStats(s, q, k, lse, sum, count, peak, p); err != nil {
 		return fmt.Errorf("kernels: AttentionStats B=%d H=%d/%d Sq=%d Skv=%d D=%d: %w", p.Batch, p.Heads, p.KVHeads, p.SeqQ, p.SeqKV, p.HeadDim, err)
 	}
 	return nil
@@ -72,13 +75,13 @@ func statsBuildOptions(s Storage, headDim int, gpu bool) string {
 	return opts
 }
 
-func (l *Lib) attentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error {
+func (l *Lib) attentionStats(s Storage, q, k, lse, sum, count, peak Buf, p AttentionParams) error {
 	p, err := p.norm()
 	if err != nil {
 		return err
 	}
 	hasMask := p.Mask.Mem != nil
-	if err := checkBufUses(p.statsOperands(s, q, k, lse, sum, count, hasMask)); err != nil {
+	if err := checkBufUses(p.statsOperands(s, q, k, lse, sum, count, peak, hasMask)); err != nil {
 		return err
 	}
 	if p.empty() || p.SeqKV == 0 {
@@ -119,20 +122,20 @@ func (l *Lib) attentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionPa
 		q.Mem, i32(q.Off), i32(p.Q.Batch), i32(p.Q.Head), i32(p.Q.Seq),
 		k.Mem, i32(k.Off), i32(p.K.Batch), i32(p.K.Head), i32(p.K.Seq),
 		mask.Mem, i32(mask.Off), i32(ms[0]), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
-		lse.Mem, i32(lse.Off), sum.Mem, i32(sum.Off), count.Mem, i32(count.Off),
+		lse.Mem, i32(lse.Off), sum.Mem, i32(sum.Off), count.Mem, i32(count.Off), peak.Mem, i32(peak.Off),
 		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale)
 }
 
 // AttentionStatsRef is the pure-Go reference for AttentionStats on host
 // tensors (mask nil for none; p.Mask is ignored), in float64 over fp32
 // tensors: mask values at or below MaskedF32 replace the score.
-func AttentionStatsRef(q, k, mask, lse, sum, count []float32, p AttentionParams) error {
+func AttentionStatsRef(q, k, mask, lse, sum, count, peak []float32, p AttentionParams) error {
 	p, err := p.norm()
 	if err != nil {
 		return fmt.Errorf("kernels: AttentionStatsRef: %w", err)
 	}
-	have := map[string]int{"Q": len(q), "K": len(k), "LSE": len(lse), "sum": len(sum), "count": len(count), "mask": len(mask)}
-	if err := checkSliceLens(p.statsOperands(F32, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil), have); err != nil {
+	have := map[string]int{"Q": len(q), "K": len(k), "LSE": len(lse), "sum": len(sum), "count": len(count), "peak": len(peak), "mask": len(mask)}
+	if err := checkSliceLens(p.statsOperands(F32, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil), have); err != nil {
 		return fmt.Errorf("kernels: AttentionStatsRef: %w", err)
 	}
 	if p.empty() || p.SeqKV == 0 {
@@ -143,7 +146,7 @@ func AttentionStatsRef(q, k, mask, lse, sum, count []float32, p AttentionParams)
 		for h := 0; h < p.Heads; h++ {
 			g := h / group
 			for j := 0; j < p.SeqKV; j++ {
-				var s, c float64
+				var s, c, pk float64
 				ko := b*p.K.Batch + g*p.K.Head + j*p.K.Seq
 				for i := 0; i < p.SeqQ; i++ {
 					if p.Causal && j > p.Past+i {
@@ -168,11 +171,14 @@ func AttentionStatsRef(q, k, mask, lse, sum, count []float32, p AttentionParams)
 						c++
 					}
 					if l := float64(lse[(b*p.Heads+h)*p.SeqQ+i]); !math.IsInf(l, -1) && !math.IsInf(sc, -1) {
-						s += math.Exp(sc - l)
+						pr := math.Exp(sc - l)
+						s += pr
+						pk = math.Max(pk, pr)
 					}
 				}
 				sum[(b*p.Heads+h)*p.SeqKV+j] = float32(s)
 				count[(b*p.Heads+h)*p.SeqKV+j] = float32(c)
+				peak[(b*p.Heads+h)*p.SeqKV+j] = float32(pk)
 			}
 		}
 	}
@@ -180,11 +186,11 @@ func AttentionStatsRef(q, k, mask, lse, sum, count []float32, p AttentionParams)
 }
 
 // AttentionStats runs AttentionStatsRef.
-func (h *HostDevice) AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error {
+func (h *HostDevice) AttentionStats(s Storage, q, k, lse, sum, count, peak Buf, p AttentionParams) error {
 	if err := f32only(s); err != nil {
 		return err
 	}
-	return AttentionStatsRef(hostF32(q), hostF32(k), hostF32(p.Mask), hostF32(lse), hostF32(sum), hostF32(count), p)
+	return AttentionStatsRef(hostF32(q), hostF32(k), hostF32(p.Mask), hostF32(lse), hostF32(sum), hostF32(count), hostF32(peak), p)
 }
 
 // Accumulated statistics: AttentionStatsAcc adds what AttentionStats
@@ -194,14 +200,14 @@ func (h *HostDevice) AttentionStats(s Storage, q, k, lse, sum, count Buf, p Atte
 // instead of per step.
 
 // statsAccOperands lists what AttentionStatsAcc reads and writes.
-func (p AttentionParams) statsAccOperands(s Storage, q, k, lse, sum, count Buf, hasMask bool) []bufUse {
+func (p AttentionParams) statsAccOperands(s Storage, q, k, lse, sum, count, peak Buf, hasMask bool) []bufUse {
 	if p.empty() || p.SeqKV == 0 {
 		return nil
 	}
-	ops := p.statsOperands(s, q, k, lse, sum, count, hasMask)
+	ops := p.statsOperands(s, q, k, lse, sum, count, peak, hasMask)
 	for i := range ops {
 		switch ops[i].name {
-		case "sum", "count":
+		case "sum", "count", "peak":
 			ops[i].end = p.SeqKV
 		}
 	}
@@ -214,13 +220,14 @@ func (p AttentionParams) statsAccOperands(s Storage, q, k, lse, sum, count Buf, 
 // summed over the query heads:
 //
 //	sum[j]   += weight · Σ_h Σ_i exp(score(h,i,j) - lse[h,i])
+//	peak[j]   = max(peak[j], max_h max_i exp(score(h,i,j) - lse[h,i]))
 //	count[j] += weight · #{i : row i of head 0 may attend key j}   (when addCount)
 //
-// sum and count are fp32 [SeqKV] (keys beyond SeqKV untouched). Calls run
+// sum, count and peak are fp32 [SeqKV] (keys beyond SeqKV untouched). Calls run
 // in queue order, so the launches of several layers and steps may add into
 // the same buffers; the caller zeroes them when it reads them.
-func (l *Lib) AttentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p AttentionParams, weight float32, addCount bool) error {
-	if err := l.attentionStatsAcc(s, q, k, lse, sum, count, p, weight, addCount); err != nil {
+func (l *Lib) AttentionStatsAcc(s Storage, q, k, lse, sum, count, peak Buf, p AttentionParams, weight float32, addCount bool) error {
+	if err := l.attentionStatsAcc(s, q, k, lse, sum, count, peak, p, weight, addCount); err != nil {
 		return fmt.Errorf("kernels: AttentionStatsAcc H=%d/%d Sq=%d Skv=%d D=%d: %w", p.Heads, p.KVHeads, p.SeqQ, p.SeqKV, p.HeadDim, err)
 	}
 	return nil
@@ -248,7 +255,7 @@ func checkStatsAcc(p AttentionParams, weight float32) error {
 	return nil
 }
 
-func (l *Lib) attentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p AttentionParams, weight float32, addCount bool) error {
+func (l *Lib) attentionStatsAcc(s Storage, q, k, lse, sum, count, peak Buf, p AttentionParams, weight float32, addCount bool) error {
 	p, err := p.norm()
 	if err != nil {
 		return err
@@ -257,7 +264,7 @@ func (l *Lib) attentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p Attentio
 		return err
 	}
 	hasMask := p.Mask.Mem != nil
-	if err := checkBufUses(p.statsAccOperands(s, q, k, lse, sum, count, hasMask)); err != nil {
+	if err := checkBufUses(p.statsAccOperands(s, q, k, lse, sum, count, peak, hasMask)); err != nil {
 		return err
 	}
 	if p.empty() || p.SeqKV == 0 {
@@ -289,15 +296,15 @@ func (l *Lib) attentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p Attentio
 		q.Mem, i32(q.Off), i32(p.Q.Head), i32(p.Q.Seq),
 		k.Mem, i32(k.Off), i32(p.K.Head), i32(p.K.Seq),
 		mask.Mem, i32(mask.Off), i32(ms[1]), i32(ms[2]), i32(ms[3]), hm,
-		lse.Mem, i32(lse.Off), sum.Mem, i32(sum.Off), count.Mem, i32(count.Off),
+		lse.Mem, i32(lse.Off), sum.Mem, i32(sum.Off), count.Mem, i32(count.Off), peak.Mem, i32(peak.Off),
 		i32(p.Heads), i32(p.KVHeads), i32(p.SeqQ), i32(p.SeqKV), i32(p.Past), causal, p.Scale,
 		weight, addC, i32(per))
 }
 
 // AttentionStatsAccRef is the pure-Go reference for AttentionStatsAcc on
 // host tensors (mask nil for none; p.Mask is ignored), in float64 over
-// fp32 tensors, adding into sum and count.
-func AttentionStatsAccRef(q, k, mask, lse, sum, count []float32, p AttentionParams, weight float32, addCount bool) error {
+// fp32 tensors, adding into sum and count and raising peak.
+func AttentionStatsAccRef(q, k, mask, lse, sum, count, peak []float32, p AttentionParams, weight float32, addCount bool) error {
 	p, err := p.norm()
 	if err != nil {
 		return fmt.Errorf("kernels: AttentionStatsAccRef: %w", err)
@@ -305,8 +312,8 @@ func AttentionStatsAccRef(q, k, mask, lse, sum, count []float32, p AttentionPara
 	if err := checkStatsAcc(p, weight); err != nil {
 		return fmt.Errorf("kernels: AttentionStatsAccRef: %w", err)
 	}
-	have := map[string]int{"Q": len(q), "K": len(k), "LSE": len(lse), "sum": len(sum), "count": len(count), "mask": len(mask)}
-	if err := checkSliceLens(p.statsAccOperands(F32, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil), have); err != nil {
+	have := map[string]int{"Q": len(q), "K": len(k), "LSE": len(lse), "sum": len(sum), "count": len(count), "peak": len(peak), "mask": len(mask)}
+	if err := checkSliceLens(p.statsAccOperands(F32, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, Buf{}, mask != nil), have); err != nil {
 		return fmt.Errorf("kernels: AttentionStatsAccRef: %w", err)
 	}
 	if p.empty() || p.SeqKV == 0 {
@@ -314,7 +321,7 @@ func AttentionStatsAccRef(q, k, mask, lse, sum, count []float32, p AttentionPara
 	}
 	group := p.Heads / p.KVHeads
 	for j := 0; j < p.SeqKV; j++ {
-		var s, c float64
+		var s, c, pk float64
 		for h := 0; h < p.Heads; h++ {
 			ko := (h/group)*p.K.Head + j*p.K.Seq
 			for i := 0; i < p.SeqQ; i++ {
@@ -340,11 +347,14 @@ func AttentionStatsAccRef(q, k, mask, lse, sum, count []float32, p AttentionPara
 					c++
 				}
 				if l := float64(lse[h*p.SeqQ+i]); !math.IsInf(l, -1) && !math.IsInf(sc, -1) {
-					s += math.Exp(sc - l)
+					pr := math.Exp(sc - l)
+					s += pr
+					pk = math.Max(pk, pr)
 				}
 			}
 		}
 		sum[j] += float32(float64(weight) * s)
+		peak[j] = max(peak[j], float32(pk))
 		if addCount {
 			count[j] += float32(float64(weight) * c)
 		}
@@ -353,9 +363,9 @@ func AttentionStatsAccRef(q, k, mask, lse, sum, count []float32, p AttentionPara
 }
 
 // AttentionStatsAcc runs AttentionStatsAccRef.
-func (h *HostDevice) AttentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p AttentionParams, weight float32, addCount bool) error {
+func (h *HostDevice) AttentionStatsAcc(s Storage, q, k, lse, sum, count, peak Buf, p AttentionParams, weight float32, addCount bool) error {
 	if err := f32only(s); err != nil {
 		return err
 	}
-	return AttentionStatsAccRef(hostF32(q), hostF32(k), hostF32(p.Mask), hostF32(lse), hostF32(sum), hostF32(count), p, weight, addCount)
+	return AttentionStatsAccRef(hostF32(q), hostF32(k), hostF32(p.Mask), hostF32(lse), hostF32(sum), hostF32(count), hostF32(peak), p, weight, addCount)
 }

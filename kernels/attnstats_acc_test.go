@@ -31,7 +31,8 @@ var statsAccCases = []statsAccCase{
 // both storages (the CPU kernel, and the GPU one launched on this device)
 // and on the host device, the totals computed from a full
 // probability dump: the column sums added over heads, head 0's counts,
-// and keys past Skv untouched.
+// each column's largest probability over heads and rows kept against the
+// peaks already there, and keys past Skv untouched.
 func TestAttentionStatsAcc(t *testing.T) {
 	for _, c := range statsAccCases {
 		for _, dev := range []string{"opencl", "opencl-gpu-launch", "go"} {
@@ -94,17 +95,27 @@ func testStatsAcc(t *testing.T, c statsAccCase, dev string, s Storage) {
 	}
 	probs, counts := probsDump(q, k, mask, pn)
 	cols := columnSums(probs, pn)
+	peaks := columnPeaks(probs, pn)
 	const extra = 5 // keys past Skv that must stay as they were
 	n := c.skv + extra
 	init := make([]float32, n)
 	for j := range init {
 		init[j] = 0.25 * float32(j%3)
 	}
-	wantSum, wantCnt := make([]float32, n), make([]float32, n)
+	// Peaks start small but not zero, so both a raised and a kept peak
+	// occur.
+	initPeak := make([]float32, n)
+	for j := range initPeak {
+		initPeak[j] = 0.002 * float32(j%3)
+	}
+	wantSum, wantCnt, wantPeak := make([]float32, n), make([]float32, n), append([]float32(nil), initPeak...)
 	for j := range init {
 		wantSum[j], wantCnt[j] = init[j], init[j]
 		if j >= c.skv {
 			continue
+		}
+		for h := 0; h < c.heads; h++ {
+			wantPeak[j] = max(wantPeak[j], peaks[h*c.skv+j])
 		}
 		var col float64
 		for h := 0; h < c.heads; h++ {
@@ -114,7 +125,7 @@ func testStatsAcc(t *testing.T, c statsAccCase, dev string, s Storage) {
 		wantCnt[j] += float32(8 * counts[j])
 	}
 	no, nl := c.heads*c.sq*d, c.heads*c.sq
-	var sum, cnt []float32
+	var sum, cnt, peak []float32
 	if dev == "go" {
 		hd := &HostDevice{}
 		buf := func(xs []float32) Buf {
@@ -125,7 +136,7 @@ func testStatsAcc(t *testing.T, c statsAccCase, dev string, s Storage) {
 			return Buf{Host: b}
 		}
 		qb, kb, lb := buf(q), buf(k), buf(make([]float32, nl))
-		sb, cb := buf(init), buf(init)
+		sb, cb, pb := buf(init), buf(init), buf(initPeak)
 		if mask != nil {
 			p.Mask = buf(mask)
 		}
@@ -137,17 +148,17 @@ func testStatsAcc(t *testing.T, c statsAccCase, dev string, s Storage) {
 			w   float32
 			cnt bool
 		}{{8, true}, {1, false}} {
-			if err := hd.AttentionStatsAcc(F32, qb, kb, lb, sb, cb, p, call.w, call.cnt); err != nil {
+			if err := hd.AttentionStatsAcc(F32, qb, kb, lb, sb, cb, pb, p, call.w, call.cnt); err != nil {
 				t.Fatal(err)
 			}
 		}
-		sum, cnt = hostF32(sb)[:n], hostF32(cb)[:n]
+		sum, cnt, peak = hostF32(sb)[:n], hostF32(cb)[:n], hostF32(pb)[:n]
 	} else {
 		if mask != nil {
 			p.Mask = upload(t, s, mask)
 		}
 		qb, kb, lb := upload(t, s, q), upload(t, s, k), alloc(t, F32, nl)
-		sb, cb := upload(t, F32, init), upload(t, F32, init)
+		sb, cb, pb := upload(t, F32, init), upload(t, F32, init), upload(t, F32, initPeak)
 		p.LSE = lb
 		if err := testLib.Attention(s, qb, kb, upload(t, s, v), alloc(t, s, no), p); err != nil {
 			t.Fatal(err)
@@ -156,14 +167,15 @@ func testStatsAcc(t *testing.T, c statsAccCase, dev string, s Storage) {
 			w   float32
 			cnt bool
 		}{{8, true}, {1, false}} {
-			if err := testLib.AttentionStatsAcc(s, qb, kb, lb, sb, cb, p, call.w, call.cnt); err != nil {
+			if err := testLib.AttentionStatsAcc(s, qb, kb, lb, sb, cb, pb, p, call.w, call.cnt); err != nil {
 				t.Fatal(err)
 			}
 		}
-		sum, cnt = download(t, F32, sb, n), download(t, F32, cb, n)
+		sum, cnt, peak = download(t, F32, sb, n), download(t, F32, cb, n), download(t, F32, pb, n)
 	}
 	assertClose(t, "sums", sum, wantSum, 1e-3, 5e-4)
 	assertClose(t, "counts", cnt, wantCnt, 0, 0)
+	assertClose(t, "peaks", peak, wantPeak, 2e-4, 1e-4)
 }
 
 // TestAttentionStatsAccRefusals: batch 2, a weight that is not positive
@@ -191,11 +203,18 @@ func TestAttentionStatsAccRefusals(t *testing.T) {
 		{"weight +Inf", p, float32(math.Inf(1)), ok, hok},
 		{"short sums", p, 1, short, hshort},
 	} {
-		if err := testLib.AttentionStatsAcc(F32, q, k, lse, c.dst, ok, c.p, c.w, true); err == nil {
+		if err := testLib.AttentionStatsAcc(F32, q, k, lse, c.dst, ok, ok, c.p, c.w, true); err == nil {
 			t.Errorf("opencl: %s: no error", c.name)
 		}
-		if err := hd.AttentionStatsAcc(F32, hq, hk, hl, c.hdst, hok, c.p, c.w, true); err == nil {
+		if err := hd.AttentionStatsAcc(F32, hq, hk, hl, c.hdst, hok, hok, c.p, c.w, true); err == nil {
 			t.Errorf("go: %s: no error", c.name)
 		}
+	}
+	// Short peaks alone.
+	if err := testLib.AttentionStatsAcc(F32, q, k, lse, ok, ok, short, p, 1, true); err == nil {
+		t.Error("opencl: short peaks: no error")
+	}
+	if err := hd.AttentionStatsAcc(F32, hq, hk, hl, hok, hok, hshort, p, 1, true); err == nil {
+		t.Error("go: short peaks: no error")
 	}
 }

@@ -24,6 +24,7 @@ func BenchmarkAttentionStatsLocal(b *testing.B) {
 	}
 	q, k, v := upload(b, F32, vec(8*32)), upload(b, F32, vec(4*1024*32)), upload(b, F32, vec(4*1024*32))
 	lse, sum, count, o := alloc(b, F32, 8), alloc(b, F32, 8*1024), alloc(b, F32, 8*1024), alloc(b, F32, 8*32)
+	peak := alloc(b, F32, 8*1024)
 	p.LSE = lse
 	if err := testLib.Attention(F32, q, k, v, o, p); err != nil {
 		b.Fatal(err)
@@ -33,7 +34,7 @@ func BenchmarkAttentionStatsLocal(b *testing.B) {
 		defer func() { statsOneItem = false }()
 		t0 := time.Now()
 		for i := 0; i < n; i++ {
-			if err := testLib.AttentionStats(F32, q, k, lse, sum, count, p); err != nil {
+			if err := testLib.AttentionStats(F32, q, k, lse, sum, count, peak, p); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -97,6 +98,7 @@ func BenchmarkAttentionStatsAccDecode(b *testing.B) {
 	}
 	q, k, v := upload(b, F32, vec(8*32)), upload(b, F32, vec(4*1024*32)), upload(b, F32, vec(4*1024*32))
 	lse, sum, count, o := alloc(b, F32, 8), alloc(b, F32, 8*1024), alloc(b, F32, 8*1024), alloc(b, F32, 8*32)
+	peak := alloc(b, F32, 8*1024)
 	p.LSE = lse
 	if err := testLib.Attention(F32, q, k, v, o, p); err != nil {
 		b.Fatal(err)
@@ -106,9 +108,9 @@ func BenchmarkAttentionStatsAccDecode(b *testing.B) {
 		for i := 0; i < n; i++ {
 			var err error
 			if acc {
-				err = testLib.AttentionStatsAcc(F32, q, k, lse, sum, count, p, 8, i == 0)
+				err = testLib.AttentionStatsAcc(F32, q, k, lse, sum, count, peak, p, 8, i == 0)
 			} else {
-				err = testLib.AttentionStats(F32, q, k, lse, sum, count, p)
+				err = testLib.AttentionStats(F32, q, k, lse, sum, count, peak, p)
 			}
 			if err != nil {
 				b.Fatal(err)

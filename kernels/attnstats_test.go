@@ -79,10 +79,23 @@ func columnSums(probs []float64, p AttentionParams) []float32 {
 	return out
 }
 
-// statsDevices run Attention with LSE and then AttentionStats on the
-// OpenCL library (variant forced) and on the host device, returning the
-// LSE, sums and counts.
-func statsRun(t *testing.T, dev string, s Storage, q, k, v, mask []float32, p AttentionParams) (lse, sum, count []float32) {
+// columnPeaks is the largest of probs [B, H, Sq, Skv] over the rows.
+func columnPeaks(probs []float64, p AttentionParams) []float32 {
+	out := make([]float32, p.Batch*p.Heads*p.SeqKV)
+	for bh := 0; bh < p.Batch*p.Heads; bh++ {
+		for i := 0; i < p.SeqQ; i++ {
+			for j := 0; j < p.SeqKV; j++ {
+				out[bh*p.SeqKV+j] = max(out[bh*p.SeqKV+j], float32(probs[(bh*p.SeqQ+i)*p.SeqKV+j]))
+			}
+		}
+	}
+	return out
+}
+
+// statsRun runs Attention with LSE and then AttentionStats on the OpenCL
+// library (variant forced) or on the host device, returning the LSE,
+// sums, counts and peaks.
+func statsRun(t *testing.T, dev string, s Storage, q, k, v, mask []float32, p AttentionParams) (lse, sum, count, peak []float32) {
 	t.Helper()
 	nl, ns := p.Batch*p.Heads*p.SeqQ, p.Batch*p.Heads*p.SeqKV
 	no := p.Batch * p.Heads * p.SeqQ * p.HeadDim
@@ -96,7 +109,7 @@ func statsRun(t *testing.T, dev string, s Storage, q, k, v, mask []float32, p At
 			return Buf{Host: b}
 		}
 		qb, kb, vb, ob := buf(q), buf(k), buf(v), buf(make([]float32, no))
-		lb, sb, cb := buf(make([]float32, nl)), buf(make([]float32, ns)), buf(make([]float32, ns))
+		lb, sb, cb, pb := buf(make([]float32, nl)), buf(make([]float32, ns)), buf(make([]float32, ns)), buf(make([]float32, ns))
 		if mask != nil {
 			p.Mask = buf(mask)
 		}
@@ -104,24 +117,24 @@ func statsRun(t *testing.T, dev string, s Storage, q, k, v, mask []float32, p At
 		if err := hd.Attention(F32, qb, kb, vb, ob, p); err != nil {
 			t.Fatal(err)
 		}
-		if err := hd.AttentionStats(F32, qb, kb, lb, sb, cb, p); err != nil {
+		if err := hd.AttentionStats(F32, qb, kb, lb, sb, cb, pb, p); err != nil {
 			t.Fatal(err)
 		}
-		return hostF32(lb)[:nl], hostF32(sb)[:ns], hostF32(cb)[:ns]
+		return hostF32(lb)[:nl], hostF32(sb)[:ns], hostF32(cb)[:ns], hostF32(pb)[:ns]
 	}
 	if mask != nil {
 		p.Mask = upload(t, s, mask)
 	}
 	qb, kb := upload(t, s, q), upload(t, s, k)
-	lb, sb, cb := alloc(t, F32, nl), alloc(t, F32, ns), alloc(t, F32, ns)
+	lb, sb, cb, pb := alloc(t, F32, nl), alloc(t, F32, ns), alloc(t, F32, ns), alloc(t, F32, ns)
 	p.LSE = lb
 	if err := testLib.Attention(s, qb, kb, upload(t, s, v), alloc(t, s, no), p); err != nil {
 		t.Fatal(err)
 	}
-	if err := testLib.AttentionStats(s, qb, kb, lb, sb, cb, p); err != nil {
+	if err := testLib.AttentionStats(s, qb, kb, lb, sb, cb, pb, p); err != nil {
 		t.Fatal(err)
 	}
-	return download(t, F32, lb, nl), download(t, F32, sb, ns), download(t, F32, cb, ns)
+	return download(t, F32, lb, nl), download(t, F32, sb, ns), download(t, F32, cb, ns), download(t, F32, pb, ns)
 }
 
 var statsTargets = []string{"attn_row", "attn_lanes", "attn_wg", "go"}
@@ -149,14 +162,19 @@ func TestAttentionStatsFig6a(t *testing.T) {
 	zeros := make([]float32, 4)
 	for _, target := range statsTargets {
 		attnForce = target
-		_, sum, count := statsRun(t, target, F32, zeros, zeros, zeros, mask, p)
+		_, sum, count, peak := statsRun(t, target, F32, zeros, zeros, zeros, mask, p)
 		for j := 0; j < 4; j++ {
-			var want float64
+			var want, wantPeak float64
 			for i := j; i < 4; i++ {
 				want += A[i][j]
+				wantPeak = math.Max(wantPeak, A[i][j])
 			}
 			if math.Abs(float64(sum[j])-want) > 1e-6 || count[j] != float32(4-j) {
 				t.Errorf("%s: column %d sums %g over %g rows; want %g over %d", target, j, sum[j], count[j], want, 4-j)
+			}
+			// Token a's peak is row 2's 0.5, not the mean 0.3.
+			if math.Abs(float64(peak[j])-wantPeak) > 1e-6 {
+				t.Errorf("%s: column %d peak %g; want %g", target, j, peak[j], wantPeak)
 			}
 		}
 		if d := sum[1] / count[1]; math.Abs(float64(d)-0.3) > 1e-6 {
@@ -220,7 +238,7 @@ func TestAttentionStats(t *testing.T) {
 					p.MaskStrides = st
 				}
 				what := fmt.Sprintf("%s/%s/%s", target, name, s)
-				lse, sum, count := statsRun(t, target, s, q, k, v, mask, p)
+				lse, sum, count, peak := statsRun(t, target, s, q, k, v, mask, p)
 				wantLSE := make([]float32, len(lse))
 				if err := AttentionLSERef(q, k, v, mask, make([]float32, p.Batch*p.Heads*p.SeqQ*d), wantLSE, p); err != nil {
 					t.Fatal(err)
@@ -230,6 +248,7 @@ func TestAttentionStats(t *testing.T) {
 				pn, _ := p.norm()
 				probs, counts := probsDump(q, k, mask, pn)
 				assertClose(t, what+" sums", sum, columnSums(probs, pn), 2e-4, 1e-4)
+				assertClose(t, what+" peaks", peak, columnPeaks(probs, pn), 2e-4, 1e-4)
 				wc := make([]float32, len(counts))
 				for i, c := range counts {
 					wc[i] = float32(c)

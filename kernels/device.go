@@ -107,10 +107,11 @@ type Device interface {
 	Attention(s Storage, q, k, v, o Buf, p AttentionParams) error
 	// AttentionStats sums each key's softmax probabilities over the rows
 	// of an Attention call that wrote p.LSE (see attnstats.go).
-	AttentionStats(s Storage, q, k, lse, sum, count Buf, p AttentionParams) error
+	AttentionStats(s Storage, q, k, lse, sum, count, peak Buf, p AttentionParams) error
 	// AttentionStatsAcc adds those sums, over the query heads and
-	// weighted, into per-key totals kept across calls (see attnstats.go).
-	AttentionStatsAcc(s Storage, q, k, lse, sum, count Buf, p AttentionParams, weight float32, addCount bool) error
+	// weighted, into per-key totals kept across calls, and keeps each
+	// key's peak probability there (see attnstats.go).
+	AttentionStatsAcc(s Storage, q, k, lse, sum, count, peak Buf, p AttentionParams, weight float32, addCount bool) error
 	// Rotary applies a rotary position embedding (see RotaryParams) to a
 	// and, unless it is the zero RotaryTensor, b.
 	Rotary(p RotaryParams, cos, sin Buf, a, b RotaryTensor) error

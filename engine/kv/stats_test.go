@@ -80,6 +80,13 @@ func TestAttentionStats(t *testing.T) {
 								if want == 0 && a.Sum[h*a.Slots+j] != 0 {
 									t.Fatalf("%s %s head %d slot %d: no row attends it, sum %g", d, a.Node, h, j, a.Sum[h*a.Slots+j])
 								}
+								// The peak is one row's probability: at most
+								// the sum of all of them, at least their mean,
+								// 0 with no row.
+								pk, sm := a.Peak[h*a.Slots+j], a.Sum[h*a.Slots+j]
+								if pk > sm*(1+1e-5) || (want > 0 && pk < sm/float32(want)*(1-1e-5)) || (want == 0 && pk != 0) {
+									t.Fatalf("%s %s head %d slot %d: peak %g with sum %g over %d rows", d, a.Node, h, j, pk, sm, want)
+								}
 								total += float64(a.Sum[h*a.Slots+j])
 							}
 							if math.Abs(total-float64(len(s.pos))) > 1e-3 {
@@ -94,6 +101,9 @@ func TestAttentionStats(t *testing.T) {
 				for l := range per[0][k] {
 					if e := relErr(per[0][k][l].Sum, per[1][k][l].Sum); e > 1e-4 {
 						t.Errorf("forward %d layer %d: OpenCL and Go sums differ by %.3g", k, l, e)
+					}
+					if e := relErr(per[0][k][l].Peak, per[1][k][l].Peak); e > 1e-4 {
+						t.Errorf("forward %d layer %d: OpenCL and Go peaks differ by %.3g", k, l, e)
 					}
 				}
 			}

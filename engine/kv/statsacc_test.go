@@ -60,7 +60,7 @@ func TestAccumulatedStatsMatchHost(t *testing.T) {
 					steps = append(steps, fwd{[]int{rng.Intn(dev.Vocab())}, []int{n + k}, []int{n + k}, w})
 				}
 				steps = append(steps, fwd{[]int{3, 4}, []int{50, 47}, []int{55, 49}, 1})
-				var wantSum, wantCnt []float64
+				var wantSum, wantCnt, wantPeak []float64
 				lh, runs := 0, 0
 				for _, s := range steps {
 					for _, st := range sts {
@@ -90,11 +90,12 @@ func TestAccumulatedStatsMatchHost(t *testing.T) {
 					for li, a := range stats {
 						lh += a.Heads
 						for len(wantSum) < a.Slots {
-							wantSum, wantCnt = append(wantSum, 0), append(wantCnt, 0)
+							wantSum, wantCnt, wantPeak = append(wantSum, 0), append(wantCnt, 0), append(wantPeak, 0)
 						}
 						for j := 0; j < a.Slots; j++ {
 							for h := 0; h < a.Heads; h++ {
 								wantSum[j] += s.w * float64(a.Sum[h*a.Slots+j])
+								wantPeak[j] = math.Max(wantPeak[j], float64(a.Peak[h*a.Slots+j]))
 							}
 							if li == 0 {
 								wantCnt[j] += s.w * float64(a.Count[j])
@@ -122,6 +123,10 @@ func TestAccumulatedStatsMatchHost(t *testing.T) {
 					}
 					if float64(got.Count[j]) != wantCnt[j] {
 						t.Errorf("slot %d: count %g, host %g", j, got.Count[j], wantCnt[j])
+					}
+					// The peak is unweighted: the largest over the runs.
+					if math.Abs(float64(got.Peak[j])-wantPeak[j]) > tol*(1+wantPeak[j]) {
+						t.Errorf("slot %d: peak %g, host %g", j, got.Peak[j], wantPeak[j])
 					}
 				}
 				// The take zeroed the totals: one more forward is all

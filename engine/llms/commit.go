@@ -41,6 +41,13 @@ func (m *Manager) targetLevels(c *context, n int) ([]Level, error) {
 		return nil, err
 	}
 	copy(out, a.Levels)
+	if m.cfg.Tolerance == TolerancePeak {
+		peaks := make([]float64, full)
+		for i := range peaks {
+			peaks[i] = c.meta.Density.ChunkPeak(i*m.lay.C, (i+1)*m.lay.C)
+		}
+		placeBy(out[:full], a.Levels, peaks, true)
+	}
 	for i := full; i < nc; i++ {
 		out[i] = Level8
 	}
@@ -192,6 +199,7 @@ func (m *Manager) startAoT(c *context, changed []int, enc map[int]*encChunk) err
 	snap.Positions = append([]int(nil), c.meta.Positions...)
 	snap.Density.Sum = append([]float64(nil), c.meta.Density.Sum...)
 	snap.Density.Count = append([]float64(nil), c.meta.Density.Count...)
+	snap.Density.Peak = append([]float64(nil), c.meta.Density.Peak...)
 	snap.Chunks = append([]chunkMeta(nil), c.meta.Chunks...)
 	for _, i := range changed {
 		snap.Chunks[i].Dirty = false

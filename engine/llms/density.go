@@ -22,6 +22,11 @@ type Density struct {
 	Count []float64 `json:"count"`
 	// LH is L·H, the number of (layer, query head) pairs summed into Sum.
 	LH int `json:"lh"`
+	// Peak[t] is the largest probability any observed row, layer and query
+	// head gave t (the statistic of TolerancePeak; ours, not the
+	// paper's). A table written before peaks were kept has none: Grow pads
+	// it with zeros.
+	Peak []float64 `json:"peak,omitempty"`
 }
 
 // Grow extends the running sums to n tokens.
@@ -30,12 +35,18 @@ func (d *Density) Grow(n int) {
 		d.Sum = append(d.Sum, 0)
 		d.Count = append(d.Count, 0)
 	}
+	for len(d.Peak) < len(d.Sum) {
+		d.Peak = append(d.Peak, 0)
+	}
 }
 
 // Truncate drops tokens from n on.
 func (d *Density) Truncate(n int) {
 	if n < len(d.Sum) {
 		d.Sum, d.Count = d.Sum[:n], d.Count[:n]
+	}
+	if n < len(d.Peak) {
+		d.Peak = d.Peak[:n]
 	}
 }
 
@@ -65,8 +76,8 @@ func (d *Density) AddWeighted(stats []engine.AttnStats, slotToken func(int) int,
 	}
 	d.LH = lh
 	for _, a := range stats {
-		if len(a.Sum) != a.Heads*a.Slots || len(a.Count) != a.Heads*a.Slots {
-			return fmt.Errorf("llms: attention statistics of %s have %d sums and %d counts for %d heads x %d slots", a.Node, len(a.Sum), len(a.Count), a.Heads, a.Slots)
+		if len(a.Sum) != a.Heads*a.Slots || len(a.Count) != a.Heads*a.Slots || (a.Peak != nil && len(a.Peak) != len(a.Sum)) {
+			return fmt.Errorf("llms: attention statistics of %s have %d sums, %d counts and %d peaks for %d heads x %d slots", a.Node, len(a.Sum), len(a.Count), len(a.Peak), a.Heads, a.Slots)
 		}
 	}
 	first := true
@@ -79,6 +90,9 @@ func (d *Density) AddWeighted(stats []engine.AttnStats, slotToken func(int) int,
 			d.Grow(t + 1)
 			for h := 0; h < a.Heads; h++ {
 				d.Sum[t] += w * float64(a.Sum[h*a.Slots+j])
+				if a.Peak != nil {
+					d.Peak[t] = math.Max(d.Peak[t], float64(a.Peak[h*a.Slots+j]))
+				}
 			}
 			if first {
 				// The count is per row, shared by heads and layers.
@@ -101,8 +115,8 @@ func (d *Density) AddTotal(t engine.AttnStatsTotal, slotToken func(int) int) err
 	if d.LH != 0 && d.LH != t.LH {
 		return fmt.Errorf("llms: attention statistics over %d layer-heads; the context's density has %d", t.LH, d.LH)
 	}
-	if len(t.Sum) != t.Slots || len(t.Count) != t.Slots {
-		return fmt.Errorf("llms: accumulated attention statistics have %d sums and %d counts for %d slots", len(t.Sum), len(t.Count), t.Slots)
+	if len(t.Sum) != t.Slots || len(t.Count) != t.Slots || (t.Peak != nil && len(t.Peak) != t.Slots) {
+		return fmt.Errorf("llms: accumulated attention statistics have %d sums, %d counts and %d peaks for %d slots", len(t.Sum), len(t.Count), len(t.Peak), t.Slots)
 	}
 	d.LH = t.LH
 	for j := 0; j < t.Slots; j++ {
@@ -113,6 +127,9 @@ func (d *Density) AddTotal(t engine.AttnStatsTotal, slotToken func(int) int) err
 		d.Grow(tk + 1)
 		d.Sum[tk] += float64(t.Sum[j])
 		d.Count[tk] += float64(t.Count[j])
+		if t.Peak != nil {
+			d.Peak[tk] = math.Max(d.Peak[tk], float64(t.Peak[j]))
+		}
 	}
 	return nil
 }
@@ -133,6 +150,49 @@ func (d *Density) Chunk(p, q int) float64 {
 	s := 0.0
 	for t := p; t < q; t++ {
 		s += d.Token(t)
+	}
+	return s / float64(q-p)
+}
+
+// TokenPeaks is each token's peak attention over one forward's statistics:
+// the largest probability any layer, query head and row gave it
+// (engine.AttnStats.Peak), for tokens 0..n-1 where slot j holds token
+// slotToken(j) (-1: not this context's). It is the statistic of the
+// peak-placement policies (PolicyPeak): a fact that one later question
+// attends sharply, and the many rows before it ignore, has a low mean
+// (Density) and a high peak. Deviation from the paper, which ranks by the
+// mean only (spec §1a.5); see doc.go.
+func TokenPeaks(stats []engine.AttnStats, n int, slotToken func(int) int) ([]float64, error) {
+	if len(stats) == 0 {
+		return nil, fmt.Errorf("llms: peaks from no attention statistics")
+	}
+	out := make([]float64, n)
+	for _, a := range stats {
+		if len(a.Peak) != a.Heads*a.Slots {
+			return nil, fmt.Errorf("llms: attention statistics of %s have %d peaks for %d heads x %d slots", a.Node, len(a.Peak), a.Heads, a.Slots)
+		}
+		for j := 0; j < a.Slots; j++ {
+			t := slotToken(j)
+			if t < 0 || t >= n {
+				continue
+			}
+			for h := 0; h < a.Heads; h++ {
+				out[t] = math.Max(out[t], float64(a.Peak[h*a.Slots+j]))
+			}
+		}
+	}
+	return out, nil
+}
+
+// ChunkPeak is the mean of Peak over tokens [p, q) (0 for tokens with
+// none).
+func (d *Density) ChunkPeak(p, q int) float64 {
+	if q <= p {
+		return 0
+	}
+	s := 0.0
+	for t := p; t < q && t < len(d.Peak); t++ {
+		s += d.Peak[t]
 	}
 	return s / float64(q-p)
 }

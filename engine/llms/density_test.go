@@ -1,6 +1,7 @@
 package llms
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -223,5 +224,75 @@ func TestLCTRUOrder(t *testing.T) {
 				t.Fatalf("%s: unlocked chunks cannot be popped", tc.name)
 			}
 		}
+	}
+}
+
+// TestTokenPeaks: a token's peak is the largest probability over layers
+// and heads, slots not of the context are skipped, and statistics without
+// peaks are refused.
+func TestTokenPeaks(t *testing.T) {
+	stats := []engine.AttnStats{
+		{Node: "l0", Heads: 2, Slots: 3, Sum: make([]float32, 6), Count: make([]float32, 6),
+			Peak: []float32{0.1, 0.2, 0.9, 0.4, 0.05, 0.3}},
+		{Node: "l1", Heads: 2, Slots: 3, Sum: make([]float32, 6), Count: make([]float32, 6),
+			Peak: []float32{0.6, 0.1, 0.2, 0.0, 0.7, 0.1}},
+	}
+	// Slot 2 holds no token of the context; slots 0 and 1 are tokens 1, 0.
+	got, err := TokenPeaks(stats, 2, func(j int) int { return []int{1, 0, -1}[j] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// token 1 (slot 0): max(0.1, 0.4, 0.6, 0) = 0.6; token 0 (slot 1):
+	// max(0.2, 0.05, 0.1, 0.7) = 0.7.
+	if math.Abs(got[0]-0.7) > 1e-6 || math.Abs(got[1]-0.6) > 1e-6 || len(got) != 2 {
+		t.Errorf("peaks %v; want [0.7 0.6]", got)
+	}
+	stats[1].Peak = stats[1].Peak[:5]
+	if _, err := TokenPeaks(stats, 2, func(j int) int { return j }); err == nil {
+		t.Error("statistics with 5 peaks for 2x3: no error")
+	}
+	if _, err := TokenPeaks(nil, 2, func(j int) int { return j }); err == nil {
+		t.Error("no statistics: no error")
+	}
+}
+
+// TestPeakPlacement: the peak policies use LLMS's multiset of levels and
+// put the highest levels on the chunks of highest peak, whatever their
+// density.
+func TestPeakPlacement(t *testing.T) {
+	dens := []float64{0.9, 0.1, 0.5, 0.2, 0.3, 0.05, 0.4, 0.15, 0.6}
+	peaks := []float64{0.1, 0.9, 0.2, 0.8, 0.3, 0.7, 0.4, 0.6, 0.5}
+	for _, pair := range [][2]QualityPolicy{{PolicyLLMS, PolicyPeak}, {PolicyLLMSRatio, PolicyPeakRatio}} {
+		base, err := policyLevels(pair[0], dens, peaks, len(dens), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pk, err := policyLevels(pair[1], dens, peaks, len(dens), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := func(ls []Level) map[Level]int {
+			m := map[Level]int{}
+			for _, l := range ls {
+				m[l]++
+			}
+			return m
+		}
+		if fmt.Sprint(count(base)) != fmt.Sprint(count(pk)) {
+			t.Errorf("%s levels %v, %s levels %v: not the same multiset", pair[0], base, pair[1], pk)
+		}
+		for i := range peaks {
+			for j := range peaks {
+				if peaks[i] > peaks[j] && pk[i] < pk[j] {
+					t.Errorf("%s: chunk %d (peak %g) at %v below chunk %d (peak %g) at %v", pair[1], i, peaks[i], pk[i], j, peaks[j], pk[j])
+				}
+			}
+		}
+		if len(count(pk)) < 2 {
+			t.Errorf("%s: one level %v; the test needs a mix", pair[1], pk)
+		}
+	}
+	if _, err := policyLevels(PolicyPeak, dens, peaks[:3], len(dens), nil); err == nil {
+		t.Error("3 peaks for 9 chunks: no error")
 	}
 }

@@ -105,4 +105,18 @@
 //     restored; a history longer than the cache is refused.
 //   - Forwards are split at Config.MaxStep tokens in position order (exact:
 //     each piece attends what earlier pieces wrote).
+//   - A second tolerance statistic, ours: a token's peak, the largest
+//     probability any one row, query head and layer gave it (kept beside
+//     the sums by both statistics kernels: engine.AttnStats.Peak and
+//     AttnStatsTotal.Peak; Density.Peak, persisted with the sums).
+//     Config.Tolerance = TolerancePeak keeps the levels density assigns
+//     (the same band sizes, so the same bytes) and places them by the
+//     chunks' mean peak; the default stays ToleranceDensity, the paper's.
+//     Why: density is a mean over every row that may attend a token, so
+//     a fact that only a later question attends, sharply, among hundreds
+//     of rows of filler that ignore it, ranks low and is compressed
+//     hardest; its peak is high. The quality experiments compare both
+//     (PolicyPeak, PolicyPeakRatio, and in Recall the query-peak
+//     placements, peaks over the question's rows only); the measurements
+//     are in engine/serve/RESULTS.md.
 package llms

@@ -75,6 +75,9 @@ type Config struct {
 	Levels []Level
 	// Weight is ctxInfo's level weight (default the literal 1/ratio_w).
 	Weight Weight
+	// Tolerance is the statistic chunks are placed by (default
+	// ToleranceDensity, the paper's).
+	Tolerance Tolerance
 	// Mode selects LLMS or a baseline (default ModeLLMS).
 	Mode Mode
 	// Lossless stores every chunk at LevelFP (no compression): the
@@ -112,13 +115,30 @@ type Config struct {
 	Flash flash.Options
 }
 
+// Tolerance selects what ranks a context's chunks for their levels.
+type Tolerance int
+
+const (
+	// ToleranceDensity ranks by information density (spec §1a.5: the mean
+	// attention a chunk's tokens received over every row that may attend
+	// them), the paper's policy.
+	ToleranceDensity Tolerance = iota
+	// TolerancePeak keeps the levels density assigns (the same band
+	// sizes, so the same bytes) but places them by the chunks' mean token
+	// peak (Density.Peak: the largest probability any one row, head and
+	// layer gave the token), so that a chunk attended rarely but sharply,
+	// e.g. a fact only a later question asks for, keeps its precision.
+	// Ours, not the paper's (see doc.go).
+	TolerancePeak
+)
+
 // Bookkeeping costs counted in the budget besides chunk bytes: the
 // in-memory chunk table row and pool entry, and per token the id and the
-// two density sums.
+// three density figures (sum, count, peak).
 const (
 	chunkOverhead = 96
 	ctxOverhead   = 512
-	tokenOverhead = 8 + 16
+	tokenOverhead = 8 + 24
 )
 
 // SwitchTimings splits an Install (switch latency, spec §1c) into parts.
@@ -278,6 +298,9 @@ func NewManager(st *kv.State, dir string, cfg Config) (*Manager, error) {
 	case ModeLLMS, ModeLMK, ModeSwap, ModeVLLMS, ModeVLLMSQ, ModeNoLifecycle, ModeNoTolerance, ModeNoPipeline:
 	default:
 		return nil, fmt.Errorf("llms: unknown mode %q", cfg.Mode)
+	}
+	if cfg.Tolerance != ToleranceDensity && cfg.Tolerance != TolerancePeak {
+		return nil, fmt.Errorf("llms: unknown tolerance %d", cfg.Tolerance)
 	}
 	for _, l := range cfg.Levels {
 		if !l.valid() || l == LevelFP {
@@ -1167,8 +1190,8 @@ func checkMeta(md *ctxMeta, lay *layout, maxCtx, vocab int) error {
 		}
 	}
 	d := md.Density
-	if len(d.Sum) != len(d.Count) || len(d.Sum) > n || d.LH < 0 {
-		return fmt.Errorf("density over %d sums and %d counts for %d tokens", len(d.Sum), len(d.Count), n)
+	if len(d.Sum) != len(d.Count) || len(d.Sum) > n || len(d.Peak) > len(d.Sum) || d.LH < 0 {
+		return fmt.Errorf("density over %d sums, %d counts and %d peaks for %d tokens", len(d.Sum), len(d.Count), len(d.Peak), n)
 	}
 	return nil
 }

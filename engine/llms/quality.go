@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"sort"
 
+	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/kv"
 )
@@ -33,6 +34,20 @@ const (
 	// makes Random and Reversed equal to LLMS and silent about density.
 	PolicyRandomRatio   QualityPolicy = "random_ratio_weight"
 	PolicyReversedRatio QualityPolicy = "reversed_ratio_weight"
+	// PolicyPeak and PolicyPeakRatio keep the levels of PolicyLLMS and
+	// PolicyLLMSRatio (the same multiset, so the same bytes) but place
+	// them by each chunk's mean token peak (TokenPeaks: the largest
+	// probability any one row, head and layer gave the token) instead of
+	// its density: the tolerance variant that protects chunks attended
+	// rarely but sharply. Not the paper's (it ranks by density).
+	PolicyPeak      QualityPolicy = "peak"
+	PolicyPeakRatio QualityPolicy = "peak_ratio_weight"
+	// PolicyQueryPeak and PolicyQueryPeakRatio are the peak placements
+	// with peaks taken over the question's rows only (RecallItem.Query:
+	// the context is prefilled in two forwards, the question last):
+	// statistics refreshed when the query arrives. Recall only.
+	PolicyQueryPeak      QualityPolicy = "query_peak"
+	PolicyQueryPeakRatio QualityPolicy = "query_peak_ratio_weight"
 )
 
 // QualityResult is one policy's outcome over all windows.
@@ -57,6 +72,23 @@ type QualityResult struct {
 	Bits  float64 `json:"effective_bits"`
 	// Levels counts chunks per level over windows.
 	Levels map[string]int `json:"levels"`
+	// PerWindow is the mean NLL of each window, in window order: what
+	// pairs two policies window by window (PairedNLL).
+	PerWindow []float64 `json:"per_window_nll"`
+}
+
+// PairedNLL is the mean over windows of a's NLL minus b's and its paired
+// standard error (both Quality results of the same windows).
+func PairedNLL(a, b QualityResult) (mean, se float64, err error) {
+	if len(a.PerWindow) != len(b.PerWindow) || len(a.PerWindow) == 0 {
+		return 0, 0, fmt.Errorf("llms: pairing %d windows of %s with %d of %s", len(a.PerWindow), a.Policy, len(b.PerWindow), b.Policy)
+	}
+	d := make([]float64, len(a.PerWindow))
+	for w := range d {
+		d[w] = a.PerWindow[w] - b.PerWindow[w]
+	}
+	mean, se = meanStdErr(d)
+	return mean, se, nil
 }
 
 // Quality measures, for each policy, the teacher-forced NLL of contLen
@@ -114,13 +146,12 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 			return nil, nil, err
 		}
 		nc := lay.chunks(ctxLen)
-		full := ctxLen / C
-		dens := make([]float64, full)
-		for i := range dens {
-			dens[i] = d.Chunk(i*C, (i+1)*C)
+		dens, peaks, err := chunkStats(&d, stats, ctxLen, C)
+		if err != nil {
+			return nil, nil, err
 		}
 		for pi, p := range policies {
-			levels, err := policyLevels(p, dens, nc, rng)
+			levels, err := policyLevels(p, dens, peaks, nc, rng)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -171,6 +202,7 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 		res[i].PPL = math.Exp(res[i].NLL)
 		res[i].Bits = 8 * float64(res[i].Bytes) / float64(values)
 		_, res[i].NLLStdErr = meanStdErr(perWin[i])
+		res[i].PerWindow = perWin[i]
 		if fp >= 0 {
 			d := make([]float64, windows)
 			for w := range d {
@@ -185,6 +217,33 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 		}
 	}
 	return res, byPos, nil
+}
+
+// chunkStats are the full chunks' densities D_i and mean token peaks over
+// the first n tokens (slot = token), from one forward's statistics
+// already added to d.
+func chunkStats(d *Density, stats []engine.AttnStats, n, C int) (dens, peaks []float64, err error) {
+	tp, err := TokenPeaks(stats, n, func(j int) int { return j })
+	if err != nil {
+		return nil, nil, err
+	}
+	full := n / C
+	dens = make([]float64, full)
+	for i := range dens {
+		dens[i] = d.Chunk(i*C, (i+1)*C)
+	}
+	return dens, chunkMeans(tp, full, C), nil
+}
+
+// chunkMeans is the mean of x over each of the first full chunks of C.
+func chunkMeans(x []float64, full, C int) []float64 {
+	out := make([]float64, full)
+	for i := range out {
+		for _, v := range x[i*C : (i+1)*C] {
+			out[i] += v / float64(C)
+		}
+	}
+	return out
 }
 
 // meanStdErr is the mean of x and its standard error (sample standard
@@ -209,8 +268,9 @@ func meanStdErr(x []float64) (mean, se float64) {
 }
 
 // policyLevels is each chunk's level under policy p, given the full
-// chunks' densities (nc chunks in all; the partial one stays INT8).
-func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Level, error) {
+// chunks' densities and peaks (nc chunks in all; the partial one stays
+// INT8).
+func policyLevels(p QualityPolicy, dens, peaks []float64, nc int, rng *rand.Rand) ([]Level, error) {
 	full := len(dens)
 	ladder := []Level{Level8, Level4, Level2}
 	levels := make([]Level, nc)
@@ -235,10 +295,10 @@ func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Le
 		for i := 0; i < full; i++ {
 			levels[i] = l
 		}
-	case PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed, PolicyRandomRatio, PolicyReversedRatio:
+	case PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed, PolicyRandomRatio, PolicyReversedRatio, PolicyPeak, PolicyPeakRatio:
 		w := WeightInverse
 		switch p {
-		case PolicyLLMSRatio, PolicyRandomRatio, PolicyReversedRatio:
+		case PolicyLLMSRatio, PolicyRandomRatio, PolicyReversedRatio, PolicyPeakRatio:
 			w = WeightRatio
 		}
 		lv, err := llms(w)
@@ -253,16 +313,13 @@ func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Le
 			}
 		case PolicyReversed, PolicyReversedRatio:
 			// The densest chunk gets LLMS's lowest level, and so on.
-			byDens := make([]int, full)
-			for i := range byDens {
-				byDens[i] = i
+			placeBy(levels, lv, dens, false)
+		case PolicyPeak, PolicyPeakRatio:
+			// The chunk of highest peak gets LLMS's highest level.
+			if len(peaks) != full {
+				return nil, fmt.Errorf("llms: policy %s needs %d chunk peaks; have %d", p, full, len(peaks))
 			}
-			sort.SliceStable(byDens, func(a, b int) bool { return dens[byDens[a]] > dens[byDens[b]] })
-			ls := append([]Level(nil), lv...)
-			sort.Slice(ls, func(a, b int) bool { return ls[a] < ls[b] })
-			for k, i := range byDens {
-				levels[i] = ls[k]
-			}
+			placeBy(levels, lv, peaks, true)
 		default:
 			copy(levels, lv)
 		}
@@ -270,6 +327,27 @@ func policyLevels(p QualityPolicy, dens []float64, nc int, rng *rand.Rand) ([]Le
 		return nil, fmt.Errorf("llms: unknown quality policy %q", p)
 	}
 	return levels, nil
+}
+
+// placeBy puts the multiset of levels lv on the chunks ranked by key,
+// descending: the highest level on the highest key when heavyFirst, the
+// lowest level there otherwise.
+func placeBy(levels, lv []Level, key []float64, heavyFirst bool) {
+	by := make([]int, len(key))
+	for i := range by {
+		by[i] = i
+	}
+	sort.SliceStable(by, func(a, b int) bool { return key[by[a]] > key[by[b]] })
+	ls := append([]Level(nil), lv...)
+	sort.Slice(ls, func(a, b int) bool {
+		if heavyFirst {
+			return ls[a] > ls[b]
+		}
+		return ls[a] < ls[b]
+	})
+	for k, i := range by {
+		levels[i] = ls[k]
+	}
 }
 
 // storeUnder replaces the first ctxLen slots' KV (dump, read before) by
@@ -302,59 +380,141 @@ type RecallItem struct {
 	Context    []int
 	Candidates [][]int
 	Answer     int
+	// Query is the number of the context's last tokens that ask the
+	// question (the query-peak policies' rows); 0: none marked.
+	Query int
 }
 
-// Recall is the in-context recall accuracy under each policy: the
+// RecallResult is Recall's outcome, item by item so that policies can be
+// compared on the same items (Pair).
+type RecallResult struct {
+	// N is the number of items.
+	N int
+	// Correct[p][k] is whether policy p picked item k's answer.
+	Correct map[QualityPolicy][]bool
+}
+
+// Accuracy is policy p's fraction of items answered right (0 for a
+// policy that was not run).
+func (r RecallResult) Accuracy(p QualityPolicy) float64 {
+	c := r.Correct[p]
+	if len(c) == 0 {
+		return 0
+	}
+	n := 0
+	for _, ok := range c {
+		if ok {
+			n++
+		}
+	}
+	return float64(n) / float64(len(c))
+}
+
+// Pair compares policy a with policy b on the same items.
+func (r RecallResult) Pair(a, b QualityPolicy) (Paired, error) {
+	ca, okA := r.Correct[a]
+	cb, okB := r.Correct[b]
+	if !okA || !okB {
+		return Paired{}, fmt.Errorf("llms: pairing %q with %q: not both run", a, b)
+	}
+	return PairCorrect(ca, cb)
+}
+
+// Recall is in-context recall under each policy, item by item: the
 // context's KV (all but its last token) is stored under the policy; each
 // candidate is scored by the log-likelihood of its tokens after the last
 // context token; the best-scored candidate is the model's answer.
-func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, seed int64) (map[QualityPolicy]float64, error) {
+func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, seed int64) (RecallResult, error) {
+	res := RecallResult{N: len(items), Correct: map[QualityPolicy][]bool{}}
 	if st.LastRowOnly() {
-		return nil, fmt.Errorf("llms: Recall needs logits for every row (open without LastLogits)")
+		return res, fmt.Errorf("llms: Recall needs logits for every row (open without LastLogits)")
+	}
+	for _, p := range policies {
+		if _, dup := res.Correct[p]; dup {
+			return res, fmt.Errorf("llms: Recall: policy %q named twice", p)
+		}
+		res.Correct[p] = make([]bool, len(items))
 	}
 	lay, err := newLayout(st.Info(), C, LevelFP)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	rng := rand.New(rand.NewSource(seed))
-	correct := map[QualityPolicy]float64{}
 	for k, it := range items {
 		n := len(it.Context) - 1
-		longest := 0
+		longest, shortest := 0, math.MaxInt
 		for _, c := range it.Candidates {
-			longest = max(longest, len(c))
+			longest, shortest = max(longest, len(c)), min(shortest, len(c))
 		}
-		if n < C || n+1+longest > st.MaxContext() || it.Answer < 0 || it.Answer >= len(it.Candidates) {
-			return nil, fmt.Errorf("llms: recall item %d: %d context tokens, answer %d of %d, cache %d", k, n+1, it.Answer, len(it.Candidates), st.MaxContext())
+		if shortest == 0 {
+			return res, fmt.Errorf("llms: recall item %d has an empty candidate", k)
 		}
+		if n < C || n+1+longest > st.MaxContext() || it.Answer < 0 || it.Answer >= len(it.Candidates) || it.Query < 0 || it.Query >= n {
+			return res, fmt.Errorf("llms: recall item %d: %d context tokens (question %d), answer %d of %d, cache %d", k, n+1, it.Query, it.Answer, len(it.Candidates), st.MaxContext())
+		}
+		// The prefill, in two forwards when the question is marked (the
+		// same KV, sums and counts as one; the second's statistics are the
+		// question's rows alone).
 		st.Reset()
-		if _, err := st.Forward(it.Context[:n], seq(n), seq(n)); err != nil {
-			return nil, err
-		}
-		stats, err := st.AttentionStats()
-		if err != nil {
-			return nil, err
-		}
 		var d Density
-		if err := d.Add(stats, func(j int) int { return j }); err != nil {
-			return nil, err
+		peaks, qpeaks := make([]float64, n), make([]float64, n)
+		for _, span := range [][2]int{{0, n - it.Query}, {n - it.Query, n}} {
+			if span[0] == span[1] {
+				continue
+			}
+			pos := seq(span[1])[span[0]:]
+			if _, err := st.Forward(it.Context[span[0]:span[1]], pos, pos); err != nil {
+				return res, err
+			}
+			stats, err := st.AttentionStats()
+			if err != nil {
+				return res, err
+			}
+			if err := d.Add(stats, func(j int) int { return j }); err != nil {
+				return res, err
+			}
+			tp, err := TokenPeaks(stats, n, func(j int) int { return j })
+			if err != nil {
+				return res, err
+			}
+			for t, v := range tp {
+				peaks[t] = math.Max(peaks[t], v)
+				if span[0] > 0 {
+					qpeaks[t] = v
+				}
+			}
 		}
 		dump := make([]byte, n*lay.slotBytes())
 		if err := st.ReadAllSlots(seq(n), dump); err != nil {
-			return nil, err
+			return res, err
 		}
 		full := n / C
 		dens := make([]float64, full)
 		for i := range dens {
 			dens[i] = d.Chunk(i*C, (i+1)*C)
 		}
+		chPeaks, chQPeaks := chunkMeans(peaks, full, C), chunkMeans(qpeaks, full, C)
 		for _, p := range policies {
-			levels, err := policyLevels(p, dens, lay.chunks(n), rng)
+			var levels []Level
+			var err error
+			switch p {
+			case PolicyQueryPeak, PolicyQueryPeakRatio:
+				if it.Query == 0 {
+					return res, fmt.Errorf("llms: recall item %d: policy %s needs the question marked (RecallItem.Query)", k, p)
+				}
+				as := PolicyPeak
+				if p == PolicyQueryPeakRatio {
+					as = PolicyPeakRatio
+				}
+				levels, err = policyLevels(as, dens, chQPeaks, lay.chunks(n), rng)
+			default:
+				levels, err = policyLevels(p, dens, chPeaks, lay.chunks(n), rng)
+			}
 			if err != nil {
-				return nil, err
+				return res, err
 			}
 			if _, err := storeUnder(st, lay, dump, n, levels); err != nil {
-				return nil, err
+				return res, err
 			}
 			best, bestScore := -1, math.Inf(-1)
 			for ci, cand := range it.Candidates {
@@ -362,7 +522,7 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 				pos := seq(n + len(toks))[n:]
 				logits, err := st.Forward(toks, pos, pos)
 				if err != nil {
-					return nil, err
+					return res, err
 				}
 				V := st.Vocab()
 				score := 0.0
@@ -370,22 +530,14 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 					score += generate.LogProb(logits[r*V:(r+1)*V], want)
 				}
 				if err := st.Free(pos...); err != nil {
-					return nil, err
+					return res, err
 				}
 				if score > bestScore {
 					best, bestScore = ci, score
 				}
 			}
-			if best == it.Answer {
-				correct[p]++
-			}
+			res.Correct[p][k] = best == it.Answer
 		}
 	}
-	for p := range correct {
-		correct[p] /= float64(len(items))
-	}
-	for _, p := range policies {
-		correct[p] += 0 // policies with no correct answer report 0
-	}
-	return correct, nil
+	return res, nil
 }

@@ -2,6 +2,7 @@ package llms
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,7 +17,7 @@ import (
 )
 
 var allPolicies = []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT4, PolicyINT2, PolicyLLMS, PolicyLLMSRatio, PolicyRandom, PolicyReversed,
-	PolicyRandomRatio, PolicyReversedRatio}
+	PolicyRandomRatio, PolicyReversedRatio, PolicyPeak, PolicyPeakRatio}
 
 // TestQualityControls on the default model: the uncompressed policy gives
 // the plain forward's NLL, the LLMS, random and reversed policies store
@@ -25,7 +26,7 @@ func TestQualityControls(t *testing.T) {
 	st := openDefault(t, 96)
 	toks := heldoutTokens(t, 120)
 	res, byPos, err := Quality(st, toks, 64, 16, 1, 16, []QualityPolicy{PolicyFP, PolicyINT8, PolicyINT2, PolicyLLMS, PolicyRandom, PolicyReversed,
-		PolicyLLMSRatio, PolicyRandomRatio, PolicyReversedRatio}, 1)
+		PolicyLLMSRatio, PolicyRandomRatio, PolicyReversedRatio, PolicyPeak, PolicyPeakRatio}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +57,9 @@ func TestQualityControls(t *testing.T) {
 	if by[PolicyLLMS].Bytes != by[PolicyRandom].Bytes || by[PolicyLLMS].Bytes != by[PolicyReversed].Bytes {
 		t.Errorf("controls differ in bytes: llms %d random %d reversed %d", by[PolicyLLMS].Bytes, by[PolicyRandom].Bytes, by[PolicyReversed].Bytes)
 	}
+	if by[PolicyPeak].Bytes != by[PolicyLLMS].Bytes || by[PolicyPeakRatio].Bytes != by[PolicyLLMSRatio].Bytes {
+		t.Errorf("peak placements differ in bytes from LLMS's: %d/%d against %d/%d", by[PolicyPeak].Bytes, by[PolicyPeakRatio].Bytes, by[PolicyLLMS].Bytes, by[PolicyLLMSRatio].Bytes)
+	}
 	if r := by[PolicyLLMSRatio].Bytes; by[PolicyRandomRatio].Bytes != r || by[PolicyReversedRatio].Bytes != r {
 		t.Errorf("ratio-weight controls differ in bytes: llms %d random %d reversed %d", r, by[PolicyRandomRatio].Bytes, by[PolicyReversedRatio].Bytes)
 	}
@@ -77,6 +81,13 @@ func TestQualityErrorBars(t *testing.T) {
 	i2, fp := res[0], res[1]
 	if fp.DeltaFP != 0 || fp.DeltaFPStdErr != 0 {
 		t.Errorf("fp32 against itself: %g ± %g", fp.DeltaFP, fp.DeltaFPStdErr)
+	}
+	// PairedNLL against fp32 is DeltaFP.
+	if d, se, err := PairedNLL(i2, fp); err != nil || math.Abs(d-i2.DeltaFP) > 1e-12 || math.Abs(se-i2.DeltaFPStdErr) > 1e-12 {
+		t.Errorf("PairedNLL(int2, fp32) = %g ± %g (%v); DeltaFP %g ± %g", d, se, err, i2.DeltaFP, i2.DeltaFPStdErr)
+	}
+	if _, _, err := PairedNLL(i2, QualityResult{}); err == nil {
+		t.Error("pairing 3 windows with none: no error")
 	}
 	if d := i2.DeltaFP - (i2.NLL - fp.NLL); math.Abs(d) > 1e-9 {
 		t.Errorf("int2 delta %g; the means differ by %g", i2.DeltaFP, i2.NLL-fp.NLL)
@@ -127,10 +138,22 @@ func BenchmarkQuality(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Logf("density by position tenth: %.4f", byPos)
+		by := map[QualityPolicy]QualityResult{}
 		for _, r := range res {
+			by[r.Policy] = r
 			b.Logf("%-18s nll %.4f ± %.4f (vs fp32 %+.4f ± %.4f) ppl %.3f bits/value %.2f levels %v",
 				r.Policy, r.NLL, r.NLLStdErr, r.DeltaFP, r.DeltaFPStdErr, r.PPL, r.Bits, r.Levels)
 			b.ReportMetric(r.PPL, string(r.Policy)+"-ppl")
+		}
+		// Each placement against its control, window by window.
+		for _, p := range allPolicies {
+			if vs, ok := recallControl[p]; ok {
+				d, se, err := PairedNLL(by[p], by[vs])
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Logf("%-18s vs %-22s Δ NLL %+.4f ± %.4f (paired over %d windows)", p, vs, d, se, win)
+			}
 		}
 	}
 }
@@ -141,10 +164,14 @@ func TestRecallScoring(t *testing.T) {
 	st := openDefault(t, 64)
 	toks := heldoutTokens(t, 60)
 	it := RecallItem{Context: toks[:40], Candidates: [][]int{toks[40:43], toks[50:53], {5, 6, 7}}, Answer: 0}
-	acc, err := Recall(st, []RecallItem{it}, 16, []QualityPolicy{PolicyFP, PolicyINT2}, 1)
+	res, err := Recall(st, []RecallItem{it}, 16, []QualityPolicy{PolicyFP, PolicyINT2}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if res.N != 1 || len(res.Correct[PolicyFP]) != 1 || len(res.Correct[PolicyINT2]) != 1 {
+		t.Fatalf("one item: %+v", res)
+	}
+	acc := map[QualityPolicy]float64{PolicyFP: res.Accuracy(PolicyFP), PolicyINT2: res.Accuracy(PolicyINT2)}
 	best, bestScore := -1, math.Inf(-1)
 	for ci, c := range it.Candidates {
 		all := append(append([]int(nil), it.Context...), c...)
@@ -172,11 +199,55 @@ func TestRecallScoring(t *testing.T) {
 	if a := acc[PolicyINT2]; a != 0 && a != 1 {
 		t.Errorf("int2 accuracy %g over one item", a)
 	}
+	// The question marked: the prefill runs in two forwards, which changes
+	// no answer of a policy that does not read the question's own peaks;
+	// the query-peak policies need it marked.
+	it.Query = 9
+	pol := []QualityPolicy{PolicyFP, PolicyINT2, PolicyLLMSRatio, PolicyPeakRatio, PolicyQueryPeakRatio}
+	split, err := Recall(st, []RecallItem{it}, 16, pol, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it.Query = 0
+	whole, err := Recall(st, []RecallItem{it}, 16, pol[:4], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pol[:4] {
+		if split.Correct[p][0] != whole.Correct[p][0] {
+			t.Errorf("%s: %v with the prefill split at the question, %v without", p, split.Correct[p][0], whole.Correct[p][0])
+		}
+	}
+	if _, err := Recall(st, []RecallItem{it}, 16, []QualityPolicy{PolicyQueryPeak}, 1); err == nil {
+		t.Error("query_peak without the question marked: no error")
+	}
+	it.Query = 39
+	if _, err := Recall(st, []RecallItem{it}, 16, pol[:1], 1); err == nil {
+		t.Error("a question of 39 of 39 stored tokens: no error")
+	}
 }
+
+// recallControl is the policy each is paired with besides fp32 in
+// BenchmarkRecall's table: the density placements against their reversed
+// controls, the peak placements against the density placements of the
+// same levels.
+var recallControl = map[QualityPolicy]QualityPolicy{
+	PolicyLLMS:           PolicyReversed,
+	PolicyLLMSRatio:      PolicyReversedRatio,
+	PolicyPeak:           PolicyLLMS,
+	PolicyPeakRatio:      PolicyLLMSRatio,
+	PolicyQueryPeak:      PolicyLLMS,
+	PolicyQueryPeakRatio: PolicyLLMSRatio,
+}
+
+// recallPolicies are allPolicies and the query-peak placements (Recall
+// only: they need the question marked).
+var recallPolicies = append(append([]QualityPolicy(nil), allPolicies...), PolicyQueryPeak, PolicyQueryPeakRatio)
 
 // BenchmarkRecall is key→value recall (testdata/longctx/evals/recall_*.jsonl,
 // or the same files in LLMS_RECALL_DIR, e.g. train_default.py recall-evals'
-// 200-item sets; LLMS_RECALL_N items of each distance, default 20) with the
+// 200-item sets; LLMS_RECALL_N items of each distance, default 20;
+// LLMS_RECALL_DISTS the distances, default 256,1024) with the
 // context's KV stored under each policy.
 func BenchmarkRecall(b *testing.B) {
 	n := 20
@@ -196,7 +267,11 @@ func BenchmarkRecall(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Session().Close()
-	for _, dist := range []string{"256", "1024"} {
+	dists := []string{"256", "1024"}
+	if v := os.Getenv("LLMS_RECALL_DISTS"); v != "" {
+		dists = strings.Split(v, ",")
+	}
+	for _, dist := range dists {
 		raw, err := os.ReadFile(filepath.Join(dir, "recall_"+dist+".jsonl"))
 		if err != nil {
 			b.Fatal(err)
@@ -218,7 +293,26 @@ func BenchmarkRecall(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			it := RecallItem{Context: ctx, Answer: r.Answer}
+			// The question's tokens: the context after the fact list and
+			// filler ("\n\nQuestion: ..."), from where the prefix alone
+			// stops tokenizing as the whole does (the merges at the
+			// boundary may differ by a token or two).
+			q := strings.LastIndex(r.Context, "\n\nQuestion:")
+			if q < 0 {
+				b.Fatalf("recall item without a question: %.60q", r.Context)
+			}
+			pre, err := tok.Encode(r.Context[:q], tokenizer.EncodeOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			m := 0
+			for m < len(pre) && m < len(ctx)-1 && pre[m] == ctx[m] {
+				m++
+			}
+			if m+3 < len(pre) || m < 16 {
+				b.Fatalf("the context before its question tokenizes differently alone from token %d of %d", m, len(pre))
+			}
+			it := RecallItem{Context: ctx, Answer: r.Answer, Query: len(ctx) - 1 - m}
 			for _, c := range r.Candidates {
 				ids, err := tok.Encode(c, tokenizer.EncodeOptions{})
 				if err != nil {
@@ -229,13 +323,28 @@ func BenchmarkRecall(b *testing.B) {
 			items = append(items, it)
 		}
 		for i := 0; i < b.N; i++ {
-			acc, err := Recall(st, items, 16, allPolicies, 1)
+			res, err := Recall(st, items, 16, recallPolicies, 1)
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, p := range allPolicies {
-				b.Logf("recall distance %s, %d items: %-18s accuracy %.3f", dist, len(items), p, acc[p])
-				b.ReportMetric(acc[p], "acc-"+dist+"-"+string(p))
+			b.Logf("recall distance %s, %d items; each policy against fp32 and its control, paired item by item:", dist, len(items))
+			b.Logf("%-22s %-8s %-22s %-28s %s", "policy", "accuracy", "vs", "diff ± paired SE", "discordant A:B, exact McNemar p")
+			for _, p := range recallPolicies {
+				b.ReportMetric(res.Accuracy(p), "acc-"+dist+"-"+string(p))
+				for k, vs := range []QualityPolicy{PolicyFP, recallControl[p]} {
+					if vs == "" || vs == p {
+						continue
+					}
+					pr, err := res.Pair(p, vs)
+					if err != nil {
+						b.Fatal(err)
+					}
+					name, acc := string(p), fmt.Sprintf("%.3f", res.Accuracy(p))
+					if k > 0 {
+						name, acc = "", ""
+					}
+					b.Logf("%-22s %-8s %-22s %+.3f ± %.3f %17s %3d:%-3d p=%.3g", name, acc, vs, pr.Diff, pr.StdErr, "", pr.OnlyA, pr.OnlyB, pr.P)
+				}
 			}
 		}
 	}

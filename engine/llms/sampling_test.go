@@ -395,6 +395,10 @@ func TestDeviceStatsMatchHostStats(t *testing.T) {
 			if math.Abs(dev.Sum[j]-host.Sum[j]) > 1e-5*(1+math.Abs(host.Sum[j])) || dev.Count[j] != host.Count[j] {
 				t.Fatalf("%s token %d: device sum %g over %g rows, host %g over %g", id, j, dev.Sum[j], dev.Count[j], host.Sum[j], host.Count[j])
 			}
+			// Peaks: the same rows' largest probability, in (0, 1].
+			if math.Abs(dev.Peak[j]-host.Peak[j]) > 1e-5 || !(host.Peak[j] > 0 && host.Peak[j] <= 1+1e-6) {
+				t.Fatalf("%s token %d: device peak %g, host %g", id, j, dev.Peak[j], host.Peak[j])
+			}
 		}
 		if !slices.Equal(levels[0][id], levels[1][id]) {
 			t.Errorf("%s: levels %v from device statistics, %v from host ones", id, levels[0][id], levels[1][id])
@@ -405,5 +409,86 @@ func TestDeviceStatsMatchHostStats(t *testing.T) {
 	// call's prefill.
 	if c := dens[0]["a"].Count[0]; c != 10+3+2+4*(6+2+3) {
 		t.Errorf("token 0 of a counted %g times; want %d", c, 10+3+2+4*(6+2+3))
+	}
+}
+
+// TestPeakTolerance: with Config.Tolerance = TolerancePeak a context's
+// chunks hold the levels density assigns (the same multiset) placed by
+// their mean token peak, the peaks survive a restart, and an unknown
+// tolerance is refused.
+func TestPeakTolerance(t *testing.T) {
+	toks := heldoutTokens(t, 120)
+	dir := t.TempDir()
+	var levels [2][]Level
+	var peaks []float64
+	for k, tol := range []Tolerance{ToleranceDensity, TolerancePeak} {
+		st := openDefault(t, 128)
+		d := t.TempDir()
+		if tol == TolerancePeak {
+			d = dir
+		}
+		m := newManager(t, st, d, Config{Tolerance: tol, Weight: WeightRatio})
+		if _, err := m.Install("a", nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Forward(toks[:100], seq(100), seq(100)); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Commit("a", toks[:100]); err != nil {
+			t.Fatal(err)
+		}
+		m.mu.Lock()
+		c := m.ctxs["a"]
+		for _, ch := range c.meta.Chunks[:100/16] {
+			levels[k] = append(levels[k], ch.Level)
+		}
+		if tol == TolerancePeak {
+			for i := 0; i < 100/16; i++ {
+				peaks = append(peaks, c.meta.Density.ChunkPeak(16*i, 16*i+16))
+			}
+		}
+		m.mu.Unlock()
+		if err := m.Wait(); err != nil { // the swap-out that persists the table
+			t.Fatal(err)
+		}
+	}
+	count := func(ls []Level) string {
+		m := map[Level]int{}
+		for _, l := range ls {
+			m[l]++
+		}
+		return fmt.Sprint(m)
+	}
+	if count(levels[0]) != count(levels[1]) || len(levels[0]) != 6 {
+		t.Fatalf("density levels %v, peak levels %v: not one multiset", levels[0], levels[1])
+	}
+	if count(levels[1]) == count([]Level{levels[1][0]}) {
+		t.Fatalf("one level for every chunk (%v): nothing to place", levels[1])
+	}
+	for i := range peaks {
+		if !(peaks[i] > 0) {
+			t.Fatalf("chunk %d peak %g", i, peaks[i])
+		}
+		for j := range peaks {
+			if peaks[i] > peaks[j] && levels[1][i] < levels[1][j] {
+				t.Errorf("chunk %d (peak %g) at %v below chunk %d (peak %g) at %v", i, peaks[i], levels[1][i], j, peaks[j], levels[1][j])
+			}
+		}
+	}
+	// The peaks are in the persisted table.
+	st := openDefault(t, 128)
+	m := newManager(t, st, dir, Config{Tolerance: TolerancePeak})
+	m.mu.Lock()
+	c := m.ctxs["a"]
+	got := 0.0
+	if c != nil {
+		got = c.meta.Density.ChunkPeak(0, 16)
+	}
+	m.mu.Unlock()
+	if math.Abs(got-peaks[0]) > 1e-12 {
+		t.Errorf("after a restart chunk 0's peak is %g; it was %g", got, peaks[0])
+	}
+	if _, err := NewManager(st, t.TempDir(), Config{Tolerance: 7, Cost: fixedCost}); err == nil {
+		t.Error("tolerance 7: no error")
 	}
 }
