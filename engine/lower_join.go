@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -42,6 +41,21 @@ func init() {
 }
 
 // joinSpec is a MatMulJoin node's members as the lowering reads them.
+// each runs launch over the joined product's rows. At m = 1 the
+// segmented output is exactly the joined row, so one launch covers every
+// member; at m > 1 each member writes its own [m, N_s] range.
+func (sp *joinSpec) each(m int, launch func(n0, nn, off int) error) error {
+	if m == 1 {
+		return launch(0, sp.ntot, 0)
+	}
+	for i := range sp.ns {
+		if err := launch(sp.starts[i], sp.ns[i], m*sp.starts[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 type joinSpec struct {
 	ns     []int // N of each member
 	starts []int // first column of each member in the joined weight
@@ -211,15 +225,7 @@ func (lc *lowerCtx) joinFloat(sp joinSpec, ws []*vinfo, s kernels.Storage) (func
 			}
 			return x.dev.MatMul(s, x.ref(a).buf(), w.buf(), y.buf(), p)
 		}
-		if m == 1 {
-			return launch(0, sp.ntot, 0)
-		}
-		for i := range sp.ns {
-			if err := launch(sp.starts[i], sp.ns[i], m*sp.starts[i]); err != nil {
-				return err
-			}
-		}
-		return nil
+		return sp.each(m, launch)
 	}, nil
 }
 
@@ -281,21 +287,7 @@ func (lc *lowerCtx) joinQuant(sp joinSpec, ws []*vinfo, s kernels.Storage, forma
 		if err != nil {
 			return err
 		}
-		words, params := kernels.RepackQTile4(j)
-		le := binary.LittleEndian
-		n := copy(dst, b[:quant.HeaderSize])
-		for _, x := range words {
-			le.PutUint32(dst[n:], x)
-			n += 4
-		}
-		for _, x := range params {
-			le.PutUint32(dst[n:], math.Float32bits(x))
-			n += 4
-		}
-		if n != len(dst) {
-			return fmt.Errorf("tiled joined packed weight: %d bytes written, %d expected", n, len(dst))
-		}
-		return nil
+		return writeQTile4(dst, b[:quant.HeaderSize], j, "tiled joined packed weight")
 	}
 	t.derivedParts = srcs
 	for _, w := range ws {
@@ -326,15 +318,7 @@ func (lc *lowerCtx) joinQuant(sp joinSpec, ws []*vinfo, s kernels.Storage, forma
 			y.off += off
 			return x.dev.MatMulQ(s, x.ref(a).buf(), qs, y.buf(), p)
 		}
-		if m == 1 {
-			return launch(0, sp.ntot, 0)
-		}
-		for i := range sp.ns {
-			if err := launch(sp.starts[i], sp.ns[i], m*sp.starts[i]); err != nil {
-				return err
-			}
-		}
-		return nil
+		return sp.each(m, launch)
 	}, nil
 }
 

@@ -198,23 +198,30 @@ func (lc *lowerCtx) tileQWeight(w *vinfo) bool {
 		if err != nil {
 			return err
 		}
-		words, params := kernels.RepackQTile4(p)
-		le := binary.LittleEndian
-		n := copy(dst, src[:quant.HeaderSize])
-		for _, x := range words {
-			le.PutUint32(dst[n:], x)
-			n += 4
-		}
-		for _, x := range params {
-			le.PutUint32(dst[n:], math.Float32bits(x))
-			n += 4
-		}
-		if n != len(dst) {
-			return fmt.Errorf("tiled packed weight: %d bytes written, %d expected", n, len(dst))
-		}
-		return nil
+		return writeQTile4(dst, src[:quant.HeaderSize], p, "tiled packed weight")
 	}
 	t.derivedFrom = src
 	w.root = t
 	return true
+}
+
+// writeQTile4 writes header, then p repacked in the GPU tile layout, into
+// dst, which must be exactly that size (what names the weight in the
+// error).
+func writeQTile4(dst, header []byte, p *quant.Packed, what string) error {
+	words, params := kernels.RepackQTile4(p)
+	le := binary.LittleEndian
+	n := copy(dst, header)
+	for _, x := range words {
+		le.PutUint32(dst[n:], x)
+		n += 4
+	}
+	for _, x := range params {
+		le.PutUint32(dst[n:], math.Float32bits(x))
+		n += 4
+	}
+	if n != len(dst) {
+		return fmt.Errorf("%s: %d bytes written, %d expected", what, n, len(dst))
+	}
+	return nil
 }
