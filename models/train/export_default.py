@@ -72,12 +72,12 @@ URL_HOST = re.compile(r"(https?://)[A-Za-z0-9.-]+")
 def scrub_hosts(text):
     return URL_HOST.sub(r"\1example.invalid", text)
 
-# The weights and checkpoint each stage leaves in WORK: train's, the
-# induction stage's that continues from it (train_default.py induct), or
-# the recall stage's after that (train_default.py recall), or the lookup
-# stage's after recall (train_default.py lookup).
-STAGES = {"train": ("model_final.pt", "ckpt.pt"), "induct": ("model_induct.pt", "ckpt_induct.pt"),
-          "recall": ("model_recall.pt", "ckpt_recall.pt"), "lookup": ("model_lookup.pt", "ckpt_lookup.pt")}
+# The weights and checkpoint each stage leaves in WORK, in training order:
+# train, then induct (train_default.py induct), recall, lookup and wording,
+# each continuing from the one before.
+STAGE_ORDER = ("train", "induct", "recall", "lookup", "wording")
+STAGES = {"train": ("model_final.pt", "ckpt.pt")}
+STAGES.update({s: (f"model_{s}.pt", f"ckpt_{s}.pt") for s in STAGE_ORDER[1:]})
 
 
 def load_model(work, stage="train"):
@@ -87,27 +87,21 @@ def load_model(work, stage="train"):
 
 
 def training_record(work, stage):
-    """config.json's training numbers: the whole run up to `stage`'s end."""
+    """config.json's training numbers: the whole run up to `stage`'s end.
+    A stage's checkpoint carries the records of all stages before it."""
     ck = torch.load(os.path.join(work, STAGES[stage][1]))
     if stage == "train":
         return {"steps": ck["step"], "tokens_seen": ck["tokens"], "train_seconds": round(ck["elapsed"]),
                 "args": ck["args"]}
     base = ck["train"]
-    ind = ck if stage == "induct" else ck["induct"]
-    rec = {"steps": base["step"] + ind["step"], "tokens_seen": base["tokens"] + ind["tokens"],
-           "train_seconds": base["elapsed"] + ind["elapsed"],
-           "args": base["args"], "induct_steps": ind["step"], "induct_args": ind["args"]}
-    if stage in ("recall", "lookup"):
-        rc = ck if stage == "recall" else ck["recall"]
-        rec["steps"] += rc["step"]
-        rec["tokens_seen"] += rc["tokens"]
-        rec["train_seconds"] += rc["elapsed"]
-        rec.update(recall_steps=rc["step"], recall_args=rc["args"])
-    if stage == "lookup":
-        rec["steps"] += ck["step"]
-        rec["tokens_seen"] += ck["tokens"]
-        rec["train_seconds"] += ck["elapsed"]
-        rec.update(lookup_steps=ck["step"], lookup_args=ck["args"])
+    rec = {"steps": base["step"], "tokens_seen": base["tokens"], "train_seconds": base["elapsed"],
+           "args": base["args"]}
+    for s in STAGE_ORDER[1:STAGE_ORDER.index(stage) + 1]:
+        r = ck if s == stage else ck[s]
+        rec["steps"] += r["step"]
+        rec["tokens_seen"] += r["tokens"]
+        rec["train_seconds"] += r["elapsed"]
+        rec.update({f"{s}_steps": r["step"], f"{s}_args": r["args"]})
     rec["train_seconds"] = round(rec["train_seconds"])
     return rec
 

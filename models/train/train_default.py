@@ -1427,9 +1427,8 @@ def main():
     p = sub.add_parser("export")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--stage", choices=("train", "induct", "recall", "lookup"), default="train",
-                   help="whose weights: train's (model_final.pt), the induction stage's (model_induct.pt) "
-                        "or the recall stage's (model_recall.pt)")
+    p.add_argument("--stage", choices=("train", "induct", "recall", "lookup", "wording"), default="train",
+                   help="whose weights: train's (model_final.pt) or a later stage's (model_STAGE.pt)")
     p = sub.add_parser("recall-evals", help="a larger recall eval set than prepare's, for tighter estimates")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
