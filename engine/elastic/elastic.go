@@ -59,13 +59,26 @@ type Spec struct {
 	Levels   []Level             `json:"levels"`
 }
 
+// Dir is the folder an elastic model's files (FileName, LoRADir) sit in:
+// path itself, or the folder of the model file path names.
+func Dir(path string) string {
+	if st, err := os.Stat(path); err == nil && !st.IsDir() {
+		return filepath.Dir(path)
+	}
+	return path
+}
+
+// Exists reports whether path (a model file or its folder) has an elastic
+// description beside it.
+func Exists(path string) bool {
+	_, err := os.Stat(filepath.Join(Dir(path), FileName))
+	return err == nil
+}
+
 // Load reads and checks dir/elastic.json (dir may also be the model file,
 // whose folder is then used).
 func Load(path string) (*Spec, error) {
-	if st, err := os.Stat(path); err == nil && !st.IsDir() {
-		path = filepath.Dir(path)
-	}
-	file := filepath.Join(path, FileName)
+	file := filepath.Join(Dir(path), FileName)
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("elastic: %w (an elastic model is made by tl elastic build)", err)

@@ -31,21 +31,7 @@ func loraDir(model, flagVal string) string {
 	if flagVal != "auto" {
 		return flagVal
 	}
-	dir := model
-	if st, err := os.Stat(model); err == nil && !st.IsDir() {
-		dir = filepath.Dir(model)
-	}
-	return filepath.Join(dir, elastic.LoRADir)
-}
-
-// isElastic reports whether model has an elastic description beside it.
-func isElastic(model string) bool {
-	dir := model
-	if st, err := os.Stat(model); err == nil && !st.IsDir() {
-		dir = filepath.Dir(model)
-	}
-	_, err := os.Stat(filepath.Join(dir, elastic.FileName))
-	return err == nil
+	return filepath.Join(elastic.Dir(model), elastic.LoRADir)
 }
 
 // bindElastic binds the elastic description beside model to the stepper's

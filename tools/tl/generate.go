@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tlite/tlite/engine"
+	"github.com/tlite/tlite/engine/elastic"
 	"github.com/tlite/tlite/engine/elastic/slo"
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/tokenizer"
@@ -232,7 +233,7 @@ type llmStepper interface {
 // openLLM opens a decoder with the plan sized for ctx tokens of context and
 // the KV cache mode asked for.
 func openLLM(model string, opts engine.Options, ctx int, mode string, cfg generate.Config) (llmStepper, error) {
-	if isElastic(model) {
+	if elastic.Exists(model) {
 		// --level binds each product by its weight (elastic.Bind), which
 		// needs the products apart.
 		opts.NoJoin = true
