@@ -6,7 +6,6 @@ import (
 	"math/rand"
 	"sort"
 
-	"github.com/tlite/tlite/engine"
 	"github.com/tlite/tlite/engine/generate"
 	"github.com/tlite/tlite/engine/kv"
 )
@@ -146,10 +145,7 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 			return nil, nil, err
 		}
 		nc := lay.chunks(ctxLen)
-		dens, peaks, err := chunkStats(&d, stats, ctxLen, C)
-		if err != nil {
-			return nil, nil, err
-		}
+		dens, peaks := d.chunkFigures(ctxLen/C, C)
 		for pi, p := range policies {
 			levels, err := policyLevels(p, dens, peaks, nc, rng)
 			if err != nil {
@@ -219,20 +215,14 @@ func Quality(st *kv.State, tokens []int, ctxLen, contLen, windows, C int, polici
 	return res, byPos, nil
 }
 
-// chunkStats are the full chunks' densities D_i and mean token peaks over
-// the first n tokens (slot = token), from one forward's statistics
-// already added to d.
-func chunkStats(d *Density, stats []engine.AttnStats, n, C int) (dens, peaks []float64, err error) {
-	tp, err := TokenPeaks(stats, n, func(j int) int { return j })
-	if err != nil {
-		return nil, nil, err
-	}
-	full := n / C
-	dens = make([]float64, full)
+// chunkFigures are the first full chunks' densities D_i and mean token
+// peaks (Density.Chunk, Density.ChunkPeak).
+func (d *Density) chunkFigures(full, C int) (dens, peaks []float64) {
+	dens, peaks = make([]float64, full), make([]float64, full)
 	for i := range dens {
-		dens[i] = d.Chunk(i*C, (i+1)*C)
+		dens[i], peaks[i] = d.Chunk(i*C, (i+1)*C), d.ChunkPeak(i*C, (i+1)*C)
 	}
-	return dens, chunkMeans(tp, full, C), nil
+	return dens, peaks
 }
 
 // chunkMeans is the mean of x over each of the first full chunks of C.
@@ -457,7 +447,7 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 		// question's rows alone).
 		st.Reset()
 		var d Density
-		peaks, qpeaks := make([]float64, n), make([]float64, n)
+		qpeaks := make([]float64, n)
 		for _, span := range [][2]int{{0, n - it.Query}, {n - it.Query, n}} {
 			if span[0] == span[1] {
 				continue
@@ -473,14 +463,11 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 			if err := d.Add(stats, func(j int) int { return j }); err != nil {
 				return res, err
 			}
-			tp, err := TokenPeaks(stats, n, func(j int) int { return j })
-			if err != nil {
-				return res, err
-			}
-			for t, v := range tp {
-				peaks[t] = math.Max(peaks[t], v)
-				if span[0] > 0 {
-					qpeaks[t] = v
+			// d keeps the peaks over both forwards; the question's alone
+			// are the second's.
+			if span[0] > 0 {
+				if qpeaks, err = TokenPeaks(stats, n, func(j int) int { return j }); err != nil {
+					return res, err
 				}
 			}
 		}
@@ -489,11 +476,8 @@ func Recall(st *kv.State, items []RecallItem, C int, policies []QualityPolicy, s
 			return res, err
 		}
 		full := n / C
-		dens := make([]float64, full)
-		for i := range dens {
-			dens[i] = d.Chunk(i*C, (i+1)*C)
-		}
-		chPeaks, chQPeaks := chunkMeans(peaks, full, C), chunkMeans(qpeaks, full, C)
+		dens, chPeaks := d.chunkFigures(full, C)
+		chQPeaks := chunkMeans(qpeaks, full, C)
 		for _, p := range policies {
 			var levels []Level
 			var err error
