@@ -1408,22 +1408,14 @@ def main():
                    help="seed of the row draw (another seed to continue a finished stage on other windows)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
-    p = sub.add_parser("lookup", help="the lookup stage after recall (from WORK/model_recall.pt)")
-    p.add_argument("--work", required=True)
-    p.add_argument("--a-steps", type=int, default=LookupArgs.a_steps)
-    p.add_argument("--b-steps", type=int, default=LookupArgs.b_steps)
-    p.add_argument("--c-steps", type=int, default=LookupArgs.c_steps)
-    p.add_argument("--decay-steps", type=int, default=LookupArgs.decay_steps)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
-    p = sub.add_parser("wording", help="the wording stage after lookup (from WORK/model_lookup.pt)")
-    p.add_argument("--work", required=True)
-    p.add_argument("--a-steps", type=int, default=WordingArgs.a_steps)
-    p.add_argument("--b-steps", type=int, default=WordingArgs.b_steps)
-    p.add_argument("--c-steps", type=int, default=WordingArgs.c_steps)
-    p.add_argument("--decay-steps", type=int, default=WordingArgs.decay_steps)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
+    for name, args_cls, help_ in (("lookup", LookupArgs, "the lookup stage after recall (from WORK/model_recall.pt)"),
+                                  ("wording", WordingArgs, "the wording stage after lookup (from WORK/model_lookup.pt)")):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--work", required=True)
+        for flag in ("a_steps", "b_steps", "c_steps", "decay_steps"):
+            p.add_argument("--" + flag.replace("_", "-"), type=int, default=getattr(args_cls, flag))
+        p.add_argument("--threads", type=int, default=2)
+        p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
     p = sub.add_parser("export")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
@@ -1456,12 +1448,10 @@ def main():
         a = RecallArgs(steps=args.steps, decay_steps=args.decay_steps, answer_weight=args.answer_weight,
                        copy_weight=args.copy_weight, data_seed=args.data_seed)
         recall(args.work, a, args.time_budget)
-    elif args.cmd == "lookup":
-        a = LookupArgs(a_steps=args.a_steps, b_steps=args.b_steps, c_steps=args.c_steps, decay_steps=args.decay_steps)
-        lookup(args.work, a, args.time_budget)
-    elif args.cmd == "wording":
-        a = WordingArgs(a_steps=args.a_steps, b_steps=args.b_steps, c_steps=args.c_steps, decay_steps=args.decay_steps)
-        lookup(args.work, a, args.time_budget, "wording")
+    elif args.cmd in ("lookup", "wording"):
+        cls = LookupArgs if args.cmd == "lookup" else WordingArgs
+        a = cls(a_steps=args.a_steps, b_steps=args.b_steps, c_steps=args.c_steps, decay_steps=args.decay_steps)
+        lookup(args.work, a, args.time_budget, args.cmd)
     elif args.cmd == "export":
         import export_default
         export_default.export(args.work, args.out, args.stage)
