@@ -43,6 +43,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 
@@ -1086,6 +1087,9 @@ class LookupArgs:
     ckpt_every: int = 10
     wordings: bool = False      # draw each document's wording from TRAIN_WORDINGS
     copy_every: int = 0         # every copy_every-th step's text rows are copy windows (0: never)
+    text_div: int = 4           # phases A and B: 1/text_div of a step's rows are text
+    prose_share: float = 0.0    # share of documents with filler whose facts are spread through it
+    frames: str = "train"       # wording table when wordings is set: "train" (TRAIN_WORDINGS) or "prose" (PROSE_WORDINGS)
 
     @property
     def steps(self):
@@ -1117,6 +1121,35 @@ class WordingArgs(LookupArgs):
     copy_every: int = 2
 
 
+@dataclasses.dataclass
+class ProseArgs(LookupArgs):
+    """The prose stage, run after wording from WORK/model_wording.pt.
+
+    wording made the question side of recall transfer to an unseen frame
+    (0.43 -> 0.88 at 256) but not the fact side (0.23 -> 0.32), and its
+    samples drifted into "The code for NAME is" (session 14). This stage
+    draws fact frames from PROSE_WORDINGS, four times as many as
+    TRAIN_WORDINGS and with the name in other places (two put the code
+    before the name), and spreads half the documents' facts through their
+    filler as sentences between the paragraphs, so a fact is not always
+    the head of a list. Half of every step's rows are text (a quarter
+    before), to keep the task format out of free text.
+    """
+    a_steps: int = 100
+    b_steps: int = 200
+    c_steps: int = 120
+    lr: float = 4e-4
+    decay_steps: int = 150
+    data_seed: int = SEED + 41
+    wordings: bool = True
+    copy_every: int = 2
+    text_div: int = 2
+    text_every: int = 2
+    prose_share: float = 0.5
+    frames: str = "prose"
+    probe_every: int = 140
+
+
 # Training wordings for the wording stage: (intros, fact frames around the
 # code, question frames). None of them is, or shares its distinctive words
 # with, a RECALL_TEMPLATES entry other than "trained".
@@ -1127,6 +1160,26 @@ TRAIN_WORDINGS = (
     ("Question: What is the code for {k}?\nAnswer:", "Q: What is {k}'s code?\nA:", "The code for {k} is",
      "Which code belongs to {k}? It is", "Look up {k}.\nResult:", "{k} ->"),
 )
+
+# Fact frames are (before, after) the code and may name {k} on either side.
+# Like TRAIN_WORDINGS they avoid the eval templates' frames: no "has the
+# code", no "'s number is", no "Which code goes with", no "Which number".
+PROSE_WORDINGS = (
+    TRAIN_WORDINGS[0] + ("Some codes follow.", "Keep track of these.", "A few people and their codes:", "", ""),
+    TRAIN_WORDINGS[1] + (
+        ("{k} uses", "."), ("{k} got", "."), ("{k} picked", " as a code."), ("{k} was assigned", "."),
+        ("{k}'s code is", "."), ("{k}'s pin is", "."), ("The pin of {k} is", "."), ("The key for {k} is", "."),
+        ("{k} is listed under", "."), ("{k} wrote down", "."), ("On {k}'s card it says", "."),
+        ("{k} keeps the code", "."), ("The locker of {k} opens with", "."), ("{k} signed in with", "."),
+        ("{k} (code", ")."), ("Code", " belongs to {k}."), ("The code", " is {k}'s."),
+        ("{k} chose", " and kept it."),
+    ),
+    TRAIN_WORDINGS[2] + (
+        "What code did {k} get?\nAnswer:", "Tell me {k}'s code:", "{k}'s code is", "Find {k}.\nFound:",
+        "Which code does {k} use? Answer:", "The code of {k}? That is", "Question: {k}'s code?\nAnswer:",
+    ),
+)
+WORDING_TABLES = {"train": TRAIN_WORDINGS, "prose": PROSE_WORDINGS}
 
 
 def text_documents(work):
@@ -1149,14 +1202,21 @@ def text_documents(work):
 class LookupRows:
     """Generates lookup rows: (ids of seq + 1 tokens, target weights of seq)."""
 
-    def __init__(self, work, rng, answer_weight, wordings=False):
-        self.wordings = wordings
+    def __init__(self, work, rng, answer_weight, wordings=False, frames="train", prose_share=0.0):
+        self.wordings = WORDING_TABLES[frames] if wordings else None
+        self.prose_share = prose_share
         self.enc, vocab = load_encoder(work)
         self.bos, self.eos = vocab[BOS], vocab[EOS]
         self.names, _ = corpus.split_names(random.Random(SEED))
         self.docs = text_documents(work)
         self.rng, self.aw = rng, answer_weight
         self.sep = self.enc.encode("\n\n")
+        # A fact sentence goes into prose filler after a token that ends a
+        # sentence or line and before one that starts with white space.
+        text = {i: self.enc.decode([i]) for i in vocab.values()}
+        self.ends = {i for i, t in text.items() if t.endswith((".", "!", "?", "\n"))}
+        self.lines = {i for i, t in text.items() if t.endswith("\n")}
+        self.starts = {i for i, t in text.items() if t[:1].isspace()}
 
     def filler(self, n):
         out = []
@@ -1175,18 +1235,37 @@ class LookupRows:
             w.extend([weight] * len(e))
         intro, frame, asks = "Remember these codes.", ("The code for {k} is", "."), None
         if self.wordings:
-            intros, frames, asks = TRAIN_WORDINGS
+            intros, frames, asks = self.wordings
             intro, frame = rng.choice(intros), rng.choice(frames)
-        put(intro, 1.0)
-        for i, (k, v) in enumerate(zip(keys, vals)):
-            put(("" if i == 0 and not intro else " ") + frame[0].format(k=k), 1.0)
+
+        def fact(k, v, lead, frame):
+            put(lead + frame[0].format(k=k), 1.0)
             put(f" {v}", 0.0)
-            put(frame[1], 1.0)
-        if filler:
-            put("\n\n", 1.0)
+            put(frame[1].format(k=k), 1.0)
+
+        if filler and self.prose_share and rng.random() < self.prose_share:
+            # Facts as sentences between the filler's own, in order, each
+            # in a frame of its own.
             f = self.filler(filler)
-            ids.extend(f)
-            w.extend([1.0] * len(f))
+            cuts = [j + 1 for j in range(len(f) - 1) if f[j] in self.ends and f[j + 1] in self.starts]
+            at = sorted(rng.sample(cuts, n_facts)) if len(cuts) >= n_facts else [len(f)] * n_facts
+            last = 0
+            for k, v, a in zip(keys, vals, at):
+                ids.extend(f[last:a])
+                w.extend([1.0] * (a - last))
+                last = a
+                fact(k, v, "" if a == 0 or f[a - 1] in self.lines else " ", rng.choice(self.wordings[1]))
+            ids.extend(f[last:])
+            w.extend([1.0] * (len(f) - last))
+        else:
+            put(intro, 1.0)
+            for i, (k, v) in enumerate(zip(keys, vals)):
+                fact(k, v, "" if i == 0 and not intro else " ", frame)
+            if filler:
+                put("\n\n", 1.0)
+                f = self.filler(filler)
+                ids.extend(f)
+                w.extend([1.0] * len(f))
         for qi in rng.sample(range(n_facts), n_facts):
             ask = rng.choice(asks) if asks else "Question: What is the code for {k}?\nAnswer:"
             put("\n\n" + ask.format(k=keys[qi]), 1.0)
@@ -1230,16 +1309,43 @@ def lookup_accuracy(model, rows, names, n_facts, n=50, seed=5, template="trained
     return ok / n
 
 
+LEAK = re.compile(r"\bcodes?\b|\b\d{4}\.|Answer:", re.IGNORECASE)
+
+
+@torch.no_grad()
+def leak_rate(model, data, enc, n=64, prompt=24, gen=40, temperature=0.8, seed=9):
+    """Share of n sampled continuations of held fortunes that drift into the
+    recall task's format (LEAK: "code", a 4-digit number ending a sentence,
+    "Answer:"), counted only where the prompt itself has no such match.
+    The prompts are the first `prompt` tokens of validation fortunes."""
+    was = model.training
+    model.eval()
+    st = data.val["fortunes"]
+    bos = int(st[0])
+    cut = torch.nonzero(st == bos).flatten().tolist() + [len(st)]
+    heads = [st[a:a + 1 + prompt] for a, b in zip(cut, cut[1:]) if b - a > prompt + 1]
+    heads = [h for h in heads if not LEAK.search(enc.decode(h[1:].tolist()))][:n]
+    g = torch.Generator().manual_seed(seed)
+    x = torch.stack(heads)
+    for _ in range(gen):
+        p = F.softmax(forward_logits(model, x)[:, -1] / temperature, -1)
+        x = torch.cat([x, torch.multinomial(p, 1, generator=g)], 1)
+    texts = [enc.decode([t for t in row[1 + prompt:].tolist() if t < VOCAB - 2]) for row in x]
+    hits = sum(bool(LEAK.search(t)) for t in texts)
+    model.train(was)
+    return hits / max(1, len(texts)), hits, texts
+
+
 def lookup_phase(step, a):
     """(seq, lookup rows, text rows, max facts, max filler) of a step."""
     if step < a.a_steps:
         facts = min(a.max_facts, 2 + (a.max_facts - 2) * step // max(1, a.grow_facts))
         n = a.tokens_per_step // a.a_seq
-        return a.a_seq, n - n // 4, n // 4, facts, 0
+        return a.a_seq, n - n // a.text_div, n // a.text_div, facts, 0
     if step < a.a_steps + a.b_steps:
         n = a.tokens_per_step // a.b_seq
         grow = min(1.0, (step - a.a_steps + 1) / (a.b_steps / 2))
-        return a.b_seq, n - n // 4, n // 4, a.max_facts, int(a.b_filler * grow)
+        return a.b_seq, n - n // a.text_div, n // a.text_div, a.max_facts, int(a.b_filler * grow)
     text = (step + 1) % a.text_every == 0
     return a.long_seq, 0 if text else 1, 1 if text else 0, a.max_facts, a.c_filler
 
@@ -1247,7 +1353,7 @@ def lookup_phase(step, a):
 def lookup(work, a, time_budget, stage="lookup"):
     """The lookup stage (from recall) or, with stage "wording" and
     WordingArgs, the wording stage (from lookup): the same loop."""
-    prev = {"lookup": "recall", "wording": "lookup"}[stage]
+    prev = {"lookup": "recall", "wording": "lookup", "prose": "wording"}[stage]
     data = Data(work)
     val = data.val["fortunes"]
     model = build_model()
@@ -1255,7 +1361,7 @@ def lookup(work, a, time_budget, stage="lookup"):
     opt = make_optimizer(model, a)
     gen = torch.Generator().manual_seed(a.data_seed)
     rng = random.Random(a.data_seed + 1)
-    rows = LookupRows(work, rng, a.answer_weight, a.wordings)
+    rows = LookupRows(work, rng, a.answer_weight, a.wordings, a.frames, a.prose_share)
     train_names, eval_names = corpus.split_names(random.Random(SEED))
     base = torch.load(os.path.join(work, f"ckpt_{prev}.pt"))
     step, tokens, elapsed_before = 0, 0, 0.0
@@ -1269,7 +1375,7 @@ def lookup(work, a, time_budget, stage="lookup"):
     def save(path, tag):
         ck = stage_state(model, opt, gen, rng, step, tokens, elapsed_before + time.time() - t0, a)
         # Each stage carries the records of all before it.
-        ck.update({k: base[k] for k in ("train", "induct", "recall") if k in base})
+        ck.update({k: base[k] for k in ("train", "induct", "recall", "lookup") if k in base})
         ck[prev] = record_of(base)
         save_atomic(ck, path)
         log(f"{stage}: checkpoint ({tag}) at step {step}")
@@ -1282,6 +1388,8 @@ def lookup(work, a, time_budget, stage="lookup"):
         if a.wordings:
             line += ", 4 unseen reworded (" + ", ".join(
                 f"{t} {lookup_accuracy(model, rows, eval_names, 4, template=t):.2f}" for t in ("question", "facts", "both")) + ")"
+        if a.prose_share:
+            line += f", leak {leak_rate(model, data, rows.enc)[0]:.3f}"
         log(line)
 
     model.train()
@@ -1409,7 +1517,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
     for name, args_cls, help_ in (("lookup", LookupArgs, "the lookup stage after recall (from WORK/model_recall.pt)"),
-                                  ("wording", WordingArgs, "the wording stage after lookup (from WORK/model_lookup.pt)")):
+                                  ("wording", WordingArgs, "the wording stage after lookup (from WORK/model_lookup.pt)"),
+                                  ("prose", ProseArgs, "the prose stage after wording (from WORK/model_wording.pt)")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("--work", required=True)
         for flag in ("a_steps", "b_steps", "c_steps", "decay_steps"):
@@ -1419,7 +1528,7 @@ def main():
     p = sub.add_parser("export")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--stage", choices=("train", "induct", "recall", "lookup", "wording"), default="train",
+    p.add_argument("--stage", choices=("train", "induct", "recall", "lookup", "wording", "prose"), default="train",
                    help="whose weights: train's (model_final.pt) or a later stage's (model_STAGE.pt)")
     p = sub.add_parser("recall-evals", help="a larger recall eval set than prepare's, for tighter estimates")
     p.add_argument("--work", required=True)
@@ -1427,6 +1536,11 @@ def main():
     p.add_argument("--items", type=int, default=200)
     p.add_argument("--template", choices=sorted(RECALL_TEMPLATES), default="trained",
                    help="the wording of facts and question (trained: the training rows')")
+    p = sub.add_parser("leak-probe", help="how often sampled text drifts into the recall task's format")
+    p.add_argument("--work", required=True)
+    p.add_argument("--stage", choices=("train", "induct", "recall", "lookup", "wording", "prose"), default="lookup")
+    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
     p = sub.add_parser("compact", help="shrink a checkpoint to commit it (Adam moments in bfloat16)")
     p.add_argument("src")
     p.add_argument("dst")
@@ -1448,8 +1562,8 @@ def main():
         a = RecallArgs(steps=args.steps, decay_steps=args.decay_steps, answer_weight=args.answer_weight,
                        copy_weight=args.copy_weight, data_seed=args.data_seed)
         recall(args.work, a, args.time_budget)
-    elif args.cmd in ("lookup", "wording"):
-        cls = LookupArgs if args.cmd == "lookup" else WordingArgs
+    elif args.cmd in ("lookup", "wording", "prose"):
+        cls = {"lookup": LookupArgs, "wording": WordingArgs, "prose": ProseArgs}[args.cmd]
         a = cls(a_steps=args.a_steps, b_steps=args.b_steps, c_steps=args.c_steps, decay_steps=args.decay_steps)
         lookup(args.work, a, args.time_budget, args.cmd)
     elif args.cmd == "export":
@@ -1457,6 +1571,13 @@ def main():
         export_default.export(args.work, args.out, args.stage)
     elif args.cmd == "recall-evals":
         recall_evals(args.work, args.out, args.items, args.template)
+    elif args.cmd == "leak-probe":
+        import export_default
+        model = export_default.load_model(args.work, args.stage)
+        rate, hits, samples = leak_rate(model, Data(args.work), load_encoder(args.work)[0], n=args.prompts)
+        print(f"{args.stage}: {hits}/{len(samples)} samples leak the task format ({rate:.3f})")
+        for t in samples[:4]:
+            print("  ---", repr(t))
     elif args.cmd == "compact":
         compact(args.src, args.dst)
 
