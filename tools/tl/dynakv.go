@@ -353,7 +353,10 @@ type recallResult struct {
 	Examples int     `json:"examples"`
 	// Tail is how many of each context's last tokens were decoded
 	// through DynaKV rather than prefilled.
-	Tail         int     `json:"decoded_tail"`
+	Tail int `json:"decoded_tail"`
+	// TailShort counts the examples whose context was too short for Tail
+	// (a context of n tokens decodes at most n-2): those decoded n-2.
+	TailShort    int     `json:"tail_shortened"`
 	ContextToks  float64 `json:"mean_context_tokens"`
 	Accuracy     float64 `json:"accuracy"`
 	FullAccuracy float64 `json:"full_accuracy"`
@@ -402,6 +405,9 @@ func runRecall(path string, limit, tail int, tok *tokenizer.Tokenizer, dyn, full
 			return err
 		}
 		ctxToks += len(ctx)
+		if tail > len(ctx)-2 {
+			res.TailShort++
+		}
 		best, fbest := -1, -1
 		var bl, fbl float64
 		for i, c := range ex.Candidates {
@@ -414,7 +420,7 @@ func runRecall(path string, limit, tail int, tok *tokenizer.Tokenizer, dyn, full
 				return err
 			}
 			dyn.Session().SetAttentionHook(sys.Hook(), false)
-			dl, fl, err := dynakv.Continuation(dyn, full, ctx, cand, min(tail, len(ctx)-2))
+			dl, fl, err := dynakv.Continuation(dyn, full, ctx, cand, min(tail, max(0, len(ctx)-2)))
 			dyn.Session().SetAttentionHook(nil, false)
 			res.ReadBytes += sys.ReadSnapshot().Read.Bytes
 			sys.Close()
@@ -458,5 +464,8 @@ func runRecall(path string, limit, tail int, tok *tokenizer.Tokenizer, dyn, full
 	}
 	fmt.Fprintf(stdout, "%s recall on %s (ρ = %.3f, last %d context tokens decoded): %d examples of %.0f context tokens, accuracy %.3f (full attention %.3f), same choice %.3f; %d bytes read; %.1f s\n",
 		res.Mode, res.File, res.Budget, res.Tail, res.Examples, res.ContextToks, res.Accuracy, res.FullAccuracy, res.Agreement, res.ReadBytes, res.Seconds)
+	if res.TailShort > 0 {
+		fmt.Fprintf(stdout, "  %d of %d contexts were shorter than %d+2 tokens: each decoded all but its first 2\n", res.TailShort, res.Examples, res.Tail)
+	}
 	return nil
 }

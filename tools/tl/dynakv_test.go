@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -96,8 +98,28 @@ func TestDynaKVRecallTail(t *testing.T) {
 	if want, err := dynakv.DeviceSlots(int(r.ContextToks)-20, 0); err != nil || r.DeviceSlots != want {
 		t.Fatalf("device slots %d for %v context tokens less 20 decoded: want %d (%v)", r.DeviceSlots, r.ContextToks, want, err)
 	}
+	if r.TailShort != 0 {
+		t.Fatalf("%d contexts shortened the tail of 20 in recall_256", r.TailShort)
+	}
 	if _, _, err := capture(t, runPerplexity, "--kv", "dynakv", "--model", model, "--kv-dir", dir,
 		"--recall", "../../testdata/longctx/evals/recall_256.jsonl", "--recall-n", "1", "--recall-decode", "-1"); err == nil {
 		t.Fatal("--recall-decode -1 accepted")
+	}
+	// A context shorter than the tail decodes what it has, and says so.
+	short := filepath.Join(dir, "short.jsonl")
+	if err := os.WriteFile(short, []byte(`{"context": "The code for Ash is 1234. Ash:", "candidates": [" 1234.", " 5678."], "answer": 0}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = capture(t, runPerplexity, "--kv", "dynakv", "--model", model, "--kv-dir", dir, "--kv-budget", "0.1",
+		"--recall", short, "--recall-decode", "24", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = recallResult{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.TailShort != 1 || r.Examples != 1 {
+		t.Fatalf("short context: %d of %d examples shortened; want 1 of 1", r.TailShort, r.Examples)
 	}
 }
