@@ -73,9 +73,9 @@ def scrub_hosts(text):
     return URL_HOST.sub(r"\1example.invalid", text)
 
 # The weights and checkpoint each stage leaves in WORK, in training order:
-# train, then induct (train_default.py induct), recall, lookup, wording and
-# prose, each continuing from the one before.
-STAGE_ORDER = ("train", "induct", "recall", "lookup", "wording", "prose")
+# train, then induct (train_default.py induct), recall, lookup, wording,
+# prose and far, each continuing from the one before.
+STAGE_ORDER = ("train", "induct", "recall", "lookup", "wording", "prose", "far")
 STAGES = {"train": ("model_final.pt", "ckpt.pt")}
 STAGES.update({s: (f"model_{s}.pt", f"ckpt_{s}.pt") for s in STAGE_ORDER[1:]})
 

@@ -1156,6 +1156,28 @@ class ProseArgs(LookupArgs):
     scaffold_weight: float = 0.0
 
 
+@dataclasses.dataclass
+class FarArgs(ProseArgs):
+    """The far stage, run after prose from WORK/model_prose.pt: prose's
+    sequence-2048 phase alone, longer and with more list documents.
+
+    prose left recall at distance 2000 at 0.460 (200 items; lookup 0.610):
+    its 2048 phase had 60 lookup rows, half of them prose documents whose
+    facts sit anywhere in the filler, so few questions were asked 1,900
+    tokens after their fact. Here 200 steps at 2048, two of three rows
+    lookup documents of which three quarters keep their facts at the head.
+    """
+    a_steps: int = 0
+    b_steps: int = 0
+    c_steps: int = 200
+    lr: float = 2e-4
+    decay_steps: int = 200
+    data_seed: int = SEED + 51
+    text_every: int = 3
+    prose_share: float = 0.25
+    probe_every: int = 100
+
+
 # Training wordings for the wording stage: (intros, fact frames around the
 # code, question frames). None of them is, or shares its distinctive words
 # with, a RECALL_TEMPLATES entry other than "trained".
@@ -1360,7 +1382,7 @@ def lookup_phase(step, a):
 def lookup(work, a, time_budget, stage="lookup"):
     """The lookup stage (from recall) or, with stage "wording" and
     WordingArgs, the wording stage (from lookup): the same loop."""
-    prev = {"lookup": "recall", "wording": "lookup", "prose": "wording"}[stage]
+    prev = {"lookup": "recall", "wording": "lookup", "prose": "wording", "far": "prose"}[stage]
     data = Data(work)
     val = data.val["fortunes"]
     model = build_model()
@@ -1382,7 +1404,7 @@ def lookup(work, a, time_budget, stage="lookup"):
     def save(path, tag):
         ck = stage_state(model, opt, gen, rng, step, tokens, elapsed_before + time.time() - t0, a)
         # Each stage carries the records of all before it.
-        ck.update({k: base[k] for k in ("train", "induct", "recall", "lookup") if k in base})
+        ck.update({k: base[k] for k in ("train", "induct", "recall", "lookup", "wording") if k in base})
         ck[prev] = record_of(base)
         save_atomic(ck, path)
         log(f"{stage}: checkpoint ({tag}) at step {step}")
@@ -1525,7 +1547,8 @@ def main():
     p.add_argument("--time-budget", type=float, default=0, help="seconds; safety stop, 0 = none")
     for name, args_cls, help_ in (("lookup", LookupArgs, "the lookup stage after recall (from WORK/model_recall.pt)"),
                                   ("wording", WordingArgs, "the wording stage after lookup (from WORK/model_lookup.pt)"),
-                                  ("prose", ProseArgs, "the prose stage after wording (from WORK/model_wording.pt)")):
+                                  ("prose", ProseArgs, "the prose stage after wording (from WORK/model_wording.pt)"),
+                                  ("far", FarArgs, "the far stage after prose (from WORK/model_prose.pt)")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("--work", required=True)
         for flag in ("a_steps", "b_steps", "c_steps", "decay_steps"):
@@ -1535,7 +1558,7 @@ def main():
     p = sub.add_parser("export")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--stage", choices=("train", "induct", "recall", "lookup", "wording", "prose"), default="train",
+    p.add_argument("--stage", choices=("train", "induct", "recall", "lookup", "wording", "prose", "far"), default="train",
                    help="whose weights: train's (model_final.pt) or a later stage's (model_STAGE.pt)")
     p = sub.add_parser("recall-evals", help="a larger recall eval set than prepare's, for tighter estimates")
     p.add_argument("--work", required=True)
@@ -1545,7 +1568,7 @@ def main():
                    help="the wording of facts and question (trained: the training rows')")
     p = sub.add_parser("leak-probe", help="how often sampled text drifts into the recall task's format")
     p.add_argument("--work", required=True)
-    p.add_argument("--stage", choices=("train", "induct", "recall", "lookup", "wording", "prose"), default="lookup")
+    p.add_argument("--stage", choices=("train", "induct", "recall", "lookup", "wording", "prose", "far"), default="lookup")
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p = sub.add_parser("compact", help="shrink a checkpoint to commit it (Adam moments in bfloat16)")
@@ -1569,8 +1592,8 @@ def main():
         a = RecallArgs(steps=args.steps, decay_steps=args.decay_steps, answer_weight=args.answer_weight,
                        copy_weight=args.copy_weight, data_seed=args.data_seed)
         recall(args.work, a, args.time_budget)
-    elif args.cmd in ("lookup", "wording", "prose"):
-        cls = {"lookup": LookupArgs, "wording": WordingArgs, "prose": ProseArgs}[args.cmd]
+    elif args.cmd in ("lookup", "wording", "prose", "far"):
+        cls = {"lookup": LookupArgs, "wording": WordingArgs, "prose": ProseArgs, "far": FarArgs}[args.cmd]
         a = cls(a_steps=args.a_steps, b_steps=args.b_steps, c_steps=args.c_steps, decay_steps=args.decay_steps)
         lookup(args.work, a, args.time_budget, args.cmd)
     elif args.cmd == "export":
