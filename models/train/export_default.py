@@ -73,9 +73,10 @@ def scrub_hosts(text):
     return URL_HOST.sub(r"\1example.invalid", text)
 
 # The weights and checkpoint each stage leaves in WORK, in training order:
-# train, then induct (train_default.py induct), recall, lookup, wording,
-# prose and far, each continuing from the one before.
-STAGE_ORDER = ("train", "induct", "recall", "lookup", "wording", "prose", "far")
+# train, then induct (train_default.py induct), recall, lookup, wording and
+# prose, each continuing from the one before; far and polish both continue
+# from prose (a checkpoint names the stages it carries).
+STAGE_ORDER = ("train", "induct", "recall", "lookup", "wording", "prose", "far", "polish")
 STAGES = {"train": ("model_final.pt", "ckpt.pt")}
 STAGES.update({s: (f"model_{s}.pt", f"ckpt_{s}.pt") for s in STAGE_ORDER[1:]})
 
@@ -97,6 +98,8 @@ def training_record(work, stage):
     rec = {"steps": base["step"], "tokens_seen": base["tokens"], "train_seconds": base["elapsed"],
            "args": base["args"]}
     for s in STAGE_ORDER[1:STAGE_ORDER.index(stage) + 1]:
+        if s != stage and s not in ck:
+            continue  # a branch this stage did not come through
         r = ck if s == stage else ck[s]
         rec["steps"] += r["step"]
         rec["tokens_seen"] += r["tokens"]
