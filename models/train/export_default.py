@@ -75,8 +75,8 @@ def scrub_hosts(text):
 # The weights and checkpoint each stage leaves in WORK, in training order:
 # train, then induct (train_default.py induct), recall, lookup, wording and
 # prose, each continuing from the one before; far and polish both continue
-# from prose (a checkpoint names the stages it carries).
-STAGE_ORDER = ("train", "induct", "recall", "lookup", "wording", "prose", "far", "polish")
+# from prose, mend from polish (a checkpoint names the stages it carries).
+STAGE_ORDER = ("train", "induct", "recall", "lookup", "wording", "prose", "far", "polish", "mend")
 STAGES = {"train": ("model_final.pt", "ckpt.pt")}
 STAGES.update({s: (f"model_{s}.pt", f"ckpt_{s}.pt") for s in STAGE_ORDER[1:]})
 
