@@ -251,6 +251,8 @@ var recallPolicies = append(append([]QualityPolicy(nil), allPolicies...), Policy
 // distances, default 256,1024; LLMS_RECALL_POLICIES a comma-separated
 // subset of the policies, default all) with the context's KV stored under
 // each policy. The cache is sized to the longest item (at least 1280).
+// Run it with -v: without it go test keeps only the first 10 lines of a
+// benchmark's log, which cuts the paired table short.
 func BenchmarkRecall(b *testing.B) {
 	n := 20
 	if v, err := strconv.Atoi(os.Getenv("LLMS_RECALL_N")); err == nil {
