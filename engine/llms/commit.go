@@ -329,7 +329,7 @@ func (m *Manager) tier(c *context, i int) string {
 func (m *Manager) Stats() ManagerStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := ManagerStats{Mode: m.cfg.Mode, BudgetBytes: m.cfg.BudgetBytes, PoolData: m.poolB, Contexts: len(m.ctxs), Active: m.active,
+	s := ManagerStats{Mode: m.cfg.Mode, Tolerance: m.cfg.Tolerance, BudgetBytes: m.cfg.BudgetBytes, PoolData: m.poolB, Contexts: len(m.ctxs), Active: m.active,
 		Chunks: map[string]int{}, Residency: map[string]int{}, Cost: m.cost, Corrupt: map[string]string{}}
 	for _, c := range m.ctxs {
 		s.Bookkeeping += m.bookkeeping(c)

@@ -111,7 +111,8 @@
 //     AttnStatsTotal.Peak; Density.Peak, persisted with the sums).
 //     Config.Tolerance = TolerancePeak keeps the levels density assigns
 //     (the same band sizes, so the same bytes) and places them by the
-//     chunks' mean peak; the default stays ToleranceDensity, the paper's.
+//     chunks' mean peak; the default stays ToleranceDensity, the paper's
+//     (tl serve --tolerance density|peak; ParseTolerance).
 //     Why: density is a mean over every row that may attend a token, so
 //     a fact that only a later question attends, sharply, among hundreds
 //     of rows of filler that ignore it, ranks low and is compressed

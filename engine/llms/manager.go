@@ -132,6 +132,36 @@ const (
 	TolerancePeak
 )
 
+// String is the tolerance's name as ParseTolerance reads it.
+func (t Tolerance) String() string {
+	switch t {
+	case ToleranceDensity:
+		return "density"
+	case TolerancePeak:
+		return "peak"
+	}
+	return fmt.Sprintf("Tolerance(%d)", int(t))
+}
+
+// MarshalText writes the name, so that reports (ManagerStats) say
+// "density" or "peak" rather than a number.
+func (t Tolerance) MarshalText() ([]byte, error) {
+	if t != ToleranceDensity && t != TolerancePeak {
+		return nil, fmt.Errorf("llms: unknown tolerance %d", int(t))
+	}
+	return []byte(t.String()), nil
+}
+
+// ParseTolerance reads a tolerance's name: "density" or "peak".
+func ParseTolerance(name string) (Tolerance, error) {
+	for _, t := range []Tolerance{ToleranceDensity, TolerancePeak} {
+		if name == t.String() {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("llms: unknown tolerance %q (want density or peak)", name)
+}
+
 // Bookkeeping costs counted in the budget besides chunk bytes: the
 // in-memory chunk table row and pool entry, and per token the id and the
 // three density figures (sum, count, peak).
@@ -177,6 +207,7 @@ type SwitchTimings struct {
 // ManagerStats is a snapshot for reports and the service's /v1/stats.
 type ManagerStats struct {
 	Mode        Mode              `json:"mode"`
+	Tolerance   Tolerance         `json:"tolerance"`
 	BudgetBytes int64             `json:"budget_bytes"`
 	PoolBytes   int64             `json:"pool_bytes"`
 	PoolData    int64             `json:"pool_data_bytes"`

@@ -667,3 +667,28 @@ func TestPipelineOverlap(t *testing.T) {
 		t.Errorf("the install waited %v for %v of I/O: nothing overlapped the recompute", tm.IOWait, tm.IO)
 	}
 }
+
+// TestParseTolerance: the names round-trip through ParseTolerance,
+// String and MarshalText; anything else is refused.
+func TestParseTolerance(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want Tolerance
+	}{{"density", ToleranceDensity}, {"peak", TolerancePeak}} {
+		got, err := ParseTolerance(c.name)
+		if err != nil || got != c.want || got.String() != c.name {
+			t.Errorf("ParseTolerance(%q) = %v, %v", c.name, got, err)
+		}
+		if b, err := got.MarshalText(); err != nil || string(b) != c.name {
+			t.Errorf("MarshalText of %q: %q, %v", c.name, b, err)
+		}
+	}
+	for _, bad := range []string{"", "Peak", "sharp", "1"} {
+		if _, err := ParseTolerance(bad); err == nil {
+			t.Errorf("ParseTolerance(%q) accepted", bad)
+		}
+	}
+	if _, err := Tolerance(7).MarshalText(); err == nil {
+		t.Error("an unknown tolerance marshalled")
+	}
+}

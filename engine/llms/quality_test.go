@@ -246,9 +246,13 @@ var recallPolicies = append(append([]QualityPolicy(nil), allPolicies...), Policy
 
 // BenchmarkRecall is key→value recall (testdata/longctx/evals/recall_*.jsonl,
 // or the same files in LLMS_RECALL_DIR, e.g. train_default.py recall-evals'
-// 200-item sets; LLMS_RECALL_N items of each distance, default 20;
-// LLMS_RECALL_DISTS the distances, default 256,1024) with the
-// context's KV stored under each policy.
+// 200-item sets or its --lead sets with the facts mid-context;
+// LLMS_RECALL_N items of each distance, default 20; LLMS_RECALL_DISTS the
+// distances, default 256,1024; LLMS_RECALL_POLICIES a comma-separated
+// subset of the policies, default all) with the context's KV stored under
+// each policy. The cache is sized to the longest item (at least 1280).
+// Run it with -v: without it go test keeps only the first 10 lines of a
+// benchmark's log, which cuts the paired table short.
 func BenchmarkRecall(b *testing.B) {
 	n := 20
 	if v, err := strconv.Atoi(os.Getenv("LLMS_RECALL_N")); err == nil {
@@ -258,94 +262,140 @@ func BenchmarkRecall(b *testing.B) {
 	if d := os.Getenv("LLMS_RECALL_DIR"); d != "" {
 		dir = d
 	}
+	policies := recallPolicies
+	if v := os.Getenv("LLMS_RECALL_POLICIES"); v != "" {
+		var err error
+		if policies, err = pickPolicies(v, recallPolicies); err != nil {
+			b.Fatal(err)
+		}
+	}
 	tok, err := tokenizer.Load("../../testdata/longctx/tokenizer.json")
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := kv.Open("../../testdata/longctx/model.onnx", engine.Options{}, kv.Config{MaxContext: 1280, AttentionStats: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Session().Close()
 	dists := []string{"256", "1024"}
 	if v := os.Getenv("LLMS_RECALL_DISTS"); v != "" {
 		dists = strings.Split(v, ",")
 	}
-	for _, dist := range dists {
-		raw, err := os.ReadFile(filepath.Join(dir, "recall_"+dist+".jsonl"))
-		if err != nil {
+	sets := make([][]RecallItem, len(dists))
+	cache := 1280
+	for k, dist := range dists {
+		if sets[k], err = readRecallItems(tok, filepath.Join(dir, "recall_"+dist+".jsonl"), n); err != nil {
 			b.Fatal(err)
 		}
-		var items []RecallItem
-		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-			if len(items) == n {
-				break
+		for _, it := range sets[k] {
+			longest := 0
+			for _, c := range it.Candidates {
+				longest = max(longest, len(c))
 			}
-			var r struct {
-				Context    string   `json:"context"`
-				Candidates []string `json:"candidates"`
-				Answer     int      `json:"answer"`
-			}
-			if err := json.Unmarshal([]byte(line), &r); err != nil {
-				b.Fatal(err)
-			}
-			ctx, err := tok.Encode(r.Context, tokenizer.EncodeOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			// The question's tokens: the context after the fact list and
-			// filler ("\n\nQuestion: ..."), from where the prefix alone
-			// stops tokenizing as the whole does (the merges at the
-			// boundary may differ by a token or two).
-			q := strings.LastIndex(r.Context, "\n\nQuestion:")
-			if q < 0 {
-				b.Fatalf("recall item without a question: %.60q", r.Context)
-			}
-			pre, err := tok.Encode(r.Context[:q], tokenizer.EncodeOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			m := 0
-			for m < len(pre) && m < len(ctx)-1 && pre[m] == ctx[m] {
-				m++
-			}
-			if m+3 < len(pre) || m < 16 {
-				b.Fatalf("the context before its question tokenizes differently alone from token %d of %d", m, len(pre))
-			}
-			it := RecallItem{Context: ctx, Answer: r.Answer, Query: len(ctx) - 1 - m}
-			for _, c := range r.Candidates {
-				ids, err := tok.Encode(c, tokenizer.EncodeOptions{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				it.Candidates = append(it.Candidates, ids)
-			}
-			items = append(items, it)
+			cache = max(cache, len(it.Context)+longest)
 		}
+	}
+	st, err := kv.Open("../../testdata/longctx/model.onnx", engine.Options{}, kv.Config{MaxContext: cache, AttentionStats: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Session().Close()
+	for k, dist := range dists {
+		items := sets[k]
 		for i := 0; i < b.N; i++ {
-			res, err := Recall(st, items, 16, recallPolicies, 1)
+			res, err := Recall(st, items, 16, policies, 1)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Logf("recall distance %s, %d items; each policy against fp32 and its control, paired item by item:", dist, len(items))
 			b.Logf("%-22s %-8s %-22s %-28s %s", "policy", "accuracy", "vs", "diff ± paired SE", "discordant A:B, exact McNemar p")
-			for _, p := range recallPolicies {
+			for _, p := range policies {
 				b.ReportMetric(res.Accuracy(p), "acc-"+dist+"-"+string(p))
-				for k, vs := range []QualityPolicy{PolicyFP, recallControl[p]} {
-					if vs == "" || vs == p {
+				name, acc := string(p), fmt.Sprintf("%.3f", res.Accuracy(p))
+				for _, vs := range []QualityPolicy{PolicyFP, recallControl[p]} {
+					if _, ran := res.Correct[vs]; !ran || vs == p {
 						continue
 					}
 					pr, err := res.Pair(p, vs)
 					if err != nil {
 						b.Fatal(err)
 					}
-					name, acc := string(p), fmt.Sprintf("%.3f", res.Accuracy(p))
-					if k > 0 {
-						name, acc = "", ""
-					}
 					b.Logf("%-22s %-8s %-22s %+.3f ± %.3f %17s %3d:%-3d p=%.3g", name, acc, vs, pr.Diff, pr.StdErr, "", pr.OnlyA, pr.OnlyB, pr.P)
+					name, acc = "", ""
+				}
+				if name != "" {
+					b.Logf("%-22s %s", name, acc)
 				}
 			}
 		}
 	}
+}
+
+// pickPolicies parses a comma-separated list of policy names, each of
+// which must be in known.
+func pickPolicies(list string, known []QualityPolicy) ([]QualityPolicy, error) {
+	var out []QualityPolicy
+	for _, name := range strings.Split(list, ",") {
+		p := QualityPolicy(strings.TrimSpace(name))
+		found := false
+		for _, q := range known {
+			found = found || q == p
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown policy %q (known: %v)", p, known)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// readRecallItems reads up to n recall items from a recall_*.jsonl file
+// and tokenizes them, marking each item's question: the context after the
+// fact list and filler ("\n\nQuestion: ..."), from where the prefix alone
+// stops tokenizing as the whole does (the merges at the boundary may
+// differ by a token or two).
+func readRecallItems(tok *tokenizer.Tokenizer, path string, n int) ([]RecallItem, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var items []RecallItem
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		if len(items) == n {
+			break
+		}
+		var r struct {
+			Context    string   `json:"context"`
+			Candidates []string `json:"candidates"`
+			Answer     int      `json:"answer"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		ctx, err := tok.Encode(r.Context, tokenizer.EncodeOptions{})
+		if err != nil {
+			return nil, err
+		}
+		q := strings.LastIndex(r.Context, "\n\nQuestion:")
+		if q < 0 {
+			return nil, fmt.Errorf("%s: recall item without a question: %.60q", path, r.Context)
+		}
+		pre, err := tok.Encode(r.Context[:q], tokenizer.EncodeOptions{})
+		if err != nil {
+			return nil, err
+		}
+		m := 0
+		for m < len(pre) && m < len(ctx)-1 && pre[m] == ctx[m] {
+			m++
+		}
+		if m+3 < len(pre) || m < 16 {
+			return nil, fmt.Errorf("%s: the context before its question tokenizes differently alone from token %d of %d", path, m, len(pre))
+		}
+		it := RecallItem{Context: ctx, Answer: r.Answer, Query: len(ctx) - 1 - m}
+		for _, c := range r.Candidates {
+			ids, err := tok.Encode(c, tokenizer.EncodeOptions{})
+			if err != nil {
+				return nil, err
+			}
+			it.Candidates = append(it.Candidates, ids)
+		}
+		items = append(items, it)
+	}
+	return items, nil
 }

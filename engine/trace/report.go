@@ -144,14 +144,33 @@ func sortedKeys[K int | string, V any](m map[K]V) []K {
 	return ks
 }
 
-// MaxContexts returns, per system, the largest measured context count n
-// such that the mean switch latency (p95 if useP95) stays within limit at n
-// and at every smaller measured count; 0 if even the smallest exceeds it.
-func (rep *Report) MaxContexts(limit time.Duration, useP95 bool) map[string]int {
-	out := map[string]int{}
+// Held is how many contexts a system held under a latency limit: the
+// largest measured context count whose switch latency, and that of every
+// smaller measured count, stays within the limit. AtLeast marks a count
+// that is the largest one measured: the limit was not reached, so the
+// true maximum may be higher (a lower bound, not a maximum).
+type Held struct {
+	Contexts int  `json:"contexts"`
+	AtLeast  bool `json:"at_least"`
+}
+
+// String is the count, prefixed with "≥" when it is a lower bound.
+func (h Held) String() string {
+	if h.AtLeast {
+		return fmt.Sprintf("≥%d", h.Contexts)
+	}
+	return fmt.Sprint(h.Contexts)
+}
+
+// HeldUnder returns, per system, the contexts held under limit, judged by
+// the mean switch latency (p95 if useP95); 0 if even the smallest
+// measured count exceeds it.
+func (rep *Report) HeldUnder(limit time.Duration, useP95 bool) map[string]Held {
+	out := map[string]Held{}
 	for sys, byN := range rep.Systems {
-		best := 0
-		for _, n := range sortedKeys(byN) {
+		var h Held
+		ns := sortedKeys(byN)
+		for i, n := range ns {
 			v := byN[n].SwitchMsMean
 			if useP95 {
 				v = byN[n].SwitchMsP95
@@ -159,11 +178,74 @@ func (rep *Report) MaxContexts(limit time.Duration, useP95 bool) map[string]int 
 			if v > ms(limit) {
 				break
 			}
-			best = n
+			h = Held{Contexts: n, AtLeast: i == len(ns)-1}
 		}
-		out[sys] = best
+		out[sys] = h
 	}
 	return out
+}
+
+// MaxContexts is HeldUnder's counts alone.
+func (rep *Report) MaxContexts(limit time.Duration, useP95 bool) map[string]int {
+	out := map[string]int{}
+	for sys, h := range rep.HeldUnder(limit, useP95) {
+		out[sys] = h.Contexts
+	}
+	return out
+}
+
+// MedianReport condenses reports of repeated runs of the same systems and
+// context counts (rounds) into one whose summaries carry only the system,
+// context count, calls and the medians over the rounds of the switch
+// latency figures (mean, p95, and both over changed calls); the other
+// fields are zero. A system and count missing from any round is an error.
+func MedianReport(reps []*Report) (*Report, error) {
+	if len(reps) == 0 {
+		return nil, fmt.Errorf("trace: median of no reports")
+	}
+	out := &Report{Systems: map[string]map[int]Summary{}}
+	for sys, byN := range reps[0].Systems {
+		out.Systems[sys] = map[int]Summary{}
+		for n, s0 := range byN {
+			cols := make([][]float64, 4)
+			for k, r := range reps {
+				s, ok := r.Systems[sys][n]
+				if !ok {
+					return nil, fmt.Errorf("trace: round %d has no %s at %d contexts", k, sys, n)
+				}
+				for j, v := range []float64{s.SwitchMsMean, s.SwitchMsP95, s.ChangedSwitchMsMean, s.ChangedSwitchMsP95} {
+					cols[j] = append(cols[j], v)
+				}
+			}
+			out.Systems[sys][n] = Summary{System: sys, Contexts: n, Calls: s0.Calls,
+				SwitchMsMean: Median(cols[0]), SwitchMsP95: Median(cols[1]),
+				ChangedSwitchMsMean: Median(cols[2]), ChangedSwitchMsP95: Median(cols[3])}
+		}
+	}
+	for k, r := range reps[1:] {
+		for sys, byN := range r.Systems {
+			for n := range byN {
+				if _, ok := out.Systems[sys][n]; !ok {
+					return nil, fmt.Errorf("trace: round %d has %s at %d contexts, round 0 has not", k+1, sys, n)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// Median is the median of xs (the mean of the middle two for an even
+// count; 0 for none). xs is not modified.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // WriteTable prints one row per system and context count, with the mean of

@@ -332,6 +332,19 @@ func TestReport(t *testing.T) {
 	if got := rep.MaxContexts(4*msec, true); got["llms"] != 2 {
 		t.Errorf("p95 max contexts %v", got)
 	}
+	// Under 10 ms llms stops at 4 of 2/4/8 measured (a maximum); under
+	// 50 ms it holds the largest count measured, a lower bound.
+	held := rep.HeldUnder(10*msec, false)
+	if held["llms"] != (Held{Contexts: 4}) || held["lmk"] != (Held{}) {
+		t.Errorf("held under 10 ms %v", held)
+	}
+	held = rep.HeldUnder(50*msec, false)
+	if held["llms"] != (Held{Contexts: 8, AtLeast: true}) || held["lmk"] != (Held{Contexts: 4, AtLeast: true}) {
+		t.Errorf("held under 50 ms %v", held)
+	}
+	if s := held["llms"].String(); s != "≥8" {
+		t.Errorf("Held.String %q", s)
+	}
 	js, err := json.Marshal(&rep)
 	if err != nil {
 		t.Fatal(err)
@@ -379,3 +392,40 @@ func (sleepSys) Name() string                  { return "sleep" }
 func (sleepSys) Switch(Arrival) (Parts, error) { time.Sleep(2 * msec); return nil, nil }
 func (sleepSys) Call(Arrival) (Parts, error)   { time.Sleep(msec); return nil, nil }
 func (sleepSys) Background() (Parts, error)    { return nil, nil }
+
+// TestMedianReport: the switch figures are the medians over rounds, a
+// count missing from a round is refused, and HeldUnder reads the medians.
+func TestMedianReport(t *testing.T) {
+	mk := func(lat ...time.Duration) *Report {
+		var rep Report
+		for i, l := range lat {
+			r := &Result{System: "llms", Contexts: 2 << i}
+			r.Records = append(r.Records, Record{Switch: l, Changed: true})
+			rep.Add(r)
+		}
+		return &rep
+	}
+	reps := []*Report{mk(1*msec, 30*msec), mk(9*msec, 5*msec), mk(2*msec, 40*msec)}
+	med, err := MedianReport(reps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := med.Systems["llms"][2].SwitchMsMean, med.Systems["llms"][4].SwitchMsMean; a != 2 || b != 30 {
+		t.Errorf("medians %v and %v; want 2 and 30", a, b)
+	}
+	if h := med.HeldUnder(10*msec, false)["llms"]; h != (Held{Contexts: 2}) {
+		t.Errorf("held under 10 ms of the medians: %v", h)
+	}
+	if _, err := MedianReport([]*Report{mk(1 * msec), mk(1*msec, 2*msec)}); err == nil {
+		t.Error("a count only in round 1 accepted")
+	}
+	if _, err := MedianReport([]*Report{mk(1*msec, 2*msec), mk(1 * msec)}); err == nil {
+		t.Error("a count missing from round 1 accepted")
+	}
+	if _, err := MedianReport(nil); err == nil {
+		t.Error("no reports accepted")
+	}
+	if m := Median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("Median of 4 values %v", m)
+	}
+}

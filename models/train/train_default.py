@@ -275,12 +275,26 @@ RECALL_TEMPLATES = {
 }
 
 
-def recall_items(rng, enc, held, held_tok, eval_names, dist, n, template="trained"):
+def recall_items(rng, enc, held, held_tok, eval_names, dist, n, template="trained", lead=0):
     """n recall eval items at distance dist: 4 facts, held-out filler, one
-    question, the 4 codes as candidates, worded by RECALL_TEMPLATES[template]."""
+    question, the 4 codes as candidates, worded by RECALL_TEMPLATES[template].
+    lead > 0 puts that many tokens of held-out filler before the facts as
+    well, so that they sit inside the context rather than at its start (a
+    KV policy that merely favours early chunks then keeps the lead filler,
+    not the facts); the distance is still from the asked fact to the
+    answer. lead 0 draws nothing more from rng, so such sets are the same
+    bytes as before the option existed."""
+    if lead < 0:
+        raise ValueError(f"recall_items: lead {lead} < 0")
     intro, fact, ask = RECALL_TEMPLATES[template]
     items = []
+    misses = 0
     while len(items) < n:
+        # An item that cannot fit MAX_CONTEXT is redrawn; a distance and
+        # lead that never fit would otherwise loop for ever.
+        if misses >= 50:
+            raise ValueError(f"recall_items: distance {dist} with {lead} lead tokens does not fit "
+                             f"a {MAX_CONTEXT}-token context (50 draws in a row too long)")
         keys, vals, head = corpus.recall_parts(rng, eval_names)
         if template != "trained":
             head = intro + " ".join(fact.format(k=k, v=v) for k, v in zip(keys, vals))
@@ -296,11 +310,18 @@ def recall_items(rng, enc, held, held_tok, eval_names, dist, n, template="traine
         want = dist - after_fact - qtok - 4
         filler = enc.decode(ftoks[:want])
         ctx = head + "\n\n" + filler + "\n\n" + question
+        if lead > 0:
+            before = build_filler(rng, held, held_tok, lead)
+            ctx = enc.decode(enc.encode(before)[:lead]) + "\n\n" + ctx
         ids = [0] + enc.encode(ctx)
         if len(ids) + 4 > MAX_CONTEXT:
+            misses += 1
             continue
+        misses = 0
         item = {"task": "recall", "distance": dist, "context": ctx,
                 "candidates": [f" {v}." for v in vals], "answer": qi}
+        if lead > 0:
+            item["lead"] = lead
         if template != "trained":
             # Only the reworded sets say so, so that prepare's eval files
             # stay byte-identical to those of earlier runs.
@@ -1514,12 +1535,27 @@ def lookup(work, a, time_budget, stage="lookup"):
         log(f"{stage}: done, {step} steps, {tokens} tokens, {elapsed_before + time.time() - t0:.0f}s")
 
 
-def recall_evals(work, out, n, template="trained"):
+def distance_list(s):
+    """argparse type for --distances: positive token counts, comma-separated."""
+    try:
+        out = tuple(int(x) for x in s.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"distances {s!r}: want comma-separated integers")
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"distances {s!r}: each must be at least 1")
+    return out
+
+
+def recall_evals(work, out, n, template="trained", distances=RECALL_DISTANCES, lead=0):
     """Writes a larger recall set than prepare's 40 items a distance, for a
     tighter estimate (one standard error at 40 items is ~0.07): n items a
     distance, drawn from a seed of its own (the same eval names and
     held-out filler as the shipped set, so an item can coincide with one
-    of its 40 only by chance)."""
+    of its 40 only by chance). lead puts that many filler tokens before
+    the facts (recall_items); the default sets (all distances, lead 0)
+    are the same bytes as before distances and lead existed, and a
+    shorter distances list gives the same items as the full list up to
+    the first distance left out."""
     enc, _ = load_encoder(work)
     with open(os.path.join(work, "held_docs.json"), encoding="utf-8") as f:
         hd = json.load(f)
@@ -1528,10 +1564,10 @@ def recall_evals(work, out, n, template="trained"):
     _, eval_names = corpus.split_names(random.Random(SEED))
     rng = random.Random(SEED + 11)
     os.makedirs(out, exist_ok=True)
-    for dist in RECALL_DISTANCES:
-        items = recall_items(rng, enc, held, held_tok, eval_names, dist, n, template)
+    for dist in distances:
+        items = recall_items(rng, enc, held, held_tok, eval_names, dist, n, template, lead)
         write_jsonl(os.path.join(out, f"recall_{dist}.jsonl"), items)
-        log(f"recall-evals: {len(items)} items at distance {dist} -> {out}")
+        log(f"recall-evals: {len(items)} items at distance {dist}, {lead} lead tokens -> {out}")
 
 
 def compact(src, dst):
@@ -1608,6 +1644,10 @@ def main():
     p.add_argument("--items", type=int, default=200)
     p.add_argument("--template", choices=sorted(RECALL_TEMPLATES), default="trained",
                    help="the wording of facts and question (trained: the training rows')")
+    p.add_argument("--distances", type=distance_list, default=RECALL_DISTANCES,
+                   help="comma-separated fact-to-answer distances in tokens (default 256,1024,2000)")
+    p.add_argument("--lead", type=int, default=0,
+                   help="filler tokens before the facts, to put them mid-context (default 0: facts first)")
     p = sub.add_parser("leak-probe", help="how often sampled text drifts into the recall task's format")
     p.add_argument("--work", required=True)
     p.add_argument("--stage", choices=("train", "induct", "recall", "lookup", "wording", "prose", "far", "polish", "mend"), default="lookup")
@@ -1643,7 +1683,7 @@ def main():
         import export_default
         export_default.export(args.work, args.out, args.stage)
     elif args.cmd == "recall-evals":
-        recall_evals(args.work, args.out, args.items, args.template)
+        recall_evals(args.work, args.out, args.items, args.template, args.distances, args.lead)
     elif args.cmd == "leak-probe":
         import export_default
         model = export_default.load_model(args.work, args.stage)

@@ -152,12 +152,14 @@ func runServe(args []string) error {
 	store := fs.String("store", "llms", `context store: "llms" (engine/llms: chunked, compressed by attention, swapped ahead of time, restored by swap and recompute), one of its baselines "lmk" (kill under pressure, recompute), "swap", "vllm_s", "vllm_sq" or ablations "llms_nolife", "llms_notol", "llms_nopipe", all under --kv-budget with their state in STATE-DIR/kv; or "device" (keeps only the context in the model's cache; recomputes on every switch)`)
 	statsEvery := fs.Int("stats-every", 8, "gather attention statistics for one decode step in N (prefills always; 1: every step; engine/llms stores that rank chunks)")
 	lossless := fs.Bool("kv-lossless", false, "store chunks uncompressed (the exactness check; engine/llms stores)")
+	tolerance := fs.String("tolerance", "density", `which statistic places a context's chunks on the 8/4/2-bit levels (the stores that rank chunks: llms, llms_nolife, llms_nopipe): "density" (the paper's: the mean attention a chunk's tokens received) or "peak" (ours: the same number of chunks at each level, so the same bytes, but given to the chunks whose tokens some row attended most sharply, e.g. a fact a later question looks up; engine/llms doc)`)
+	fs.SetOutput(statsOut)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: tl serve --model m.onnx [--addr 127.0.0.1:8080 | --socket PATH] --state-dir DIR [--store llms|lmk|swap|vllm_s|vllm_sq|device] [--kv-budget 256MiB|2ctx] [--ctx N] [--app-contexts K] [--sinks 4] [--stats-every 8] [--device d]`)
+		fmt.Fprintln(fs.Output(), `usage: tl serve --model m.onnx [--addr 127.0.0.1:8080 | --socket PATH] --state-dir DIR [--store llms|lmk|swap|vllm_s|vllm_sq|device] [--kv-budget 256MiB|2ctx] [--tolerance density|peak] [--ctx N] [--app-contexts K] [--sinks 4] [--stats-every 8] [--device d]`)
 		fmt.Fprintln(fs.Output(), "Serves the API of package engine/serve (go doc ./engine/serve Service.Handler) until SIGINT or SIGTERM.")
 		fs.PrintDefaults()
 	}
-	flags, pos := splitArgs(args, llmValued("addr", "socket", "state-dir", "kv-budget", "app-contexts", "sinks", "max-body", "store", "stats-every"))
+	flags, pos := splitArgs(args, llmValued("addr", "socket", "state-dir", "kv-budget", "app-contexts", "sinks", "max-body", "store", "stats-every", "tolerance"))
 	if err := fs.Parse(flags); err != nil {
 		return err
 	}
@@ -190,13 +192,24 @@ func runServe(args []string) error {
 	default:
 		return fmt.Errorf("--store %q: want llms, lmk, swap, vllm_s, vllm_sq, llms_nolife, llms_notol, llms_nopipe or device", *store)
 	}
+	tol, err := llms.ParseTolerance(*tolerance)
+	if err != nil {
+		return fmt.Errorf("--tolerance: %w", err)
+	}
+	// Only the stores that rank chunks by attention place them by a
+	// tolerance; a peak asked of another would be silently ignored.
+	rankingStore := mode == llms.ModeLLMS || mode == llms.ModeNoLifecycle || mode == llms.ModeNoPipeline
+	if tol != llms.ToleranceDensity && (!rankingStore || *lossless) {
+		return fmt.Errorf("--tolerance %s: only the stores that rank chunks use it (llms, llms_nolife, llms_nopipe, without --kv-lossless), not --store %s%s",
+			tol, mode, map[bool]string{true: " --kv-lossless"}[*lossless])
+	}
 	if *lf.kv != "inplace" {
 		return fmt.Errorf("--kv %s: tl serve needs the in-place KV cache", *lf.kv)
 	}
 	t0 := time.Now()
 	// LLMS ranks chunks by the attention they receive: the session
 	// computes the statistics (one more kernel per attention).
-	ranks := !*lossless && (mode == llms.ModeLLMS || mode == llms.ModeNoLifecycle || mode == llms.ModeNoPipeline)
+	ranks := !*lossless && rankingStore
 	st, tok, err := lf.open(model, generate.Config{LastOnly: true, AttentionStats: ranks})
 	if err != nil {
 		return err
@@ -229,7 +242,7 @@ func runServe(args []string) error {
 		if err != nil {
 			fmt.Fprintf(statsOut, "tl serve: %v; profiling again\n", err)
 		}
-		m, err := llms.NewManager(state, kvDir, llms.Config{Mode: mode, BudgetBytes: bytes, Lossless: *lossless, MaxStep: seqMax(state), Cost: cost, StatsEvery: *statsEvery})
+		m, err := llms.NewManager(state, kvDir, llms.Config{Mode: mode, BudgetBytes: bytes, Lossless: *lossless, MaxStep: seqMax(state), Cost: cost, StatsEvery: *statsEvery, Tolerance: tol})
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"math/rand"
 	"os"
@@ -495,6 +497,10 @@ func TestServeRefusals(t *testing.T) {
 		{[]string{model, "--state-dir", dir, "--store", "lru"}, "--store"},
 		{[]string{model, "--state-dir", dir, "--kv-budget", "0ctx"}, "--kv-budget"},
 		{[]string{model, "--state-dir", dir, "--kv", "explicit"}, "in-place"},
+		{[]string{model, "--state-dir", dir, "--tolerance", "sharp"}, "--tolerance"},
+		{[]string{model, "--state-dir", dir, "--store", "swap", "--tolerance", "peak"}, "--tolerance peak"},
+		{[]string{model, "--state-dir", dir, "--store", "llms_notol", "--tolerance", "peak"}, "--tolerance peak"},
+		{[]string{model, "--state-dir", dir, "--kv-lossless", "--tolerance", "peak"}, "--kv-lossless"},
 	}
 	for _, c := range cases {
 		_, _, err := capture(t, runServe, c.args...)
@@ -504,5 +510,27 @@ func TestServeRefusals(t *testing.T) {
 	}
 	if _, _, err := capture(t, runChat, "--server", "ftp://x"); err == nil {
 		t.Error("tl chat --server ftp://x accepted")
+	}
+}
+
+// TestServeTolerance: -h documents --tolerance, and a daemon started with
+// --tolerance peak reports its store placing chunks by the peak.
+func TestServeTolerance(t *testing.T) {
+	_, help, err := capture(t, runServe, "-h")
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(help, "[--tolerance density|peak]") || !strings.Contains(help, "-tolerance string") {
+		t.Errorf("tl serve -h: %v\n%s", err, help)
+	}
+	d := startDaemon(t, t.TempDir(), "--store", "llms", "--tolerance", "peak")
+	defer d.kill()
+	c, err := client.New(d.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store, _ := st["store"].(map[string]any); store["tolerance"] != "peak" {
+		t.Errorf("stats' store %v: want tolerance peak", store)
 	}
 }
