@@ -8,7 +8,6 @@ import (
 	"github.com/tlite/tlite/graph/tlite"
 )
 
-
 func TestConvResidual(t *testing.T) {
 	// resBlock is x -> Conv(w, bias, pads 1) + r, r = x (the identity
 	// skip: 6 channels in and out).
