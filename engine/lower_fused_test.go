@@ -257,6 +257,35 @@ func TestFusedLowerings(t *testing.T) {
 			y := b.op("Conv", fv(x, b.weights("w", 28, 8, 3, 3, 3)), intsA("pads", 1, 1, 1, 1), intsA("strides", 2, 2), intA("group", 2))
 			b.output(b.op("Clip", fv(y, b.scalar("lo", 0), b.scalar("hi", 0.5))))
 		}, inputs: map[string]*tensor.Dense{"x": randDense(29, 2, 6, 11, 40)}},
+		// Residual Adds in the convolution's epilogue (ConvResidual): a
+		// ResNet block's conv + identity + ReLU on conv_flat (6
+		// channels) and on Winograd (32), a downsampling block whose
+		// 1x1 strided Conv is the residual, and squeeze-excite's Mul
+		// folded into a 1x1 projection with MobileNet's skip
+		// (ConvScale).
+		{name: "conv-add-relu", want: []string{"ConvAct"}, build: func(b *fgb) {
+			x := b.input("x", "batch", 6, 7, 19)
+			y := b.op("Conv", fv(x, b.weights("w", 30, 6, 6, 3, 3), b.weights("b", 31, 6)), intsA("pads", 1, 1, 1, 1))
+			b.output(b.op("Relu", fv(b.op("Add", fv(y, x)))))
+		}, inputs: map[string]*tensor.Dense{"x": randDense(32, 2, 6, 7, 19)}},
+		{name: "winograd-add-relu", want: []string{"ConvAct"}, build: func(b *fgb) {
+			x := b.input("x", "batch", 32, 6, 9)
+			y := b.op("Conv", fv(x, b.weights("w", 33, 32, 32, 3, 3), b.weights("b", 34, 32)), intsA("pads", 1, 1, 1, 1))
+			b.output(b.op("Relu", fv(b.op("Add", fv(x, y)))))
+		}, inputs: map[string]*tensor.Dense{"x": randDense(35, 2, 32, 6, 9)}},
+		{name: "downsample-add-relu", want: []string{"ConvAct"}, build: func(b *fgb) {
+			x := b.input("x", "batch", 4, 9, 11)
+			main := b.op("Conv", fv(x, b.weights("w", 36, 6, 4, 3, 3), b.weights("b", 37, 6)), intsA("pads", 1, 1, 1, 1), intsA("strides", 2, 2))
+			skip := b.op("Conv", fv(x, b.weights("ws", 38, 6, 4, 1, 1)), intsA("strides", 2, 2))
+			b.output(b.op("Relu", fv(b.op("Add", fv(main, skip)))))
+		}, inputs: map[string]*tensor.Dense{"x": randDense(39, 1, 4, 9, 11)}},
+		{name: "se-project-skip", want: []string{"ConvAct"}, build: func(b *fgb) {
+			x := b.input("x", "batch", 8, 5, 37)
+			sq := b.op("Conv", fv(b.op("GlobalAveragePool", fv(x)), b.weights("wse", 40, 8, 8, 1, 1), b.weights("bse", 41, 8)))
+			s := b.op("HardSigmoid", fv(sq), &graph.Attr{Name: "alpha", Kind: graph.KindFloat, F: 1.0 / 6})
+			y := b.op("Conv", fv(b.op("Mul", fv(x, s)), b.weights("wp", 42, 8, 8, 1, 1), b.weights("bp", 43, 8)))
+			b.output(b.op("Add", fv(y, x)))
+		}, inputs: map[string]*tensor.Dense{"x": randDense(44, 2, 8, 5, 37)}},
 	}
 	backends := []struct {
 		name string

@@ -458,6 +458,17 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 	if _, err := lc.floatStorage(w); err != nil {
 		return nil, err
 	}
+	// ConvAct's residual (ConvResidual's Add) and input scale
+	// (ConvScale's squeeze-excite Mul).
+	res, scale := lc.in(3), lc.in(4)
+	for _, v := range []*vinfo{res, scale} {
+		if v == nil {
+			continue
+		}
+		if _, err := lc.floatStorage(v); err != nil {
+			return nil, err
+		}
+	}
 	if len(x.shape) == 5 {
 		if lc.n.Domain != "" {
 			return nil, lc.unsupported("an activation epilogue on a 3-D convolution")
@@ -508,6 +519,18 @@ func lowerConv(lc *lowerCtx) (*stepDef, error) {
 			sref = &ex.scratch[0]
 		}
 		p.Bias = optBuf(bref)
+		if res != nil {
+			if rs, ys := ex.shape(res), ex.shape(y); !equalInts(rs, ys) {
+				return fmt.Errorf("residual of shape %v for a convolution output of shape %v", rs, ys)
+			}
+			p.Res = ex.ref(res).buf()
+		}
+		if scale != nil {
+			if ss := ex.shape(scale); len(ss) != len(xs) || ss[0] != n || ss[1] != c || prod(ss, 0, len(ss)) != n*c {
+				return fmt.Errorf("input scale of shape %v for a convolution input of shape %v", ss, xs)
+			}
+			p.Scale = ex.ref(scale).buf()
+		}
 		return ex.dev.Conv2D(s, ex.ref(x).buf(), ex.ref(w).buf(), ex.ref(y).buf(), optBuf(sref), p)
 	}
 	return sd, nil
@@ -526,6 +549,10 @@ func convActivation(lc *lowerCtx) (kernels.ConvAct, float32, float32, error) {
 		return kernels.ConvActNone, 0, 0, nil
 	}
 	name := lc.n.AttrString("activation", "")
+	if name == "" {
+		// A residual or an input scale alone (ConvResidual, ConvScale).
+		return kernels.ConvActNone, 0, 0, nil
+	}
 	a, ok := convActs[name]
 	if !ok {
 		return 0, 0, 0, lc.unsupported("activation %q", name)

@@ -11,37 +11,13 @@
 //                a batched matmul.cl GEMM, so the convolution runs on
 //                whichever GEMM kernel suits the device.
 
-__kernel void conv_direct(__global const store_t *X, int offX,
-                          __global const wstore_t *Wt, int offW,
-                          __global const wstore_t *Bias, int offB, int hasBias,
-                          __global store_t *Y, int offY, int C, int H, int W,
-                          int OC, int OH, int OW, int KH, int KW, int sh,
-                          int sw, int pt, int pl, int dh, int dw, int G) {
-	const int ow = get_global_id(0), oh = get_global_id(1);
-	const int z = get_global_id(2); // n*OC + oc
-	if (ow >= OW || oh >= OH) return;
-	const int oc = z % OC, n = z / OC;
-	const int Cg = C / G, g = oc / (OC / G);
-	__global const store_t *xp = X + offX + (n * C + g * Cg) * H * W;
-	__global const wstore_t *wp = Wt + offW + oc * Cg * KH * KW;
-	const int ih0 = oh * sh - pt, iw0 = ow * sw - pl;
-	float acc = 0.0f;
-	for (int ic = 0; ic < Cg; ic++) {
-		for (int kh = 0; kh < KH; kh++) {
-			const int ih = ih0 + kh * dh;
-			if (ih < 0 || ih >= H) continue;
-			__global const store_t *row = xp + (ic * H + ih) * W;
-			__global const wstore_t *wrow = wp + (ic * KH + kh) * KW;
-			for (int kw = 0; kw < KW; kw++) {
-				const int iw = iw0 + kw * dw;
-				if (iw >= 0 && iw < W)
-					acc = fma(LOAD(row, iw), WLOAD(wrow, kw), acc);
-			}
-		}
-	}
-	if (hasBias) acc += WLOAD(Bias, offB + oc);
-	STORE(Y, offY + (z * OH + oh) * OW + ow, acc);
-}
+// CONV_RES_PARAMS is the residual a kernel's epilogue adds to conv + bias
+// before the activation (a ResNet block's Add, a MobileNet block's skip):
+// R holds a tensor of the output's shape and layout from offR, read only
+// when hasR (else any buffer). It never overlaps Y (the launcher checks):
+// strips shifted back over a neighbour's outputs read R there after the
+// neighbour may have stored.
+#define CONV_RES_PARAMS __global const store_t *R, int offR, int hasR
 
 // conv_im2col: global (P, Kc, imgs*G) for K-major columns, (Kc, P, imgs*G)
 // for pixel-major ones (ck == 1): dimension 0 runs along the columns'
@@ -178,6 +154,44 @@ CONV_ACT_FN(conv_act, cvec)
 // conv_act1 is the activation on one value.
 CONV_ACT_FN(conv_act1, float)
 
+// conv_direct: one work-item per output element, any geometry; the
+// epilogue adds the bias and the residual R (hasR) and applies act.
+__kernel void conv_direct(__global const store_t *X, int offX,
+                          __global const wstore_t *Wt, int offW,
+                          __global const wstore_t *Bias, int offB, int hasBias,
+                          __global store_t *Y, int offY, int C, int H, int W,
+                          int OC, int OH, int OW, int KH, int KW, int sh,
+                          int sw, int pt, int pl, int dh, int dw, int G,
+                          int act, float actA, float actB, CONV_RES_PARAMS) {
+	const int ow = get_global_id(0), oh = get_global_id(1);
+	const int z = get_global_id(2); // n*OC + oc
+	if (ow >= OW || oh >= OH) return;
+	const int oc = z % OC, n = z / OC;
+	const int Cg = C / G, g = oc / (OC / G);
+	__global const store_t *xp = X + offX + (n * C + g * Cg) * H * W;
+	__global const wstore_t *wp = Wt + offW + oc * Cg * KH * KW;
+	const int ih0 = oh * sh - pt, iw0 = ow * sw - pl;
+	float acc = 0.0f;
+	for (int ic = 0; ic < Cg; ic++) {
+		for (int kh = 0; kh < KH; kh++) {
+			const int ih = ih0 + kh * dh;
+			if (ih < 0 || ih >= H) continue;
+			__global const store_t *row = xp + (ic * H + ih) * W;
+			__global const wstore_t *wrow = wp + (ic * KH + kh) * KW;
+			for (int kw = 0; kw < KW; kw++) {
+				const int iw = iw0 + kw * dw;
+				if (iw >= 0 && iw < W)
+					acc = fma(LOAD(row, iw), WLOAD(wrow, kw), acc);
+			}
+		}
+	}
+	if (hasBias) acc += WLOAD(Bias, offB + oc);
+	const int o = (z * OH + oh) * OW + ow;
+	if (hasR) acc += LOAD(R, offR + o);
+	STORE(Y, offY + o, conv_act1(acc, act, actA, actB));
+}
+
+
 // conv_row_gather returns lanes iw, iw + sw, ... of an input row of W
 // elements, zero outside it: the window of a strip at the padding, and any
 // stride other than 1 and 2.
@@ -196,6 +210,25 @@ static inline cvec conv_row_load(__global const store_t *row, int iw, int sw, in
 	if (sw == 2 && iw >= 0 && iw + 2 * CONV_PX <= W)
 		return conv_even(CV_LOAD(row + iw), CV_LOAD(row + iw + CONV_PX));
 	return conv_row_gather(row, iw, sw, W);
+}
+
+// conv_get is lanes ow0 .. ow0+CONV_PX-1 of a row of OW elements, zero
+// past its end: the residual under an output strip.
+static inline cvec conv_get(__global const store_t *row, int ow0, int OW) {
+	if (ow0 + CONV_PX <= OW) return CV_LOAD(row + ow0);
+	return conv_row_gather(row, ow0, 1, OW);
+}
+
+// conv_res: Y = act(Y + R) (R when hasR) in place over n elements, one per
+// work-item: the epilogue of the GEMM routes (gemm1x1, im2col), whose
+// product ends at the bias. global (n).
+__kernel void conv_res(__global store_t *Y, int offY, CONV_RES_PARAMS, int n,
+                       int act, float actA, float actB) {
+	const int i = get_global_id(0);
+	if (i >= n) return;
+	float v = LOAD(Y, offY + i);
+	if (hasR) v += LOAD(R, offR + i);
+	STORE(Y, offY + i, conv_act1(v, act, actA, actB));
 }
 
 // conv_put stores lanes ow >= ow1 (and < OW) of a strip starting at ow0 in
@@ -228,10 +261,12 @@ conv_acc(const int RB, cvec *acc, cvec xv, __global const wstore_t *Wt,
 	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
 	    __global store_t *Y, int offY, int C, int H, int W, int OC, int OH,    \
 	    int OW, int KH, int KW, int sh, int sw, int pt, int pl, int dh,        \
-	    int dw, int G, int act, float actA, float actB
+	    int dw, int G, int act, float actA, float actB, CONV_RES_PARAMS,       \
+	    __global const store_t *Sc, int offSc, int hasSc
 #define CONV_TILE_ARGS                                                         \
 	X, offX, Wt, offW, Bias, offB, hasBias, Y, offY, C, H, W, OC, OH, OW, KH,  \
-	    KW, sh, sw, pt, pl, dh, dw, G, act, actA, actB
+	    KW, sh, sw, pt, pl, dh, dw, G, act, actA, actB, R, offR, hasR, Sc,     \
+	    offSc, hasSc
 
 __attribute__((always_inline)) static inline void conv_tile(const int RB,
                                                             CONV_TILE_PARAMS) {
@@ -272,7 +307,12 @@ __attribute__((always_inline)) static inline void conv_tile(const int RB,
 			}                                                                  \
 		}                                                                      \
 	}
-	if (inside1) {
+	// Sc (hasSc): a factor per input channel of this image, applied to x as
+	// it is read (squeeze-excite's Mul folded into the convolution).
+	__global const store_t *sp = Sc + offSc + n * C + g * Cg;
+	if (hasSc) {
+		CONV_TILE_LOOP(conv_row_load(row, iw, sw, W) * LOAD(sp, ic))
+	} else if (inside1) {
 		CONV_TILE_LOOP(CV_LOAD(row + iw))
 	} else if (inside2) {
 		CONV_TILE_LOOP(conv_even(CV_LOAD(row + iw), CV_LOAD(row + iw + CONV_PX)))
@@ -286,8 +326,10 @@ __attribute__((always_inline)) static inline void conv_tile(const int RB,
 		if (ocb + r < OCg) {
 			cvec v = acc[r];
 			if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
+			const int o = ((n * OC + oc) * OH + oh) * OW;
+			if (hasR) v += conv_get(R + offR + o, ow0, OW);
 			v = conv_act(v, act, actA, actB);
-			conv_put(Y + offY + ((n * OC + oc) * OH + oh) * OW, ow0, ow1, OW, v);
+			conv_put(Y + offY + o, ow0, ow1, OW, v);
 		}
 	}
 }
@@ -369,7 +411,10 @@ __kernel void conv_dw(CONV_TILE_PARAMS, int nblk) {
 		#pragma unroll
 		for (int r = 0; r < CONV_DW_ROWS; r++) {
 			if (r >= nrows) continue;
-			conv_put(Y + offY + (z * OH + oh0 + r) * OW, ow0, ow1, OW, conv_act(acc[r] + b, act, actA, actB));
+			const int o = (z * OH + oh0 + r) * OW;
+			cvec v = acc[r] + b;
+			if (hasR) v += conv_get(R + offR + o, ow0, OW);
+			conv_put(Y + offY + o, ow0, ow1, OW, conv_act(v, act, actA, actB));
 		}
 	}
 }
@@ -402,7 +447,8 @@ __attribute__((always_inline)) static inline void
 conv_pw(const int RB, const int VB, __global const store_t *X, int offX,
         __global const wstore_t *Wt, int offW, __global const wstore_t *Bias,
         int offB, int hasBias, __global store_t *Y, int offY, int C, int P,
-        int OC, int G, int act, float actA, float actB) {
+        int OC, int G, int act, float actA, float actB, CONV_RES_PARAMS,
+        __global const store_t *Sc, int offSc, int hasSc) {
 	const int S = VB * CONV_PX;
 	const int p1 = get_global_id(0) * S;
 	if (p1 >= P) return;
@@ -414,10 +460,26 @@ conv_pw(const int RB, const int VB, __global const store_t *X, int offX,
 	const int z = get_global_id(2), n = z / G, g = z - n * G;
 	__global const store_t *xp = X + offX + (n * C + g * Cg) * P + p0;
 	__global const wstore_t *wp = Wt + offW + (g * OCg + ocb) * Cg;
+	// Sc (hasSc): a factor per input channel of this image, applied to the
+	// input vectors as they are loaded (squeeze-excite's Mul).
+	__global const store_t *sp = Sc + offSc + n * C + g * Cg;
 	cvec acc[CONV_PW_ACC];
 	#pragma unroll
 	for (int i = 0; i < RB * VB; i++) acc[i] = (cvec)(0.0f);
-	if (P >= S) {
+	if (P >= S && hasSc) {
+		for (int k = 0; k < Cg; k++) {
+			const float sk = LOAD(sp, k);
+			cvec xv[2];
+			#pragma unroll
+			for (int v = 0; v < VB; v++) xv[v] = CV_LOAD(xp + k * P + v * CONV_PX) * sk;
+			#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				const cvec w = (cvec)(WLOAD(wp, r * Cg + k));
+				#pragma unroll
+				for (int v = 0; v < VB; v++) acc[r * VB + v] = fma(w, xv[v], acc[r * VB + v]);
+			}
+		}
+	} else if (P >= S) {
 		for (int k = 0; k < Cg; k++) {
 			cvec xv[2];
 			#pragma unroll
@@ -433,7 +495,7 @@ conv_pw(const int RB, const int VB, __global const store_t *X, int offX,
 		for (int k = 0; k < Cg; k++) {
 			cvec xv[2];
 			#pragma unroll
-			for (int v = 0; v < VB; v++) xv[v] = conv_row_gather(xp + k * P, v * CONV_PX, 1, P);
+			for (int v = 0; v < VB; v++) xv[v] = conv_row_gather(xp + k * P, v * CONV_PX, 1, P) * (hasSc ? LOAD(sp, k) : 1.0f);
 			#pragma unroll
 			for (int r = 0; r < RB; r++) {
 				const cvec w = (cvec)(WLOAD(wp, r * Cg + k));
@@ -449,9 +511,11 @@ conv_pw(const int RB, const int VB, __global const store_t *X, int offX,
 		const float b = hasBias ? WLOAD(Bias, offB + oc) : 0.0f;
 		#pragma unroll
 		for (int v = 0; v < VB; v++) {
-			const cvec y = conv_act(acc[r * VB + v] + b, act, actA, actB);
-			const int q0 = p0 + v * CONV_PX;
-			conv_put(Y + offY + (n * OC + oc) * P, q0, max(p1, q0), P, y);
+			const int q0 = p0 + v * CONV_PX, o = (n * OC + oc) * P;
+			cvec y = acc[r * VB + v] + b;
+			if (hasR) y += conv_get(R + offR + o, q0, P);
+			y = conv_act(y, act, actA, actB);
+			conv_put(Y + offY + o, q0, max(p1, q0), P, y);
 		}
 	}
 }
@@ -460,10 +524,11 @@ conv_pw(const int RB, const int VB, __global const store_t *X, int offX,
 	__global const store_t *X, int offX, __global const wstore_t *Wt,          \
 	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
 	    __global store_t *Y, int offY, int C, int P, int OC, int G, int act,   \
-	    float actA, float actB
+	    float actA, float actB, CONV_RES_PARAMS, __global const store_t *Sc,   \
+	    int offSc, int hasSc
 #define CONV_PW_ARGS                                                           \
 	X, offX, Wt, offW, Bias, offB, hasBias, Y, offY, C, P, OC, G, act, actA,  \
-	    actB
+	    actB, R, offR, hasR, Sc, offSc, hasSc
 #if CONV_RBMAX == 8
 __kernel void conv_pw_8(CONV_PW_PARAMS) { conv_pw(8, 1, CONV_PW_ARGS); }
 __kernel void conv_pw2_6(CONV_PW_PARAMS) { conv_pw(6, 2, CONV_PW_ARGS); }
@@ -499,7 +564,8 @@ static inline float cv_hsum(cvec v) {
 __kernel void conv_pwdot(__global const store_t *X, int offX, __global const wstore_t *Wt,
                          int offW, __global const wstore_t *Bias, int offB, int hasBias,
                          __global store_t *Y, int offY, int C, int OC, int G, int act,
-                         float actA, float actB) {
+                         float actA, float actB, CONV_RES_PARAMS,
+                         __global const store_t *Sc, int offSc, int hasSc) {
 	const int Cg = C / G, OCg = OC / G;
 	const int ocb1 = get_global_id(0) * 4;
 	if (ocb1 >= OCg) return;
@@ -513,8 +579,11 @@ __kernel void conv_pwdot(__global const store_t *X, int offX, __global const wst
 	#pragma unroll
 	for (int r = 0; r < 4; r++) acc[r] = (cvec)(0.0f);
 	int k = 0;
+	// Sc (hasSc) scales the inputs, [N, C] as the 1x1 input itself.
+	__global const store_t *sp = Sc + offSc + n * C + g * Cg;
 	for (; k + CONV_PX <= Cg; k += CONV_PX) {
-		const cvec xv = CV_LOAD(xp + k);
+		cvec xv = CV_LOAD(xp + k);
+		if (hasSc) xv *= CV_LOAD(sp + k);
 		#pragma unroll
 		for (int r = 0; r < 4; r++) acc[r] = fma(CV_WLOAD(wr[r] + k), xv, acc[r]);
 	}
@@ -522,7 +591,7 @@ __kernel void conv_pwdot(__global const store_t *X, int offX, __global const wst
 	#pragma unroll
 	for (int r = 0; r < 4; r++) sum[r] = cv_hsum(acc[r]);
 	for (; k < Cg; k++) {
-		const float xv = LOAD(xp, k);
+		const float xv = LOAD(xp, k) * (hasSc ? LOAD(sp, k) : 1.0f);
 		#pragma unroll
 		for (int r = 0; r < 4; r++) sum[r] = fma(WLOAD(wr[r], k), xv, sum[r]);
 	}
@@ -532,7 +601,9 @@ __kernel void conv_pwdot(__global const store_t *X, int offX, __global const wst
 		if (oc < ocb1 || oc >= OCg) continue;
 		float v = sum[r];
 		if (hasBias) v += WLOAD(Bias, offB + g * OCg + oc);
-		STORE(Y, offY + n * OC + g * OCg + oc, conv_act1(v, act, actA, actB));
+		const int o = n * OC + g * OCg + oc;
+		if (hasR) v += LOAD(R, offR + o);
+		STORE(Y, offY + o, conv_act1(v, act, actA, actB));
 	}
 }
 
@@ -644,7 +715,10 @@ __kernel void conv_dw_reg(CONV_TILE_PARAMS, int nblk, int chanFirst, int NC) {
 		#pragma unroll
 		for (int r = 0; r < CONV_DW_ROWS; r++) {
 			if (r >= nrows) continue;
-			conv_put(Y + offY + (z * OH + oh0 + r) * OW, ow0, ow1, OW, conv_act(acc[r] + b, act, actA, actB));
+			const int o = (z * OH + oh0 + r) * OW;
+			cvec v = acc[r] + b;
+			if (hasR) v += conv_get(R + offR + o, ow0, OW);
+			conv_put(Y + offY + o, ow0, ow1, OW, conv_act(v, act, actA, actB));
 		}
 	}
 }
@@ -719,6 +793,21 @@ __kernel void conv_pad(__global const store_t *X, int offX, __global store_t *P,
 // CONV_PX))), so a work-group is neighbouring channels and a small map
 // still fills it; otherwise grid chunks along dimension 0, global (chunks,
 // NC).
+// conv_grid_res is the residual under a strip of CONV_PX positions of
+// conv_flat's grid (row oh, column ow; Wq columns a row, the last Wq - OW
+// computed and dropped): R's element (oh, ow) of the plane rp (OH x OW),
+// zero where the position is dropped. Inside a row, one load; across a
+// row's end, lane by lane.
+static inline cvec conv_grid_res(__global const store_t *rp, int oh, int ow, int OH, int OW, int Wq) {
+	if (ow + CONV_PX <= OW) return CV_LOAD(rp + oh * OW + ow);
+#define CONV_GRID_LANE(l)                                                      \
+	((oh + (ow + (l)) / Wq < OH && (ow + (l)) % Wq < OW)                       \
+	     ? LOAD(rp, (oh + (ow + (l)) / Wq) * OW + (ow + (l)) % Wq)             \
+	     : 0.0f)
+	return CV_BUILD(CONV_GRID_LANE);
+#undef CONV_GRID_LANE
+}
+
 #if CONV_PX >= 8
 #define CONV_DWF_VB 4
 #else
@@ -730,7 +819,7 @@ conv_dwf_body(const int KH, const int KW, const int sh, const int sw, const int 
          __global const wstore_t *Wt, int offW, __global const wstore_t *Bias,
          int offB, int hasBias, __global store_t *Y, int offY, int C, int Hq,
          int Wq, int OH, int OW, int act, float actA, float actB,
-         int chanFirst, int NC) {
+         int chanFirst, int NC, CONV_RES_PARAMS) {
 	const int z = get_global_id(chanFirst ? 0 : 1); // n*C + c
 	if (z >= NC) return;
 	const int grid = OH * Wq;
@@ -766,8 +855,10 @@ conv_dwf_body(const int KH, const int KW, const int sh, const int sw, const int 
 	for (int v = 0; v < CONV_DWF_VB; v++) {
 		const int q = q0 + v * CONV_PX;
 		if (q >= grid) break;
-		const cvec y = conv_act(acc[v] + b, act, actA, actB);
 		int oh = q / Wq, ow = q - oh * Wq;
+		cvec y = acc[v] + b;
+		if (hasR) y += conv_grid_res(R + offR + z * OH * OW, oh, ow, OH, OW, Wq);
+		y = conv_act(y, act, actA, actB);
 		if (ow + CONV_PX <= OW) {
 			conv_put(yp + oh * OW, ow, ow, OW, y);
 			continue;
@@ -787,10 +878,10 @@ conv_dwf_body(const int KH, const int KW, const int sh, const int sw, const int 
 	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
 	    __global store_t *Y, int offY, int C, int Hq, int Wq, int OH, int OW,  \
 	    int KH, int KW, int sh, int sw, int dh, int dw, int act, float actA,   \
-	    float actB, int chanFirst, int NC
+	    float actB, int chanFirst, int NC, CONV_RES_PARAMS
 #define CONV_DWF_ARGS                                                          \
 	P, offP, Wt, offW, Bias, offB, hasBias, Y, offY, C, Hq, Wq, OH, OW, act,   \
-	    actA, actB, chanFirst, NC
+	    actA, actB, chanFirst, NC, R, offR, hasR
 __kernel void conv_dwf(CONV_DWF_PARAMS) { conv_dwf_body(KH, KW, sh, sw, dh, dw, CONV_DWF_ARGS); }
 #define CONV_DWF_FIXED(K, S)                                                   \
 	__kernel void conv_dwf_##K##_##S(CONV_DWF_PARAMS) {                        \
@@ -818,7 +909,7 @@ conv_flat(const int RB, __global const store_t *P, int offP,
           __global const wstore_t *Wt, int offW, __global const wstore_t *Bias,
           int offB, int hasBias, __global store_t *Y, int offY, int C, int Hq,
           int Wq, int OC, int OH, int OW, int KH, int KW, int sh, int sw, int dh,
-          int dw, int G, int act, float actA, float actB) {
+          int dw, int G, int act, float actA, float actB, CONV_RES_PARAMS) {
 	const int q0 = get_global_id(0) * CONV_PX;
 	if (q0 >= OH * Wq) return;
 	const int Cg = C / G, OCg = OC / G;
@@ -859,6 +950,7 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 		const int oc = g * OCg + ocb + r;
 		cvec v = acc[r];
 		if (hasBias) v += (cvec)(WLOAD(Bias, offB + oc));
+		if (hasR) v += conv_grid_res(R + offR + (n * OC + oc) * OH * OW, oh0, ow0, OH, OW, Wq);
 		v = conv_act(v, act, actA, actB);
 		__global store_t *yp = Y + offY + (n * OC + oc) * OH * OW;
 		if (ow0 + CONV_PX <= OW) {
@@ -881,10 +973,10 @@ conv_flat(const int RB, __global const store_t *P, int offP,
 	    int offW, __global const wstore_t *Bias, int offB, int hasBias,        \
 	    __global store_t *Y, int offY, int C, int Hq, int Wq, int OC, int OH,  \
 	    int OW, int KH, int KW, int sh, int sw, int dh, int dw, int G,         \
-	    int act, float actA, float actB
+	    int act, float actA, float actB, CONV_RES_PARAMS
 #define CONV_FLAT_ARGS                                                         \
 	P, offP, Wt, offW, Bias, offB, hasBias, Y, offY, C, Hq, Wq, OC, OH, OW,    \
-	    KH, KW, sh, sw, dh, dw, G, act, actA, actB
+	    KH, KW, sh, sw, dh, dw, G, act, actA, actB, R, offR, hasR
 #if CONV_RBMAX == 8
 __kernel void conv_flat_8(CONV_FLAT_PARAMS) { conv_flat(8, CONV_FLAT_ARGS); }
 #endif
@@ -944,6 +1036,15 @@ static inline void wv_put(__global store_t *p, int step, int n, wvec v) {
 	l[0] = v;
 #endif
 	for (int i = 0; i < n; i++) STORE(p, i * step, l[i]);
+}
+
+// wv_get loads the first n lanes of p[0], p[step], ... (zero past n): the
+// residual under wv_put's lanes.
+static inline wvec wv_get(__global const store_t *p, int step, int n) {
+	if (n == WV && step == 1) return WV_LOAD(p);
+#define WV_GET_LANE(l) ((l) < n ? LOAD(p, (l)*step) : 0.0f)
+	return WV_BUILD(WV_GET_LANE);
+#undef WV_GET_LANE
 }
 
 // conv_wino_w: U[xi][k][c] = (G g G^T)[xi] for the 3x3 weight g = W[k][c],
@@ -1060,7 +1161,7 @@ __kernel void conv_wino_out(__global const store_t *M, int offM,
                             __global const wstore_t *Bias, int offB,
                             int hasBias, __global store_t *Y, int offY, int K,
                             int OH, int OW, int TH, int TW, int T, int act,
-                            float actA, float actB) {
+                            float actA, float actB, CONV_RES_PARAMS) {
 	const int k0 = get_global_id(0) * WV, t = get_global_id(1);
 	if (k0 >= K || t >= T) return;
 	const int nk = min(WV, K - k0);
@@ -1089,13 +1190,20 @@ __kernel void conv_wino_out(__global const store_t *M, int offM,
 #undef WINO_B
 	const int n = t / (TH * TW), r = t - n * TH * TW, ty = r / TW, tx = r - ty * TW;
 	const int plane = OH * OW, ow = 2 * tx;
-	__global store_t *y = Y + offY + (n * K + k0) * plane;
+	const int o = (n * K + k0) * plane;
+	__global store_t *y = Y + offY + o;
+	__global const store_t *rp = R + offR + o;
 	#pragma unroll
 	for (int i = 0; i < 2; i++) {
 		const int oh = 2 * ty + i;
 		if (oh >= OH) continue;
-		wv_put(y + oh * OW + ow, plane, nk, conv_act_w(e[i][0] + e[i][1] + e[i][2] + b, act, actA, actB));
-		if (ow + 1 < OW)
-			wv_put(y + oh * OW + ow + 1, plane, nk, conv_act_w(e[i][1] - e[i][2] - e[i][3] + b, act, actA, actB));
+		wvec v0 = e[i][0] + e[i][1] + e[i][2] + b;
+		if (hasR) v0 += wv_get(rp + oh * OW + ow, plane, nk);
+		wv_put(y + oh * OW + ow, plane, nk, conv_act_w(v0, act, actA, actB));
+		if (ow + 1 < OW) {
+			wvec v1 = e[i][1] - e[i][2] - e[i][3] + b;
+			if (hasR) v1 += wv_get(rp + oh * OW + ow + 1, plane, nk);
+			wv_put(y + oh * OW + ow + 1, plane, nk, conv_act_w(v1, act, actA, actB));
+		}
 	}
 }

@@ -30,6 +30,21 @@ type ConvParams struct {
 	// written (ConvActNone: none); ActA and ActB are its parameters.
 	Act        ConvAct
 	ActA, ActB float32
+	// Res, when Res.Mem is set, is a residual of the output's shape
+	// [N, OutC, OH, OW] in the activation storage, added to conv + bias
+	// before Act: y = Act(conv(x, w) + bias + Res), a ResNet block's Add
+	// and ReLU (or a MobileNet block's skip) in the convolution's
+	// epilogue. It must not overlap the output. Every route takes it; the
+	// GEMM routes (gemm1x1, im2col) add it and Act in a second launch,
+	// conv_res, the others in their own epilogue.
+	Res Buf
+	// Scale, when Scale.Mem is set, is a factor per image and input
+	// channel, [N, C] in the activation storage, applied to the input as
+	// it is read: y = conv(x * Scale[n, c, 1, 1], w) (squeeze-excite's
+	// Mul in front of a projection). Only a 1x1 convolution with stride
+	// 1 and no padding takes it, on the conv_pw kernels (CPUs) or
+	// conv_tile (elsewhere). It must not overlap the output.
+	Scale Buf
 	// WinogradWeight says that the weight buffer holds the Winograd
 	// route's transformed weight, [16][OutC][C] as WinogradWeights lays it
 	// out, in place of [OutC][C][3][3]: an engine transforms a constant
@@ -392,13 +407,31 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 	if hasBias {
 		ops = append(ops, bufUse{"bias", p.Bias, p.Weight, p.OutC})
 	}
+	if p.Res.Mem != nil {
+		ops = append(ops, bufUse{"residual", p.Res, s, p.N * p.OutC * np})
+	}
+	if p.Scale.Mem != nil {
+		if !p.plain1x1() {
+			return fmt.Errorf("an input scale needs a 1x1 convolution with stride 1 and no padding")
+		}
+		ops = append(ops, bufUse{"scale", p.Scale, s, p.N * p.C})
+	}
 	if p.C == 0 {
 		ops = ops[1:] // nothing is read from an empty input
 	}
 	if err := checkBufUses(ops); err != nil {
 		return err
 	}
+	if overlaps(p.Res, p.N*p.OutC*np, y, p.N*p.OutC*np) {
+		return fmt.Errorf("the residual overlaps the output")
+	}
+	if overlaps(p.Scale, p.N*p.C, y, p.N*p.OutC*np) {
+		return fmt.Errorf("the input scale overlaps the output")
+	}
 	route := p.route(l.convPXDevice() >= 8)
+	if p.Scale.Mem != nil && route != "pw" && route != "tile" {
+		route = "tile" // the kernels that read a scale
+	}
 	if route == "pw" {
 		if p.C > 0 && p.plain1x1() {
 			return l.convPW(s, x, w, y, p, oh*ow)
@@ -438,32 +471,73 @@ func (l *Lib) conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 	case route == "tile" || route == "depthwise" || route == "dw" || route == "dwgen" || route == "dwfgen" || p.C == 0:
 		return l.convTile(s, x, w, y, p, oh, ow)
 	case route == "direct" || route == "im2col" && imgs == 0:
-		if p.Act != ConvActNone {
-			return fmt.Errorf("route %s has no activation epilogue", route)
-		}
 		return l.convDirect(s, x, w, y, p, oh, ow)
-	}
-	if p.Act != ConvActNone {
-		return fmt.Errorf("route %s has no activation epilogue", route)
 	}
 	g := convProduct(s, w, y, p.Weight, p.Bias, p.OutC, p.Groups, kc, np)
 	if route == "gemm1x1" {
 		g.b, g.bt, g.bk, g.bn = x, s, np, 1
 		g.sB = [2]int{p.C * np, cg * np}
 		g.nb0 = p.N
-		return l.gemm(g)
+		if err := l.gemm(g); err != nil {
+			return err
+		}
+		return l.convRes(s, y, p, np)
 	}
 	gather, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), "conv_im2col")
 	if err != nil {
 		return err
 	}
 	i32 := func(v int) int32 { return int32(v) }
-	return l.im2colRun(g, s, scratch, p.N, p.OutC, p.Groups, kc, np, imgs, gather, func(n0, cp, ck int) []any {
+	if err := l.im2colRun(g, s, scratch, p.N, p.OutC, p.Groups, kc, np, imgs, gather, func(n0, cp, ck int) []any {
 		return []any{x.Mem, i32(x.Off), scratch.Mem, i32(scratch.Off), i32(n0), i32(p.C), i32(p.H), i32(p.W),
 			i32(oh), i32(ow), i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW),
 			i32(p.PadTop), i32(p.PadLeft), i32(p.DilationH), i32(p.DilationW), i32(p.Groups),
 			i32(cp), i32(ck)}
-	})
+	}); err != nil {
+		return err
+	}
+	return l.convRes(s, y, p, np)
+}
+
+// convRes is the GEMM routes' epilogue past the bias: conv_res adds the
+// residual and applies the activation in place, one launch over the
+// output; nothing when there is neither.
+func (l *Lib) convRes(s Storage, y Buf, p ConvParams, np int) error {
+	if p.Res.Mem == nil && p.Act == ConvActNone {
+		return nil
+	}
+	k, err := l.kernel("conv", convSrc, l.convOptions(s, p.Weight), "conv_res")
+	if err != nil {
+		return err
+	}
+	n := p.N * p.OutC * np
+	global, local := l.cpuGroups([]int{n})
+	args := append([]any{y.Mem, int32(y.Off)}, p.resArgs(y)...)
+	return l.dev.Launch(k, global, local, append(args, int32(n), int32(p.Act), p.ActA, p.ActB)...)
+}
+
+// resArgs are the conv kernels' residual arguments (conv.cl's
+// CONV_RES_PARAMS): p.Res, or y standing in as a buffer never read.
+func (p ConvParams) resArgs(y Buf) []any {
+	if p.Res.Mem == nil {
+		return []any{y.Mem, int32(y.Off), int32(0)}
+	}
+	return []any{p.Res.Mem, int32(p.Res.Off), int32(1)}
+}
+
+// scaleArgs are the input-scale arguments of conv_tile and conv_pw: p.Scale,
+// or y standing in as a buffer never read.
+func (p ConvParams) scaleArgs(y Buf) []any {
+	if p.Scale.Mem == nil {
+		return []any{y.Mem, int32(y.Off), int32(0)}
+	}
+	return []any{p.Scale.Mem, int32(p.Scale.Off), int32(1)}
+}
+
+// overlaps reports whether a (an elements, Mem nil for none) and b (bn
+// elements) share a buffer and some element of it.
+func overlaps(a Buf, an int, b Buf, bn int) bool {
+	return a.Mem != nil && a.Mem == b.Mem && a.Off < b.Off+bn && b.Off < a.Off+an
 }
 
 // convProduct is a convolution's product, per (image, group) C[oc, pix] =
@@ -583,7 +657,7 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 		p.W, p.H = p.H*p.W, 1
 		ow, oh = oh*ow, 1
 	}
-	if p.C/p.Groups == 1 && p.OutC == p.Groups && p.C > 0 && convForce != "tile" {
+	if p.C/p.Groups == 1 && p.OutC == p.Groups && p.C > 0 && convForce != "tile" && p.Scale.Mem == nil {
 		return l.convDW(s, x, w, y, p, oh, ow)
 	}
 	ocg := p.OutC / p.Groups
@@ -612,11 +686,12 @@ func (l *Lib) convTile(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	px := l.convPX()
 	i32 := func(v int) int32 { return int32(v) }
 	global, local := l.cpuGroups([]int{oh * ((ow + px - 1) / px), (ocg + rb - 1) / rb, p.N * p.Groups})
-	return l.dev.Launch(k, global, local,
-		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
+	args := []any{x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
 		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
-		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB}
+	args = append(append(args, p.resArgs(y)...), p.scaleArgs(y)...)
+	return l.dev.Launch(k, global, local, args...)
 }
 
 // convPW runs conv_pw on a 1x1 convolution with stride 1 and no padding
@@ -631,16 +706,17 @@ func (l *Lib) convPW(s Storage, x, w, y Buf, p ConvParams, np int) error {
 	}
 	bias, hasBias := p.biasArg(w)
 	i32 := func(v int) int32 { return int32(v) }
+	tail := append(p.resArgs(y), p.scaleArgs(y)...)
 	if name == "conv_pwdot" {
 		global, local := l.cpuGroups([]int{(ocg + 3) / 4, p.N * p.Groups})
-		return l.dev.Launch(k, global, local,
+		return l.dev.Launch(k, global, local, append([]any{
 			x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
-			y.Mem, i32(y.Off), i32(p.C), i32(p.OutC), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+			y.Mem, i32(y.Off), i32(p.C), i32(p.OutC), i32(p.Groups), int32(p.Act), p.ActA, p.ActB}, tail...)...)
 	}
 	global, local := l.cpuGroups([]int{(np + vb*px - 1) / (vb * px), (ocg + rb - 1) / rb, p.N * p.Groups})
-	return l.dev.Launch(k, global, local,
+	return l.dev.Launch(k, global, local, append([]any{
 		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
-		y.Mem, i32(y.Off), i32(p.C), i32(np), i32(p.OutC), i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+		y.Mem, i32(y.Off), i32(p.C), i32(np), i32(p.OutC), i32(p.Groups), int32(p.Act), p.ActA, p.ActB}, tail...)...)
 }
 
 // convPWForce, set by tests and benchmarks, names the conv_pw kernel.
@@ -715,11 +791,11 @@ func (l *Lib) convDWFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow i
 		chanFirst, dims = 1, []int{nc, chunks}
 	}
 	global, local := l.cpuGroups(dims)
-	return l.dev.Launch(k, global, local,
+	return l.dev.Launch(k, global, local, append([]any{
 		scratch.Mem, i32(scratch.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(p.C), i32(hq), i32(wq), i32(oh), i32(ow),
 		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.DilationH), i32(p.DilationW),
-		int32(p.Act), p.ActA, p.ActB, chanFirst, i32(nc))
+		int32(p.Act), p.ActA, p.ActB, chanFirst, i32(nc)}, p.resArgs(y)...)...)
 }
 
 // convPad launches conv_pad, copying x into scratch as hq x wq phase
@@ -763,11 +839,11 @@ func (l *Lib) convFlat(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 	}
 	bias, hasBias := p.biasArg(w)
 	global, local := l.cpuGroups([]int{(oh*wq + px - 1) / px, (ocg + rb - 1) / rb, p.N * p.Groups})
-	return l.dev.Launch(k, global, local,
+	return l.dev.Launch(k, global, local, append([]any{
 		scratch.Mem, i32(scratch.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(p.C), i32(hq), i32(wq), i32(p.OutC), i32(oh), i32(ow),
 		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.DilationH), i32(p.DilationW),
-		i32(p.Groups), int32(p.Act), p.ActA, p.ActB)
+		i32(p.Groups), int32(p.Act), p.ActA, p.ActB}, p.resArgs(y)...)...)
 }
 
 // convWino runs Winograd F(2x2, 3x3) (conv.cl's conv_wino_*): the weight
@@ -819,8 +895,9 @@ func (l *Lib) convWino(s Storage, x, w, y, scratch Buf, p ConvParams, oh, ow int
 	}
 	bias, hasBias := p.biasArg(w)
 	global, local = l.cpuGroups([]int{(k + wv - 1) / wv, t})
-	return l.dev.Launch(ks[2], global, local, m.Mem, i32(m.Off), bias.Mem, i32(bias.Off), hasBias,
-		y.Mem, i32(y.Off), i32(k), i32(oh), i32(ow), i32(th), i32(tw), i32(t), int32(p.Act), p.ActA, p.ActB)
+	return l.dev.Launch(ks[2], global, local, append([]any{m.Mem, i32(m.Off), bias.Mem, i32(bias.Off), hasBias,
+		y.Mem, i32(y.Off), i32(k), i32(oh), i32(ow), i32(th), i32(tw), i32(t), int32(p.Act), p.ActA, p.ActB},
+		p.resArgs(y)...)...)
 }
 
 // convDWOneBlock, set by benchmarks, gives conv_dw one block of rows per
@@ -870,7 +947,8 @@ func (l *Lib) convDW(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error {
 	args := []any{x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
 		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
-		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB, i32(nblk)}
+		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB}
+	args = append(append(append(args, p.resArgs(y)...), p.scaleArgs(y)...), i32(nblk))
 	if name == "conv_dw" {
 		global, local := l.cpuGroups([]int{tiles, 1, p.N * p.C})
 		return l.dev.Launch(k, global, local, args...)
@@ -897,17 +975,26 @@ func (l *Lib) convDirect(s Storage, x, w, y Buf, p ConvParams, oh, ow int) error
 	bias, hasBias := p.biasArg(w)
 	i32 := func(v int) int32 { return int32(v) }
 	global, local := l.cpuGroups([]int{ow, oh, p.N * p.OutC})
-	return l.dev.Launch(k, global, local,
+	return l.dev.Launch(k, global, local, append([]any{
 		x.Mem, i32(x.Off), w.Mem, i32(w.Off), bias.Mem, i32(bias.Off), hasBias,
 		y.Mem, i32(y.Off), i32(p.C), i32(p.H), i32(p.W), i32(p.OutC), i32(oh), i32(ow),
 		i32(p.KH), i32(p.KW), i32(p.StrideH), i32(p.StrideW), i32(p.PadTop), i32(p.PadLeft),
-		i32(p.DilationH), i32(p.DilationW), i32(p.Groups))
+		i32(p.DilationH), i32(p.DilationW), i32(p.Groups), int32(p.Act), p.ActA, p.ActB}, p.resArgs(y)...)...)
 }
 
 // Conv2DRef is the pure-Go reference for Conv2D on host tensors (bias nil
-// for none; p.Bias is ignored), accumulated in float64, then p.Act. It
-// takes the original weight only (not p.WinogradWeight's).
+// for none; p.Bias, p.Res and p.Scale are ignored), accumulated in
+// float64, then p.Act. It takes the original weight only (not
+// p.WinogradWeight's).
 func Conv2DRef(x, w, bias, y []float32, p ConvParams) error {
+	return Conv2DResRef(x, w, bias, nil, nil, y, p)
+}
+
+// Conv2DResRef is Conv2DRef with a residual res of the output's shape
+// added before the activation and each input channel of image n scaled
+// by scale[n*C + c] (nil for none; p.Res and p.Scale are ignored): the
+// reference for ConvParams.Res and ConvParams.Scale.
+func Conv2DResRef(x, w, bias, res, scale, y []float32, p ConvParams) error {
 	p, err := p.norm()
 	if err != nil {
 		return fmt.Errorf("kernels: Conv2DRef: %w", err)
@@ -918,7 +1005,8 @@ func Conv2DRef(x, w, bias, y []float32, p ConvParams) error {
 	oh, ow := p.OutSize()
 	cg, ocg := p.C/p.Groups, p.OutC/p.Groups
 	if len(x) < p.N*p.C*p.H*p.W || len(w) < p.OutC*cg*p.KH*p.KW || len(y) < p.N*p.OutC*oh*ow ||
-		bias != nil && len(bias) < p.OutC {
+		bias != nil && len(bias) < p.OutC || res != nil && len(res) < p.N*p.OutC*oh*ow ||
+		scale != nil && len(scale) < p.N*p.C {
 		return fmt.Errorf("kernels: Conv2DRef: a slice is shorter than %+v needs", p)
 	}
 	for n := 0; n < p.N; n++ {
@@ -938,17 +1026,23 @@ func Conv2DRef(x, w, bias, y []float32, p ConvParams) error {
 								if iw < 0 || iw >= p.W {
 									continue
 								}
-								xv := x[((n*p.C+g*cg+ic)*p.H+ih)*p.W+iw]
+								xv := float64(x[((n*p.C+g*cg+ic)*p.H+ih)*p.W+iw])
+								if scale != nil {
+									xv *= float64(scale[n*p.C+g*cg+ic])
+								}
 								wv := w[((oc*cg+ic)*p.KH+kh)*p.KW+kw]
-								acc += float64(xv) * float64(wv)
+								acc += xv * float64(wv)
 							}
 						}
 					}
 					if bias != nil {
 						acc += float64(bias[oc])
 					}
-					acc = p.Act.apply(acc, p.ActA, p.ActB)
-					y[((n*p.OutC+oc)*oh+i)*ow+j] = float32(acc)
+					o := ((n*p.OutC+oc)*oh+i)*ow + j
+					if res != nil {
+						acc += float64(res[o])
+					}
+					y[o] = float32(p.Act.apply(acc, p.ActA, p.ActB))
 				}
 			}
 		}

@@ -257,12 +257,12 @@ func (h *HostDevice) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) e
 	return MatMulQRef(hostF32(a), pk, hostF32(p.Bias), hostF32(c), p)
 }
 
-// Conv2D runs Conv2DRef; it needs no scratch.
+// Conv2D runs Conv2DResRef (with p.Res and p.Scale); it needs no scratch.
 func (h *HostDevice) Conv2D(s Storage, x, w, y, scratch Buf, p ConvParams) error {
 	if err := f32only(s); err != nil {
 		return err
 	}
-	return Conv2DRef(hostF32(x), hostF32(w), hostF32(p.Bias), hostF32(y), p)
+	return Conv2DResRef(hostF32(x), hostF32(w), hostF32(p.Bias), hostF32(p.Res), hostF32(p.Scale), hostF32(y), p)
 }
 
 // MaxPool runs PoolRef.

@@ -39,35 +39,11 @@ func (r *rewriter) convAct(c *graph.Node) error {
 	if y == nil || len(y.Shape) < 3 || len(y.Shape) > 4 || !isFloat(y.Type) || isOutput(g, y) {
 		return nil
 	}
-	var (
-		act        string
-		alpha, bet float64
-		body       = []*graph.Node{c}
-		out        *graph.Value
-	)
-	if a := soleConsumer(g, y); r.dev(a, "Relu", "HardSwish", "HardSigmoid", "LeakyRelu", "Clip") {
-		act, out = a.OpType, out0(a)
-		switch act {
-		case "HardSigmoid":
-			alpha, bet = float64(a.AttrFloat("alpha", 0.2)), float64(a.AttrFloat("beta", 0.5))
-		case "LeakyRelu":
-			alpha = float64(a.AttrFloat("alpha", 0.01))
-		case "Clip":
-			var ok bool
-			if alpha, bet, ok = clipBounds(a); !ok {
-				return nil
-			}
-		}
-		body = append(body, a)
-	} else if s, m, ok := r.silu(y); ok {
-		act, out = "SiLU", out0(m)
-		body = append(body, s, m)
-	} else {
+	act, alpha, bet, tail, out, ok := r.activation(y)
+	if !ok {
 		return nil
 	}
-	if out == nil || !shapeEqual(out.Shape, y.Shape) || out.Type != y.Type {
-		return nil
-	}
+	body := append([]*graph.Node{c}, tail...)
 	// Named after the user's Conv and activation, so plan and error
 	// messages still point at the nodes the model's author wrote.
 	name := nameNear(c, tlite.ConvAct)
@@ -82,6 +58,36 @@ func (r *rewriter) convAct(c *graph.Node) error {
 	setFloat(n, "act_alpha", alpha)
 	setFloat(n, "act_beta", bet)
 	return r.replace(body, n, nil)
+}
+
+// activation matches the activation that is y's only reader (Relu,
+// HardSwish, HardSigmoid, LeakyRelu, Clip with constant bounds, or SiLU
+// written as Mul(y, Sigmoid(y))): its name and parameters as ConvAct's
+// attributes, its nodes, and its output, of y's shape and type.
+func (r *rewriter) activation(y *graph.Value) (act string, alpha, bet float64, body []*graph.Node, out *graph.Value, ok bool) {
+	if a := soleConsumer(r.g, y); r.dev(a, "Relu", "HardSwish", "HardSigmoid", "LeakyRelu", "Clip") {
+		act, out = a.OpType, out0(a)
+		switch act {
+		case "HardSigmoid":
+			alpha, bet = float64(a.AttrFloat("alpha", 0.2)), float64(a.AttrFloat("beta", 0.5))
+		case "LeakyRelu":
+			alpha = float64(a.AttrFloat("alpha", 0.01))
+		case "Clip":
+			if alpha, bet, ok = clipBounds(a); !ok {
+				return "", 0, 0, nil, nil, false
+			}
+		}
+		body = []*graph.Node{a}
+	} else if s, m, isSiLU := r.silu(y); isSiLU {
+		act, out = "SiLU", out0(m)
+		body = []*graph.Node{s, m}
+	} else {
+		return "", 0, 0, nil, nil, false
+	}
+	if out == nil || !shapeEqual(out.Shape, y.Shape) || out.Type != y.Type {
+		return "", 0, 0, nil, nil, false
+	}
+	return act, alpha, bet, body, out, true
 }
 
 // silu matches y's two readers Sigmoid(y) and Mul(y, Sigmoid(y)), the

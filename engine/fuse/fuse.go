@@ -1,7 +1,8 @@
 // Package fuse rewrites an inferred graph so that common subgraphs run as
 // one kernel: RMSNorm and LayerNorm written out op by op, a residual Add in
 // front of a norm, a MatMul with its bias (and a scalar scale) as the
-// product's epilogue, a convolution's activation as its epilogue,
+// product's epilogue, a convolution's activation, residual Add and
+// squeeze-excite input scale as its epilogue and prologue,
 // scaled-dot-product attention with its mask and
 // grouped-query K/V expansion, rotary position embeddings, and maximal
 // chains of element-wise ops.
@@ -21,7 +22,8 @@
 //	AddRMSNorm(a, b, scale?)            -> sum?, y    y = RMSNorm(a + b)
 //	AddLayerNorm(a, b, scale, bias?)    -> sum?, y    axis, epsilon
 //	MatMulBias(a, b, bias?)             -> y          y = alpha*(a@b) + beta*bias
-//	ConvAct(x, w, bias?)                -> y          Conv with its activation
+//	ConvAct(x, w, bias?, r?, s?)        -> y          Conv with its activation,
+//	                                                  residual r, input scale s
 //	Attention(q, k, v, mask?)           -> o          see attention.go
 //	FusedElementwise(inputs...)         -> outputs    GRAPH attribute "body"
 //	Rotary(x, cos, sin, x2?)            -> y, y2?     rotary_dim; see rotary.go
@@ -64,11 +66,14 @@ type Pass func(g *graph.Graph, res *infer.Result) error
 // before RMSNorm, whose pattern also matches the variance half of a
 // decomposed LayerNorm (it would fuse correctly but leave the mean and the
 // subtraction unfused); the residual pass follows the norms it extends and
-// MatMulBias, whose output is often the residual branch; the element-wise
+// MatMulBias, whose output is often the residual branch; ConvResidual
+// follows ConvAct (a Conv read by its activation directly is ConvAct's)
+// and ConvScale both (it adds its scale to the Convs they made); the
+// element-wise
 // pass comes last so that it does not swallow the ops the others match
 // (Rotary's Neg, Muls and Add among them).
 func Passes(opts Options) []Pass {
-	ps := []Pass{LayerNorm, RMSNorm, Attention, MatMulBias, AddNorm, ConvAct, Rotary}
+	ps := []Pass{LayerNorm, RMSNorm, Attention, MatMulBias, AddNorm, ConvAct, ConvResidual, ConvScale, Rotary}
 	if opts.Elementwise != nil {
 		ew := opts.Elementwise
 		ps = append(ps, func(g *graph.Graph, res *infer.Result) error { return Elementwise(g, res, ew) })

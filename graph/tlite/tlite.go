@@ -34,11 +34,15 @@ const (
 	// grouped-query K/V; attributes scale, causal, q_perm, k_perm, v_perm,
 	// o_perm (engine/fuse/attention.go documents them).
 	Attention = "Attention"
-	// ConvAct(x, w, [bias]) -> y is an ONNX Conv (same inputs and
-	// attributes) followed by an activation in the convolution's epilogue:
-	// attribute activation ("Relu", "Clip", "HardSwish", "HardSigmoid",
-	// "SiLU" or "LeakyRelu") with act_alpha and act_beta (Clip's bounds,
-	// HardSigmoid's alpha and beta, LeakyRelu's alpha).
+	// ConvAct(x, w, [bias], [residual], [scale]) -> y is an ONNX Conv
+	// (same first three inputs and attributes) followed by an activation
+	// in the convolution's epilogue: attribute activation ("Relu",
+	// "Clip", "HardSwish", "HardSigmoid", "SiLU", "LeakyRelu", or "" for
+	// none) with act_alpha and act_beta (Clip's bounds, HardSigmoid's
+	// alpha and beta, LeakyRelu's alpha). residual, of y's shape, is added
+	// before the activation: y = act(conv(x) + bias + residual). scale,
+	// [N, C, 1, 1], multiplies the input's channels before a 1x1
+	// convolution: conv(x * scale).
 	ConvAct = "ConvAct"
 	// FusedElementwise(inputs...) -> outputs runs the GRAPH attribute body,
 	// a chain of element-wise ops, as one kernel.
