@@ -135,16 +135,10 @@ func (l *Lib) kernel(family, src, options, name string) (*opencl.Kernel, error) 
 		return nil, l.envErr
 	}
 	full := commonSrc + "\n" + src
-	if l.dump != nil {
-		// Before the build, so that a program the device rejects is still
-		// checked by the gate.
-		how := "selected"
-		if l.forced(family, name) {
-			how = "forced"
-		}
-		if err := l.dump.record(l.profileName(), how, family, full, options, name); err != nil {
-			return nil, err
-		}
+	// Before the build, so that a program the device rejects is still
+	// checked by the gate.
+	if err := l.recordBuild(family, full, options, name); err != nil {
+		return nil, err
 	}
 	p, ok := l.progs[pkey]
 	if !ok {

@@ -359,11 +359,19 @@ func (g qmm) options(fp16, subgroups bool) string {
 	return o
 }
 
+// qprogram is the launcher's one choice for g: the build options, the
+// kernel, and its rows and columns per work-item. qmm launches it, and the
+// build space (quantSpace) asks it for every product the launcher accepts.
+func (l *Lib) qprogram(g qmm) (options, name string, rb, cb int) {
+	name, rb, cb = l.qpick(g)
+	inf := l.info()
+	return g.options(inf.FP16, inf.Subgroups), name, rb, cb
+}
+
 // qmm launches a checked, non-empty product.
 func (l *Lib) qmm(g qmm) error {
-	name, rb, cb := l.qpick(g)
-	inf := l.info()
-	k, err := l.kernel("quant", quantProg(), g.options(inf.FP16, inf.Subgroups), name)
+	options, name, rb, cb := l.qprogram(g)
+	k, err := l.kernel("quant", quantProg(), options, name)
 	if err != nil {
 		return err
 	}
