@@ -54,10 +54,15 @@ const quantSpaceRows = 2 * qmtRows
 // quantSpace lists one product for each (program, kernel) MatMulQ can build
 // on l's device (or profile): both formats, the groups above, both
 // layouts (the engine keeps the column layout on a GPU for weights it
-// cannot tile), both storages, no bias or a bias in either storage, and
-// every row count up to quantSpaceRows. Sizes other than these do not
-// change the program.
+// cannot tile), both storages, no bias or a bias in either storage, every
+// row count up to quantSpaceRows, and on a GPU the tiled decode GEMV's
+// weight read through images or buffers (qImages decides per device and
+// weight). Sizes other than these do not change the program.
 func (l *Lib) quantSpace() []qmm {
+	imgs := []bool{false}
+	if l.info().Type == "GPU" {
+		imgs = append(imgs, true)
+	}
 	var out []qmm
 	for _, f := range []quant.Format{quant.E0M4, quant.Int4} {
 		for _, group := range quantGroups {
@@ -68,9 +73,11 @@ func (l *Lib) quantSpace() []qmm {
 						s   Storage
 					}{{false, F32}, {true, F32}, {true, F16}} {
 						for m := 1; m <= quantSpaceRows; m++ {
-							w := QBuf{Format: f, Group: group, Layout: layout, K: group, N: 4}
-							out = append(out, qmm{w: w, s: s, hasBias: bias.has, bs: bias.s,
-								m: m, n: 4, k: group, lda: group, ldc: 4})
+							for _, img := range imgs {
+								w := QBuf{Format: f, Group: group, Layout: layout, K: group, N: 4}
+								out = append(out, qmm{w: w, s: s, hasBias: bias.has, bs: bias.s,
+									m: m, n: 4, k: group, lda: group, ldc: 4, img: img})
+							}
 						}
 					}
 				}

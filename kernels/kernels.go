@@ -100,6 +100,10 @@ type Lib struct {
 	// attnEmu builds that half path in its exact emulation
 	// (TLITE_KERNEL_HALF_EMU).
 	attnEmu bool
+	// qImgBroken and mmImgBroken are set when the driver refused an image
+	// over a weight: the tiled decode GEMV (qImages) or mm_gemv_c4
+	// (mmImages) reads buffers from then on.
+	qImgBroken, mmImgBroken bool
 }
 
 // kernKey names a built kernel: family, build options as the launcher
