@@ -30,9 +30,11 @@ const (
 // qmtBlock is qmt_mm's rows and columns per work-item for g on a device
 // with (fp16) or without cl_khr_fp16. The half path at groups of 32
 // (group parameters every chunk) kept 66 VGPRs live at 4 x 2 on the
-// register gate's target, so it takes 2 x 2.
+// register gate's target, and INT4's at groups of 96 (a group that is not
+// a power of two) 66 too, so groups that are not a multiple of 64 take
+// 2 x 2 (43-46 VGPRs). Each output's sums are the same either way.
 func (g qmm) qmtBlock(fp16 bool) (rows, cols int) {
-	if g.w.Format.FourBit() && g.s == F16 && (fp16 || halfEmu) && g.w.Group == 32 {
+	if g.w.Format.FourBit() && g.s == F16 && (fp16 || halfEmu) && g.w.Group%64 != 0 {
 		return 2, 2
 	}
 	return qmtRows, qmtCols
