@@ -100,6 +100,10 @@ type Lib struct {
 	// attnEmu builds that half path in its exact emulation
 	// (TLITE_KERNEL_HALF_EMU).
 	attnEmu bool
+	// qImgBroken and mmImgBroken are set when the driver refused an image
+	// over a weight: the tiled decode GEMV (qImages) or mm_gemv_c4
+	// (mmImages) reads buffers from then on.
+	qImgBroken, mmImgBroken bool
 }
 
 // kernKey names a built kernel: family, build options as the launcher
@@ -135,16 +139,10 @@ func (l *Lib) kernel(family, src, options, name string) (*opencl.Kernel, error) 
 		return nil, l.envErr
 	}
 	full := commonSrc + "\n" + src
-	if l.dump != nil {
-		// Before the build, so that a program the device rejects is still
-		// checked by the gate.
-		how := "selected"
-		if l.forced(family, name) {
-			how = "forced"
-		}
-		if err := l.dump.record(l.profileName(), how, family, full, options, name); err != nil {
-			return nil, err
-		}
+	// Before the build, so that a program the device rejects is still
+	// checked by the gate.
+	if err := l.recordBuild(family, full, options, name); err != nil {
+		return nil, err
 	}
 	p, ok := l.progs[pkey]
 	if !ok {

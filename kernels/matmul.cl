@@ -542,33 +542,86 @@ static inline float mm_reduce4(float4 acc, __local float (*red)[MM_C4L], int t) 
 #endif
 }
 
+// With -DMM_IMG (matmul.go's mmImages: devices whose texture path reads
+// faster) the weight B comes as an image1d_buffer_t over its buffer, four
+// elements a texel: RGBA half for fp16 weights (read_imagef widens
+// exactly), RGBA uint32 for fp32 ones (reinterpreted). The values, and so
+// the sums, are the buffer build's bit for bit. offB, bn and B's batch
+// strides still count elements; the launcher passes only multiples of four.
+#ifdef MM_IMG
+#define MM_C4_PARAMS                                                           \
+	__global const a_t *A, int offA, int am, int ak, int sA0, int sA1,         \
+	    __read_only image1d_buffer_t B, int offB, int bk, int bn, int sB0,     \
+	    int sB1, __global store_t *C, int offC, int cm, int cn, int sC0,       \
+	    int sC1, __global const bias_t *Bias, int offBias, int brm, int brn,   \
+	    int sD0, int sD1, int M, int N, int K, int nb1, float alpha,           \
+	    float beta
+// bo is B's first element for this batch entry; a row is its first texel.
+#define MM_C4_BATCH(z)                                                         \
+	const int z0_ = (z) / nb1, z1_ = (z) - z0_ * nb1;                          \
+	A += offA + z0_ * sA0 + z1_ * sA1;                                         \
+	const int bo = offB + z0_ * sB0 + z1_ * sB1;                               \
+	C += offC + z0_ * sC0 + z1_ * sC1;                                         \
+	Bias += offBias + z0_ * sD0 + z1_ * sD1;
+typedef int mm_brow;
+#define MM_BROW(n) ((bo + (n) * bn) / 4)
+#ifdef B_F16
+#define MM_BTEX(t) read_imagef(B, (t))
+#else
+#define MM_BTEX(t) as_float4(read_imageui(B, (t)))
+#endif
+#define MM_B4(row, k) MM_BTEX((row) + (k) / 4)
+static inline float mm_lane(float4 v, int c) {
+	return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
+}
+#define MM_B1(row, k) mm_lane(MM_B4(row, k), (k) % 4)
+#ifdef HM_HALF
+// Scalar casts: libclc, which the register gate compiles against, has no
+// vector half conversions. Each value is a half, so each cast is exact.
+static inline half4 mm_h4(float4 v) {
+	return (half4)((half)v.x, (half)v.y, (half)v.z, (half)v.w);
+}
+#define MM_H4(row, k) mm_h4(MM_B4(row, k))
+#else
+#define MM_H4(row, k) MM_B4(row, k)
+#endif
+#else
+#define MM_C4_PARAMS MM_PARAMS
+#define MM_C4_BATCH(z) MM_BATCH(z)
+typedef __global const b_t *mm_brow;
+#define MM_BROW(n) (B + (n) * bn)
+#define MM_B4(row, k) BLOAD4(row, k)
+#define MM_B1(row, k) BLOAD(row, k)
+#define MM_H4(row, k) HLOAD4(row, k)
+#endif
+
 __kernel __attribute__((reqd_work_group_size(MM_C4L, 1, 1))) void
-mm_gemv_c4(MM_PARAMS) {
+mm_gemv_c4(MM_C4_PARAMS) {
 	const int n0 = get_group_id(0) * 4, m = get_group_id(1);
 	const int t = get_local_id(0);
-	MM_BATCH(get_global_id(2))
+	MM_C4_BATCH(get_global_id(2))
 	__local float red[4][MM_C4L];
 	__global const a_t *ap = A + m * am;
-	__global const b_t *b0 = B + min(n0, N - 1) * bn;
-	__global const b_t *b1 = B + min(n0 + 1, N - 1) * bn;
-	__global const b_t *b2 = B + min(n0 + 2, N - 1) * bn;
-	__global const b_t *b3 = B + min(n0 + 3, N - 1) * bn;
+	const mm_brow b0 = MM_BROW(min(n0, N - 1));
+	const mm_brow b1 = MM_BROW(min(n0 + 1, N - 1));
+	const mm_brow b2 = MM_BROW(min(n0 + 2, N - 1));
+	const mm_brow b3 = MM_BROW(min(n0 + 3, N - 1));
 	float4 acc = (float4)(0.0f);
 	const int k4 = K & ~3;
 	for (int k = t * 4; k < k4; k += MM_C4L * 4) {
 #ifdef MM_HALF_MATH
 		const hreal4 a = HLOAD4(ap, k);
-		acc += (float4)(mm_hdot4(a, HLOAD4(b0, k)), mm_hdot4(a, HLOAD4(b1, k)),
-		                mm_hdot4(a, HLOAD4(b2, k)), mm_hdot4(a, HLOAD4(b3, k)));
+		acc += (float4)(mm_hdot4(a, MM_H4(b0, k)), mm_hdot4(a, MM_H4(b1, k)),
+		                mm_hdot4(a, MM_H4(b2, k)), mm_hdot4(a, MM_H4(b3, k)));
 #else
 		const float4 a = ALOAD4(ap, k);
-		acc += (float4)(dot(a, BLOAD4(b0, k)), dot(a, BLOAD4(b1, k)),
-		                dot(a, BLOAD4(b2, k)), dot(a, BLOAD4(b3, k)));
+		acc += (float4)(dot(a, MM_B4(b0, k)), dot(a, MM_B4(b1, k)),
+		                dot(a, MM_B4(b2, k)), dot(a, MM_B4(b3, k)));
 #endif
 	}
 	for (int k = k4 + t; k < K; k += MM_C4L) {
 		const float a = ALOAD(ap, k);
-		acc = fma((float4)(a), (float4)(BLOAD(b0, k), BLOAD(b1, k), BLOAD(b2, k), BLOAD(b3, k)), acc);
+		acc = fma((float4)(a), (float4)(MM_B1(b0, k), MM_B1(b1, k), MM_B1(b2, k), MM_B1(b3, k)), acc);
 	}
 	const float s = mm_reduce4(acc, red, t);
 	if (t < 4 && n0 + t < N)

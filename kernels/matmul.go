@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/tlite/tlite/opencl"
 )
 
 //go:embed matmul.cl
@@ -609,6 +611,30 @@ func (g gemm) gemvOptions(subgroups, fp16 bool) string {
 	return ""
 }
 
+// mmImages reports whether mm_gemv_c4 reads g's weight through an image
+// over its buffer, and in which texel format: on a device where images are
+// faster (imagesFaster), when every row and batch entry of B starts on a
+// four-element texel, the last row's texels lie inside the buffer, and the
+// buffer fits the device's largest image; and until the driver refused
+// one (mmImgBroken).
+func (l *Lib) mmImages(g gemm) (opencl.ImageFormat, bool) {
+	f := opencl.ImageUint32x4
+	if g.bt == F16 {
+		f = opencl.ImageHalfx4
+	}
+	if l.mmImgBroken || g.b.Mem == nil || g.bk != 1 || !l.imagesFaster() {
+		return f, false
+	}
+	for _, v := range []int{g.b.Off, g.bn, g.sB[0], g.sB[1]} {
+		if v%4 != 0 {
+			return f, false
+		}
+	}
+	texels := l.dev.ImageTexels(f, g.b.Mem.Size())
+	last := g.b.Off + (g.nb0-1)*g.sB[0] + (g.nb1-1)*g.sB[1] + (g.n-1)*g.bn + roundUp(g.k, 4)
+	return f, texels > 0 && last <= 4*texels
+}
+
 // mmBlocking reads RB and CB (or VB) from a kernel name ending in "_RxC".
 func mmBlocking(name string) (int, int) {
 	var r, c int
@@ -625,10 +651,19 @@ func (l *Lib) gemm(g gemm) error {
 	g, name := l.pick(g, info.Type == "GPU")
 	gpu := name == "mm_reg" || name == "mm_tiled" || name == "mm_gemv_wg" || name == "mm_gemv_c4" || name == "mm_naive" && info.Type == "GPU"
 	opts := g.options(gpu)
-	regRows := 0 // mm_reg's rows per work-item
+	var bArg any = g.b.Mem // B as a kernel argument: its buffer, or an image over it
+	regRows := 0           // mm_reg's rows per work-item
 	switch name {
 	case "mm_gemv_c4":
 		opts += g.gemvOptions(info.Subgroups, info.FP16)
+		if f, ok := l.mmImages(g); ok {
+			if im, err := g.b.Mem.Image1D(f); err == nil {
+				opts += " -DMM_IMG"
+				bArg = im
+			} else {
+				l.mmImgBroken = true // the driver refused: buffers from now on
+			}
+		}
 	case "mm_reg":
 		o, rows := g.regOptions(info.FP16)
 		opts, regRows = opts+o, rows
@@ -669,7 +704,7 @@ func (l *Lib) gemm(g gemm) error {
 	i32 := func(v int) int32 { return int32(v) }
 	return l.dev.Launch(k, global, local,
 		g.a.Mem, i32(g.a.Off), i32(g.am), i32(g.ak), i32(g.sA[0]), i32(g.sA[1]),
-		g.b.Mem, i32(g.b.Off), i32(g.bk), i32(g.bn), i32(g.sB[0]), i32(g.sB[1]),
+		bArg, i32(g.b.Off), i32(g.bk), i32(g.bn), i32(g.sB[0]), i32(g.sB[1]),
 		g.c.Mem, i32(g.c.Off), i32(g.cm), i32(g.cn), i32(g.sC[0]), i32(g.sC[1]),
 		bias.Mem, i32(bias.Off), i32(g.brm), i32(g.brn), i32(g.sD[0]), i32(g.sD[1]),
 		i32(g.m), i32(g.n), i32(g.k), i32(g.nb1), g.alpha, g.beta)

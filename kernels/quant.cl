@@ -348,12 +348,13 @@ static inline void qput(__global store_t *C, int ci, __global const bias_t *Bias
 // with an emulated half path, which keeps their cold builds small: qmt_r1
 // and qmt_mm for the tiled layout, or, with -DQMM_EMU (the launcher adds
 // it for the column layout), qmm_1x4 and qmm_4x2 alone.
-#if !defined(HALF_EMU) || defined(QMM_EMU)
+// The image build (-DQ_IMG) holds qmt_r1 alone.
+#if (!defined(HALF_EMU) || defined(QMM_EMU)) && !defined(Q_IMG)
 QMM_KERNEL(qmm_1x4, 1, 4, 1)
 QMM_KERNEL(qmm_4x2, 4, 2, 1)
 #endif
 
-#ifndef HALF_EMU
+#if !defined(HALF_EMU) && !defined(Q_IMG)
 
 // qmv_wg: work-group (QWG, 1, 1) per output column n and block of up to 4
 // rows; global (N*QWG, ceil(M/4)). Work-item l takes the column's uint4
@@ -404,7 +405,7 @@ qmv_wg(QMM_PARAMS) {
 		qput(C, offC + (m0 + l) * ldc + n, Bias, offBias + n, hasBias, red[l][0]);
 }
 
-#endif // !HALF_EMU
+#endif // !HALF_EMU && !Q_IMG
 
 // ---------------------------------------------------------------------------
 // The phone decode GEMV on the four-column tiled layout (QLayoutTile4,
@@ -584,13 +585,44 @@ static inline hreal qt_dot4(hreal4 a, hreal4 w, hreal h) {
 	}
 #endif
 
+// With -DQ_IMG (the launcher's choice on devices whose texture path reads
+// faster than global loads, see quant.go's qImages) qmt_r1 takes the codes
+// and the parameters as images over their buffers (image1d_buffer_t of
+// RGBA uint32 texels, four words each) and reads them with read_imageui:
+// the same words, so the same sums bit for bit. offQ, ldq, offP and ldp
+// still count words; the launcher passes only multiples of four.
+#ifdef Q_IMG
+#define QMT_PARAMS                                                             \
+	__read_only image1d_buffer_t Q, int offQ, int ldq,                         \
+	    __read_only image1d_buffer_t P, int offP, int ldp,                     \
+	    __global const store_t *A, int offA, int lda, __global store_t *C,     \
+	    int offC, int ldc, __global const bias_t *Bias, int offBias,           \
+	    int hasBias, int M, int N, int K
+// qb and pb are the block's first texels.
+#define QT_BASES                                                               \
+	const int qb = (offQ + blk * ldq) / 4, pb = (offP + blk * ldp) / 4;
+#define QT_LOADU(e)                                                            \
+	((uint16)(read_imageui(Q, qb + 4 * (e)), read_imageui(Q, qb + 4 * (e) + 1), \
+	          read_imageui(Q, qb + 4 * (e) + 2),                               \
+	          read_imageui(Q, qb + 4 * (e) + 3)))
+#define QT_LOADP(g)                                                            \
+	as_float8((uint8)(read_imageui(P, pb + 2 * (g)),                           \
+	                  read_imageui(P, pb + 2 * (g) + 1)))
+#else
+#define QMT_PARAMS QMM_PARAMS
+#define QT_BASES                                                               \
+	__global const uint *qb = Q + offQ + blk * ldq;                            \
+	__global const float *pb = P + offP + blk * ldp;
+#define QT_LOADU(e) vload16((e), qb)
+#define QT_LOADP(g) vload8((g), pb)
+#endif
+
 #define QMT_KERNEL(NAME, RB)                                                   \
 	__kernel __attribute__((reqd_work_group_size(QTL, 1, 1))) void NAME(       \
-	    QMM_PARAMS) {                                                          \
+	    QMT_PARAMS) {                                                          \
 		const int blk = get_group_id(0), m0 = get_group_id(1) * RB;            \
 		const int l = get_local_id(0);                                         \
-		__global const uint *qb = Q + offQ + blk * ldq;                        \
-		__global const float *pb = P + offP + blk * ldp;                       \
+		QT_BASES                                                               \
 		__global const store_t *ap[RB];                                        \
 		_Pragma("unroll") for (int r = 0; r < RB; r++)                         \
 		    ap[r] = A + offA + min(m0 + r, M - 1) * lda;                       \
@@ -599,8 +631,8 @@ static inline hreal qt_dot4(hreal4 a, hreal4 w, hreal h) {
 		const int chunks = K / 32;                                             \
 		for (int e = l; e < chunks; e += QTL) {                                \
 			const int g = (4 * e) / QW, kb = g * QG + (4 * e) % QW;            \
-			const uint16 u = vload16(e, qb);                                   \
-			const float8 pr = vload8(g, pb);                                   \
+			const uint16 u = QT_LOADU(e);                                      \
+			const float8 pr = QT_LOADP(g);                                     \
 			QT_CHUNK(RB)                                                       \
 		}                                                                      \
 		QT_REDUCE(RB)                                                          \
@@ -706,7 +738,7 @@ QMT_KERNEL(qmt_r1, 1)
 	}
 #endif
 
-#ifndef QMM_EMU
+#if !defined(QMM_EMU) && !defined(Q_IMG)
 __kernel void qmt_mm(QMM_PARAMS) {
 	const int m0 = get_global_id(0) * QMR, n0 = get_global_id(1) * QMC;
 	if (m0 >= M || n0 >= N) return;
@@ -737,4 +769,4 @@ __kernel void qmt_mm(QMM_PARAMS) {
 		}
 	}
 }
-#endif // !QMM_EMU
+#endif // !QMM_EMU && !Q_IMG

@@ -4,8 +4,10 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/tlite/tlite/graph/quant"
+	"github.com/tlite/tlite/opencl"
 )
 
 //go:embed quant.cl
@@ -28,9 +30,11 @@ const (
 // qmtBlock is qmt_mm's rows and columns per work-item for g on a device
 // with (fp16) or without cl_khr_fp16. The half path at groups of 32
 // (group parameters every chunk) kept 66 VGPRs live at 4 x 2 on the
-// register gate's target, so it takes 2 x 2.
+// register gate's target, and INT4's at groups of 96 (a group that is not
+// a power of two) 66 too, so groups that are not a multiple of 64 take
+// 2 x 2 (43-46 VGPRs). Each output's sums are the same either way.
 func (g qmm) qmtBlock(fp16 bool) (rows, cols int) {
-	if g.w.Format.FourBit() && g.s == F16 && (fp16 || halfEmu) && g.w.Group == 32 {
+	if g.w.Format.FourBit() && g.s == F16 && (fp16 || halfEmu) && g.w.Group%64 != 0 {
 		return 2, 2
 	}
 	return qmtRows, qmtCols
@@ -122,6 +126,8 @@ type qmm struct {
 	hasBias    bool
 	lda, ldc   int
 	m, n, k    int
+	// img has qmt_r1 read the weight through images (qImages).
+	img bool
 }
 
 // resolve checks p against w's shape and fills in default strides.
@@ -251,8 +257,9 @@ func checkQBufs(ops []qOperand) error {
 // in QLayoutTile4: up to 3 rows run a 64-lane work-group per row and block
 // of four columns (qmt_r1), more rows 4 rows x 2 columns per work-item in
 // registers (qmt_mm), with half arithmetic in fp16 storage where the
-// device has cl_khr_fp16 (E0M4 and INT4 in both). K must be a multiple of
-// the weight's group size. Work is enqueued, not finished.
+// device has cl_khr_fp16 (E0M4 and INT4 in both); on an Adreno, qmt_r1
+// reads the weight through images over its buffers (qImages). K must be
+// a multiple of the weight's group size. Work is enqueued, not finished.
 func (l *Lib) MatMulQ(s Storage, a Buf, w QBuf, c Buf, p QMatMulParams) error {
 	fail := func(err error) error {
 		return fmt.Errorf("kernels: MatMulQ %s %dx%dx%d (weight [%d, %d], group %d): %w",
@@ -359,11 +366,86 @@ func (g qmm) options(fp16, subgroups bool) string {
 	return o
 }
 
+// imgForce, when set by a test, overrides imagesFaster: 1 reads the
+// decode GEMVs' weights (qmt_r1's, mm_gemv_c4's) through images wherever
+// the device has them (PoCL does), -1 never.
+var imgForce int
+
+// imagesFaster reports whether l's device reads a read-only weight faster
+// through images than as global memory. On Adreno GPUs image reads go
+// through the texture units and their L1 cache, which Qualcomm's OpenCL
+// optimisation guide recommends for read-only data; Mali's and desktop
+// GPUs' buffer loads are cached as well, so they keep buffers.
+func (l *Lib) imagesFaster() bool {
+	inf := l.info()
+	switch imgForce {
+	case 1:
+		return inf.Images
+	case -1:
+		return false
+	}
+	return inf.Type == "GPU" && inf.Images && isAdreno(inf)
+}
+
+// isAdreno reports whether inf describes a Qualcomm Adreno GPU.
+func isAdreno(inf opencl.Info) bool {
+	s := strings.ToLower(inf.Name + " " + inf.Vendor)
+	return strings.Contains(s, "adreno") || strings.Contains(s, "qualcomm")
+}
+
+// qImages reports whether qmt_r1 reads g's codes and parameters through
+// images: on a device where images are faster (imagesFaster), for the
+// tiled layout, when both arrays start on a four-word texel and their
+// buffers fit the device's largest image, and until an image could not be
+// made (qImgBroken). Otherwise the kernel reads buffers; both give the
+// same sums bit for bit.
+func (l *Lib) qImages(g qmm) bool {
+	if l.qImgBroken || g.w.Layout != QLayoutTile4 || !l.imagesFaster() {
+		return false
+	}
+	if g.w.Q.Mem == nil || g.w.P.Mem == nil || g.w.Q.Off%4 != 0 || g.w.P.Off%4 != 0 {
+		return false
+	}
+	return l.dev.ImageTexels(opencl.ImageUint32x4, g.w.Q.Mem.Size()) > 0 &&
+		l.dev.ImageTexels(opencl.ImageUint32x4, g.w.P.Mem.Size()) > 0
+}
+
+// qprogram is the launcher's one choice for g: the build options, the
+// kernel, and its rows and columns per work-item. qmm launches it, and the
+// build space (quantSpace) asks it for every product the launcher accepts.
+func (l *Lib) qprogram(g qmm) (options, name string, rb, cb int) {
+	name, rb, cb = l.qpick(g)
+	inf := l.info()
+	options = g.options(inf.FP16, inf.Subgroups)
+	if g.img && name == "qmt_r1" {
+		options += " -DQ_IMG"
+	}
+	return options, name, rb, cb
+}
+
 // qmm launches a checked, non-empty product.
 func (l *Lib) qmm(g qmm) error {
-	name, rb, cb := l.qpick(g)
-	inf := l.info()
-	k, err := l.kernel("quant", quantProg(), g.options(inf.FP16, inf.Subgroups), name)
+	g.img = l.qImages(g)
+	options, name, rb, cb := l.qprogram(g)
+	// The weight's arrays as kernel arguments: buffers, or images over
+	// them for the image build.
+	var q, p any = g.w.Q.Mem, g.w.P.Mem
+	if strings.HasSuffix(options, " -DQ_IMG") {
+		qi, err := g.w.Q.Mem.Image1D(opencl.ImageUint32x4)
+		var pi *opencl.Image
+		if err == nil {
+			pi, err = g.w.P.Mem.Image1D(opencl.ImageUint32x4)
+		}
+		if err != nil {
+			// The driver refused: read buffers from now on.
+			l.qImgBroken = true
+			g.img = false
+			options, name, rb, cb = l.qprogram(g)
+		} else {
+			q, p = qi, pi
+		}
+	}
+	k, err := l.kernel("quant", quantProg(), options, name)
 	if err != nil {
 		return err
 	}
@@ -386,7 +468,7 @@ func (l *Lib) qmm(g qmm) error {
 	}
 	i32 := func(v int) int32 { return int32(v) }
 	return l.dev.Launch(k, global, local,
-		g.w.Q.Mem, i32(g.w.Q.Off), i32(g.ldq()), g.w.P.Mem, i32(g.w.P.Off), i32(g.ldp()),
+		q, i32(g.w.Q.Off), i32(g.ldq()), p, i32(g.w.P.Off), i32(g.ldp()),
 		g.a.Mem, i32(g.a.Off), i32(g.lda), g.c.Mem, i32(g.c.Off), i32(g.ldc),
 		bias.Mem, i32(bias.Off), hasBias, i32(g.m), i32(g.n), i32(g.k))
 }

@@ -13,6 +13,9 @@ type Buffer struct {
 	off      int     // offset in parent
 	parent   *Buffer // nil for an allocation
 	released bool
+	// images are the images over the buffer by format (Image1D), released
+	// with it.
+	images []*Image
 }
 
 // Size is the buffer's length in bytes.
@@ -169,6 +172,7 @@ func (b *Buffer) Release() {
 		return
 	}
 	b.released = true
+	b.releaseImagesLocked()
 	clCall(fns.ReleaseMemObject, b.mem)
 	delete(d.buffers, b)
 	if b.parent != nil {

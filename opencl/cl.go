@@ -119,6 +119,8 @@ var fns struct {
 	// GetExtensionFunctionAddressForPlatform is OpenCL 1.2 (the way to an
 	// extension's entry points, cmdbuf.go); 0 when the library lacks it.
 	GetExtensionFunctionAddressForPlatform uintptr
+	// CreateImage is OpenCL 1.2 (image.go); 0 when the library lacks it.
+	CreateImage uintptr
 }
 
 // required lists every entry point a library must have, by its C name.
@@ -258,6 +260,7 @@ func openLib(path string, publish bool) error {
 	}
 	fns.CreateCommandQueueWithProperties, _ = purego.Dlsym(h, "clCreateCommandQueueWithProperties")
 	fns.GetExtensionFunctionAddressForPlatform, _ = purego.Dlsym(h, "clGetExtensionFunctionAddressForPlatform")
+	fns.CreateImage, _ = purego.Dlsym(h, "clCreateImage")
 	return nil
 }
 

@@ -126,6 +126,12 @@ type Info struct {
 	// ImageFromBuffer is cl_khr_image2d_from_buffer or, on OpenCL 3.0, a
 	// non-zero CL_DEVICE_IMAGE_PITCH_ALIGNMENT on a device with images.
 	ImageFromBuffer bool
+	// Images is CL_DEVICE_IMAGE_SUPPORT, and ImageMaxBuffer the largest
+	// one-dimensional image over a buffer in texels
+	// (CL_DEVICE_IMAGE_MAX_BUFFER_SIZE, OpenCL 1.2; 0 when not answered):
+	// the limits of Buffer.Image1D.
+	Images         bool
+	ImageMaxBuffer int64
 	// PriorityExt is the priority extension the device has: "khr"
 	// (cl_khr_priority_hints, queue property; this is also how Arm Mali
 	// exposes priorities, Arm having no vendor priority extension), "qcom"
@@ -407,6 +413,13 @@ func describe(r devRef) (Info, error) {
 		}
 	}
 	inf.ImageFromBuffer = has["cl_khr_image2d_from_buffer"]
+	inf.Images = images == clTrue
+	if inf.Images && ver >= 12 {
+		var n uintptr
+		if devInfo(r.id, clDeviceImageMaxBuffer, &n) == nil {
+			inf.ImageMaxBuffer = int64(n)
+		}
+	}
 	if !inf.ImageFromBuffer && ver >= 30 && images == clTrue {
 		if devInfo(r.id, clDeviceImagePitch, &imagePitch) == nil && imagePitch > 0 {
 			inf.ImageFromBuffer = true

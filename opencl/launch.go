@@ -82,7 +82,7 @@ func (d *Device) SetLabel(label string) {
 }
 
 // Launch enqueues k over global work-items in work-groups of local (nil:
-// the driver chooses) with args: *Buffer, int32, uint32, int64, uint64,
+// the driver chooses) with args: *Buffer, *Image, int32, uint32, int64, uint64,
 // float32, int (passed as int32, checked for overflow) or Local. It does not
 // wait. Each global size must be a multiple of its local size.
 //
@@ -139,6 +139,12 @@ func (d *Device) Launch(k *Kernel, global, local []int, args ...any) error {
 			}
 			*(*handle)(v) = x.mem
 			p.size = unsafe.Sizeof(x.mem)
+		case *Image:
+			if x == nil || x.b.released || x.b.d != d {
+				return fmt.Errorf("opencl: launch %s: argument %d: nil *Image, one whose buffer is released, or one of another device", k.name, i)
+			}
+			*(*handle)(v) = x.mem
+			p.size = unsafe.Sizeof(x.mem)
 		case int32:
 			*(*int32)(v), p.size = x, 4
 		case uint32:
@@ -160,7 +166,7 @@ func (d *Device) Launch(k *Kernel, global, local []int, args ...any) error {
 			}
 			p.size, p.local = uintptr(x), 1
 		default:
-			return fmt.Errorf("opencl: launch %s: argument %d has unsupported type %s (want *Buffer, int32, uint32, int64, uint64, float32, int or Local)", k.name, i, typeName(arg))
+			return fmt.Errorf("opencl: launch %s: argument %d has unsupported type %s (want *Buffer, *Image, int32, uint32, int64, uint64, float32, int or Local)", k.name, i, typeName(arg))
 		}
 	}
 	var localp *uintptr

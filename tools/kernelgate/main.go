@@ -9,8 +9,9 @@
 //     OpenCL C 1.2, 2.0 and 3.0 with cl_khr_fp16 on and off, translated to
 //     SPIR-V by llvm-spirv and validated by spirv-val. Every optional
 //     extension and feature is off except fp16 when on (-cl-ext=-all), the
-//     smallest device each version allows, and subgroups for programs
-//     built for a device that has them (-DQ_SG, see extFlag).
+//     smallest device each version allows, subgroups for programs
+//     built for a device that has them (-DQ_SG, see extFlag), and images
+//     (optional in OpenCL C 3.0) for programs that read them (-DQ_IMG).
 //   - params: each kernel within SPIR-V's 255 function parameters and the
 //     1 KiB of arguments CL_DEVICE_MAX_PARAMETER_SIZE guarantees.
 //   - regs: each kernel a GPU selects (built under a gpu profile and not
@@ -23,7 +24,10 @@
 //     (SGPR) spills are reported but do not fail: gfx900 keeps uniform
 //     values such as kernel arguments in a scalar file phones lack, and
 //     spills them into vector-register lanes, not memory (a spill that
-//     does reach memory shows as scratch).
+//     does reach memory shows as scratch). libclc has no image reads for
+//     gfx900, so the gate links its own (imageStub): a one-dimensional
+//     buffer image read as AMD's drivers lower it, the image's descriptor
+//     loaded into scalar registers and one buffer_load_format per texel.
 //
 // Known failures are listed, with reasons, in an allowlist file
 // (-allow): each is reported every run, and an entry that no longer
@@ -59,6 +63,7 @@ var (
 	valBin    = "spirv-val"
 	llcBin    = "llc-15"
 	disBin    = "llvm-dis-15"
+	asBin     = "llvm-as-15"
 	libclcBC  = "/usr/lib/clc/amdgcn--amdhsa.bc"
 	debianPkg = "clang-15 llvm-15 llvm-spirv-15 spirv-tools libclc-15"
 )
@@ -163,8 +168,12 @@ func run(dump, allowPath string, jobs int, asJSON, keep bool, out io.Writer) err
 	} else {
 		defer os.RemoveAll(work)
 	}
+	stub, err := writeImageStub(work)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	results := checkAll(dump, work, progs, max(jobs, 1))
+	results := checkAll(dump, work, stub, progs, max(jobs, 1))
 	elapsed := time.Since(start)
 
 	var unknown, known []*Result
@@ -203,7 +212,7 @@ func run(dump, allowPath string, jobs int, asJSON, keep bool, out io.Writer) err
 
 func checkTools() error {
 	var missing []string
-	for _, t := range []string{clangBin, spirvBin, valBin, llcBin, disBin} {
+	for _, t := range []string{clangBin, spirvBin, valBin, llcBin, disBin, asBin} {
 		if _, err := exec.LookPath(t); err != nil {
 			missing = append(missing, t)
 		}
@@ -270,7 +279,7 @@ func readDump(dir string) ([]*program, int, error) {
 }
 
 // checkAll runs every check on a pool of jobs workers.
-func checkAll(dump, work string, progs []*program, jobs int) []*Result {
+func checkAll(dump, work, stub string, progs []*program, jobs int) []*Result {
 	var tasks []func() []*Result
 	for i, p := range progs {
 		src := filepath.Join(dump, "src", p.hash+".cl")
@@ -284,7 +293,7 @@ func checkAll(dump, work string, progs []*program, jobs int) []*Result {
 		for _, fp16 := range []bool{false, true} {
 			if ks := p.gpuKernels[fp16]; len(ks) > 0 {
 				tasks = append(tasks, func() []*Result {
-					return regCheck(work, i, p, src, fp16, ks)
+					return regCheck(work, stub, i, p, src, fp16, ks)
 				})
 			}
 		}
@@ -333,9 +342,16 @@ func extFlag(fp16 bool, options string) string {
 	if fp16 {
 		f += ",+cl_khr_fp16"
 	}
-	for _, o := range strings.Fields(options) {
+	fs := strings.Fields(options)
+	for _, o := range fs {
 		if slices.Contains(subgroupOptions, o) {
 			f += ",+cl_khr_subgroups,+__opencl_c_subgroups"
+			break
+		}
+	}
+	for _, o := range fs {
+		if slices.Contains(imageOptions, o) {
+			f += ",+__opencl_c_images"
 			break
 		}
 	}
@@ -345,6 +361,45 @@ func extFlag(fp16 bool, options string) string {
 // subgroupOptions are the build options kernels' launchers add where the
 // device lists subgroups (quant.cl's tiled GEMV, matmul.cl's mm_gemv_c4).
 var subgroupOptions = []string{"-DQ_SG", "-DMM_SG"}
+
+// imageOptions are the build options of programs that read images
+// through image1d_buffer_t (quant.cl's tiled GEMV, matmul.cl's
+// mm_gemv_c4); launchers add them only on devices with images.
+var imageOptions = []string{"-DQ_IMG", "-DMM_IMG"}
+
+// imageStub defines the OpenCL image reads the kernels use for gfx900,
+// which libclc lacks (without it llc compiles each read as a call to an
+// unknown function and reserves 16 KiB of scratch): an image1d_buffer_t
+// is a pointer to the image's 128-bit buffer descriptor, read with
+// buffer_load_format (llvm.amdgcn.struct.buffer.load.format, index
+// addressing), as AMD's own OpenCL lowers a buffer image read.
+const imageStub = `target datalayout = "e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32-i64:64-v16:16-v24:32-v32:32-v48:64-v96:128-v192:256-v256:256-v512:512-v1024:1024-v2048:2048-n32:64-S32-A5-G1-ni:7"
+target triple = "amdgcn-unknown-amdhsa"
+declare <4 x i32> @llvm.amdgcn.struct.buffer.load.format.v4i32(<4 x i32>, i32, i32, i32, i32 immarg)
+declare <4 x float> @llvm.amdgcn.struct.buffer.load.format.v4f32(<4 x i32>, i32, i32, i32, i32 immarg)
+define linkonce_odr hidden <4 x i32> @_Z12read_imageui21ocl_image1d_buffer_roi(ptr addrspace(4) %im, i32 %i) alwaysinline {
+  %d = load <4 x i32>, ptr addrspace(4) %im, align 16
+  %v = call <4 x i32> @llvm.amdgcn.struct.buffer.load.format.v4i32(<4 x i32> %d, i32 %i, i32 0, i32 0, i32 0)
+  ret <4 x i32> %v
+}
+define linkonce_odr hidden <4 x float> @_Z11read_imagef21ocl_image1d_buffer_roi(ptr addrspace(4) %im, i32 %i) alwaysinline {
+  %d = load <4 x i32>, ptr addrspace(4) %im, align 16
+  %v = call <4 x float> @llvm.amdgcn.struct.buffer.load.format.v4f32(<4 x i32> %d, i32 %i, i32 0, i32 0, i32 0)
+  ret <4 x float> %v
+}
+`
+
+// writeImageStub assembles imageStub into work and returns its path.
+func writeImageStub(work string) (string, error) {
+	ll, bc := filepath.Join(work, "imagestub.ll"), filepath.Join(work, "imagestub.bc")
+	if err := os.WriteFile(ll, []byte(imageStub), 0o644); err != nil {
+		return "", err
+	}
+	if err := runTool(asBin, ll, "-o", bc); err != nil {
+		return "", fmt.Errorf("image read stub: %w", err)
+	}
+	return bc, nil
+}
 
 func runTool(name string, args ...string) error {
 	cmd := exec.Command(name, args...)
@@ -500,9 +555,10 @@ func typeBytes(param string) int {
 	return 8
 }
 
-// regCheck compiles p for gfx900 through libclc and llc and reads each GPU
-// kernel's register use from the code object's metadata.
-func regCheck(work string, i int, p *program, src string, fp16 bool, kernels map[string]bool) []*Result {
+// regCheck compiles p for gfx900 through libclc (and the image stub) and
+// llc and reads each GPU kernel's register use from the code object's
+// metadata.
+func regCheck(work, stub string, i int, p *program, src string, fp16 bool, kernels map[string]bool) []*Result {
 	base := filepath.Join(work, fmt.Sprintf("p%03d-gcn-%s", i, fp16Word(fp16)))
 	prof := "gpu"
 	if fp16 {
@@ -517,6 +573,7 @@ func regCheck(work string, i int, p *program, src string, fp16 bool, kernels map
 	}
 	args := []string{"-x", "cl", "-cl-std=CL1.2", "-nogpulib", "-target", "amdgcn-unknown-amdhsa", "-mcpu=" + regCPU,
 		"-Xclang", "-finclude-default-header", "-Xclang", "-mlink-builtin-bitcode", "-Xclang", libclcBC,
+		"-Xclang", "-mlink-builtin-bitcode", "-Xclang", stub,
 		"-Xclang", ext, "-O2", "-c", "-emit-llvm"}
 	args = append(args, strings.Fields(p.options)...)
 	args = append(args, "-o", base+".bc", src)

@@ -93,8 +93,8 @@ func TestAllowlist(t *testing.T) {
 	}
 }
 
-// TestExtFlag: subgroups are enabled only for programs built with the
-// subgroup option (as a whole word), fp16 only when asked.
+// TestExtFlag: subgroups and images are enabled only for programs built
+// with their options (as whole words), fp16 only when asked.
 func TestExtFlag(t *testing.T) {
 	for _, tc := range []struct {
 		fp16    bool
@@ -106,9 +106,44 @@ func TestExtFlag(t *testing.T) {
 		{true, "-DQG=128 -DQ_SG", "-cl-ext=-all,+cl_khr_fp16,+cl_khr_subgroups,+__opencl_c_subgroups"},
 		{false, "-DQ_SGX", "-cl-ext=-all"},
 		{false, "-DMM_GPU -DMM_SG", "-cl-ext=-all,+cl_khr_subgroups,+__opencl_c_subgroups"},
+		{true, "-DQG=32 -DQ_SG -DQ_IMG", "-cl-ext=-all,+cl_khr_fp16,+cl_khr_subgroups,+__opencl_c_subgroups,+__opencl_c_images"},
+		{false, "-DQ_IMGX", "-cl-ext=-all"},
+		{false, "-DMM_GPU -DMM_IMG", "-cl-ext=-all,+__opencl_c_images"},
 	} {
 		if got := extFlag(tc.fp16, tc.options); got != tc.want {
 			t.Errorf("extFlag(%v, %q) = %q, want %q", tc.fp16, tc.options, got, tc.want)
+		}
+	}
+}
+
+// TestImageStub compiles an image-reading kernel through the register
+// check, where libclc alone leaves each read an unknown call with 16 KiB
+// of scratch: with the stub the kernel fits in a few registers and uses
+// no scratch, and the SPIR-V compile at OpenCL C 3.0 passes with images
+// enabled. Skipped where the compilers are not installed.
+func TestImageStub(t *testing.T) {
+	if err := checkTools(); err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "img.cl")
+	os.WriteFile(src, []byte(`__kernel void rd(__read_only image1d_buffer_t im, __global uint *out, int off) {
+	const int i = get_global_id(0);
+	vstore4(read_imageui(im, off + i) + as_uint4(read_imagef(im, i)), i, out);
+}
+`), 0o644)
+	stub, err := writeImageStub(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &program{family: "test", options: "-DQ_IMG"}
+	rs := regCheck(dir, stub, 0, p, src, false, map[string]bool{"rd": true})
+	if len(rs) != 1 || !rs[0].OK || rs[0].Scratch != 0 || rs[0].VGPRs == 0 || rs[0].VGPRs > 16 {
+		t.Fatalf("register check of an image read: %+v", rs[0])
+	}
+	for _, r := range compileCheck(dir, 0, p, src, "CL3.0", false) {
+		if !r.OK {
+			t.Errorf("%s: %s", r.Key, r.Detail)
 		}
 	}
 }
