@@ -152,6 +152,17 @@ func (t Tolerance) MarshalText() ([]byte, error) {
 	return []byte(t.String()), nil
 }
 
+// UnmarshalText reads the name MarshalText writes, so that a report
+// read back (a client's /v1/stats) round-trips.
+func (t *Tolerance) UnmarshalText(b []byte) error {
+	v, err := ParseTolerance(string(b))
+	if err != nil {
+		return err
+	}
+	*t = v
+	return nil
+}
+
 // ParseTolerance reads a tolerance's name: "density" or "peak".
 func ParseTolerance(name string) (Tolerance, error) {
 	for _, t := range []Tolerance{ToleranceDensity, TolerancePeak} {

@@ -1,6 +1,7 @@
 package llms
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"math/rand"
@@ -682,10 +683,19 @@ func TestParseTolerance(t *testing.T) {
 		if b, err := got.MarshalText(); err != nil || string(b) != c.name {
 			t.Errorf("MarshalText of %q: %q, %v", c.name, b, err)
 		}
+		// A report read back (a client decoding /v1/stats) round-trips.
+		var back struct{ T Tolerance }
+		if b, err := json.Marshal(struct{ T Tolerance }{got}); err != nil || json.Unmarshal(b, &back) != nil || back.T != got {
+			t.Errorf("JSON round trip of %q: %+v from %s (%v)", c.name, back, b, err)
+		}
 	}
 	for _, bad := range []string{"", "Peak", "sharp", "1"} {
 		if _, err := ParseTolerance(bad); err == nil {
 			t.Errorf("ParseTolerance(%q) accepted", bad)
+		}
+		var tol Tolerance
+		if err := tol.UnmarshalText([]byte(bad)); err == nil {
+			t.Errorf("UnmarshalText(%q) accepted", bad)
 		}
 	}
 	if _, err := Tolerance(7).MarshalText(); err == nil {
