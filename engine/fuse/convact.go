@@ -50,14 +50,30 @@ func (r *rewriter) convAct(c *graph.Node) error {
 	if c.Name != "" {
 		name = c.Name + "+" + body[len(body)-1].OpType
 	}
-	n := r.newNode(tlite.ConvAct, name, append([]*graph.Value(nil), c.Inputs...), []*graph.Value{out})
+	n := r.convActNode(c, name, append([]*graph.Value(nil), c.Inputs...), []*graph.Value{out})
+	setActivation(n, act, alpha, bet)
+	return r.replace(body, n, nil)
+}
+
+// convActNode makes the ConvAct that replaces c (a Conv or a ConvAct,
+// whose attributes it takes, activation included) with the given inputs
+// and outputs. ConvAct, ConvResidual and ConvScale all build theirs here.
+func (r *rewriter) convActNode(c *graph.Node, name string, ins, outs []*graph.Value) *graph.Node {
+	n := r.newNode(tlite.ConvAct, name, ins, outs)
 	for k, v := range c.Attrs {
 		n.Attrs[k] = v
 	}
+	if n.Attr("activation") == nil {
+		setActivation(n, "", 0, 0)
+	}
+	return n
+}
+
+// setActivation sets a ConvAct's activation attributes.
+func setActivation(n *graph.Node, act string, alpha, bet float64) {
 	n.SetAttr(&graph.Attr{Name: "activation", Kind: graph.KindString, S: act})
 	setFloat(n, "act_alpha", alpha)
 	setFloat(n, "act_beta", bet)
-	return r.replace(body, n, nil)
 }
 
 // activation matches the activation that is y's only reader (Relu,

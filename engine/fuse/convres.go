@@ -72,13 +72,8 @@ func (r *rewriter) convResidual(add *graph.Node) error {
 			}
 		}
 		ins := []*graph.Value{c.Inputs[0], c.Inputs[1], in(c, 2), rv}
-		n := r.newNode(tlite.ConvAct, name, ins, []*graph.Value{out})
-		for k, v := range c.Attrs {
-			n.Attrs[k] = v
-		}
-		n.SetAttr(&graph.Attr{Name: "activation", Kind: graph.KindString, S: act})
-		setFloat(n, "act_alpha", alpha)
-		setFloat(n, "act_beta", bet)
+		n := r.convActNode(c, name, ins, []*graph.Value{out})
+		setActivation(n, act, alpha, bet)
 		return r.replace(body, n, nil)
 	}
 	return nil

@@ -64,15 +64,7 @@ func (r *rewriter) convScale(m *graph.Node) error {
 		if name == "" {
 			name = nameNear(c, tlite.ConvAct)
 		}
-		n := r.newNode(tlite.ConvAct, "Mul+"+name, ins, append([]*graph.Value(nil), c.Outputs...))
-		for k, v := range c.Attrs {
-			n.Attrs[k] = v
-		}
-		if n.Attr("activation") == nil {
-			n.SetAttr(&graph.Attr{Name: "activation", Kind: graph.KindString, S: ""})
-			setFloat(n, "act_alpha", 0)
-			setFloat(n, "act_beta", 0)
-		}
+		n := r.convActNode(c, "Mul+"+name, ins, append([]*graph.Value(nil), c.Outputs...))
 		return r.replace([]*graph.Node{m, c}, n, nil)
 	}
 	return nil
